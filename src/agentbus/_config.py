@@ -1,0 +1,45 @@
+"""Settings, read from ``AGENTBUS_*`` environment variables."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agentbus.envelopes import DEFAULT_MAX_SIZE
+
+__all__ = ["DEFAULT_URL", "Settings", "mask_url"]
+
+DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
+
+
+class Settings(BaseSettings):
+    """Bus settings. Each field reads ``AGENTBUS_<NAME>`` from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTBUS_", extra="ignore", frozen=True)
+
+    url: str = DEFAULT_URL
+    exchange: str = Field(default="agentbus", pattern=r"^[A-Za-z0-9_.:-]{1,200}$")
+    max_message_size: int = Field(default=DEFAULT_MAX_SIZE, gt=0)
+    prefetch: int = Field(default=32, gt=0, le=65535)
+    request_timeout: float = Field(default=30.0, gt=0)
+    dedup_window: float = Field(default=600.0, ge=0)
+    dedup_size: int = Field(default=100_000, ge=0)
+    instance_queue_expires: float = Field(default=60.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0)
+    reconnect_interval: float = Field(default=1.0, gt=0)
+    heartbeat: int = Field(default=10, ge=0)
+    shutdown_grace: float = Field(default=10.0, ge=0)
+
+
+def mask_url(url: str) -> str:
+    """Return ``url`` with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

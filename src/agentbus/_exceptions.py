@@ -1,0 +1,136 @@
+"""The agentbus exception tree.
+
+Every error agentbus raises is an ``AgentBusError``. Errors that correspond to a
+wire error code carry it in ``code``, so an agent can answer with an error
+envelope and a caller can act on the code it received::
+
+    AgentBusError
+    ├── ConfigurationError            bad settings or arguments
+    ├── EnvelopeError                 invalid_envelope: bytes that are not a valid envelope
+    │   ├── UnsupportedVersion        unsupported_version: another protocol MAJOR
+    │   └── PayloadTooLarge           payload_too_large: over the size cap
+    ├── TransportError                the broker or the connection to it failed
+    │   ├── BrokerUnavailable         cannot connect (names the URL, without password)
+    │   ├── ConnectionLost            the connection dropped during an operation
+    │   ├── PublishFailed             the broker refused (nacked) a publish
+    │   └── BusClosed                 the bus is closed or closing
+    ├── Unroutable                    agent_unavailable: nobody is bound to the receiver
+    ├── RequestTimeout                timeout: no answer within the request's time
+    └── RemoteError                   the other side answered with an error envelope
+
+The codes are the wire error codes of ``agentbus.envelopes.ErrorCode``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentbus.envelopes._models import ErrorEnvelope
+
+__all__ = [
+    "AgentBusError",
+    "BrokerUnavailable",
+    "BusClosed",
+    "ConfigurationError",
+    "ConnectionLost",
+    "EnvelopeError",
+    "PayloadTooLarge",
+    "PublishFailed",
+    "RemoteError",
+    "RequestTimeout",
+    "TransportError",
+    "Unroutable",
+    "UnsupportedVersion",
+]
+
+
+class AgentBusError(Exception):
+    """Base class of every error agentbus raises."""
+
+    code: str = "processing_failed"
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+
+
+class ConfigurationError(AgentBusError):
+    """Settings or arguments that cannot work."""
+
+
+class EnvelopeError(AgentBusError):
+    """Bytes that do not decode to a valid envelope.
+
+    ``raw`` holds the decoded JSON object when the bytes were JSON at all, so a
+    receiver can still find a ``sender_id`` or ``message_id`` to answer to.
+    """
+
+    code: str = "invalid_envelope"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        raw: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, details=details)
+        self.raw = raw
+
+
+class UnsupportedVersion(EnvelopeError):
+    """An envelope of a protocol MAJOR version this reader does not speak."""
+
+    code: str = "unsupported_version"
+
+
+class PayloadTooLarge(EnvelopeError):
+    """An envelope larger than the configured size cap."""
+
+    code: str = "payload_too_large"
+
+
+class TransportError(AgentBusError):
+    """The broker, or the connection to it, failed."""
+
+    code: str = "agent_unavailable"
+
+
+class BrokerUnavailable(TransportError):
+    """The broker cannot be reached."""
+
+
+class ConnectionLost(TransportError):
+    """The connection dropped while an operation was under way."""
+
+
+class PublishFailed(TransportError):
+    """The broker did not accept a publish (negative confirm)."""
+
+
+class BusClosed(TransportError):
+    """The bus is closed, or closing, and takes no more work."""
+
+
+class Unroutable(AgentBusError):
+    """No queue is bound for the receiver: nobody serves it."""
+
+    code: str = "agent_unavailable"
+
+
+class RequestTimeout(AgentBusError):
+    """No answer arrived within the request's timeout."""
+
+    code: str = "timeout"
+
+
+class RemoteError(AgentBusError):
+    """The receiver answered a request with an error envelope."""
+
+    def __init__(self, envelope: ErrorEnvelope) -> None:
+        payload = envelope.payload
+        super().__init__(f"{payload.code}: {payload.message}", details=payload.details)
+        self.code = payload.code
+        self.envelope = envelope

@@ -1,0 +1,3 @@
+"""The agent runtime: skills, agent cards, heartbeats and concurrency."""
+
+__all__: list[str] = []

@@ -1,0 +1,19 @@
+"""Transport on aio-pika: topology, confirmed publishing, acked consuming, requests and events."""
+
+from agentbus.bus._bus import Bus, connect
+from agentbus.bus._dispatch import EventHandler, RequestHandler
+from agentbus.bus._stats import BusState, BusStats
+from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
+
+__all__ = [
+    "Bus",
+    "BusState",
+    "BusStats",
+    "EventHandler",
+    "RequestHandler",
+    "Topology",
+    "connect",
+    "reply_routing_key",
+    "routing_key",
+    "topic_matches",
+]

@@ -1,0 +1,71 @@
+"""A time- and size-bounded memory of request message ids already served."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
+
+__all__ = ["DedupWindow", "Seen"]
+
+Reply = ResponseEnvelope | ErrorEnvelope
+
+
+@dataclass(slots=True)
+class Seen:
+    """A request seen before: when, and its reply once there is one."""
+
+    at: float
+    reply: Reply | None = None
+    reply_to: str | None = None
+
+
+class DedupWindow:
+    """Remember request ids for ``window`` seconds, at most ``size`` of them."""
+
+    def __init__(
+        self, window: float, size: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._window = window
+        self._size = size
+        self._clock = clock
+        self._seen: OrderedDict[str, Seen] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def check_in(self, message_id: str) -> Seen | None:
+        """Return the earlier sighting of ``message_id``, or record this one and return None."""
+        if self._size == 0 or self._window == 0:
+            return None
+        now = self._clock()
+        self._expire(now)
+        seen = self._seen.get(message_id)
+        if seen is not None:
+            return seen
+        self._seen[message_id] = Seen(at=now)
+        if len(self._seen) > self._size:
+            self._seen.popitem(last=False)
+        return None
+
+    def complete(self, message_id: str, reply: Reply | None, reply_to: str | None) -> None:
+        """Keep the reply sent for ``message_id``, to answer a duplicate with it."""
+        seen = self._seen.get(message_id)
+        if seen is not None:
+            seen.reply = reply
+            seen.reply_to = reply_to
+
+    def forget(self, message_id: str) -> None:
+        """Drop ``message_id``: its work was not done and may run again."""
+        self._seen.pop(message_id, None)
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self._window
+        while self._seen:
+            oldest = next(iter(self._seen.values()))
+            if oldest.at >= horizon:
+                break
+            self._seen.popitem(last=False)

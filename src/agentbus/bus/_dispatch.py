@@ -1,0 +1,249 @@
+"""Handle each delivery: decode, route to a handler or a waiting request, settle it once."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeAlias
+
+import structlog
+from aio_pika.abc import AbstractIncomingMessage
+
+from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
+from agentbus.bus._dedup import DedupWindow
+from agentbus.bus._pending import PendingRequests, ReplyOutcome
+from agentbus.bus._publisher import Publisher
+from agentbus.bus._stats import BusStats
+from agentbus.bus._topology import topic_matches
+from agentbus.envelopes import (
+    ErrorCode,
+    ErrorEnvelope,
+    ErrorPayload,
+    EventEnvelope,
+    Metadata,
+    RequestEnvelope,
+    ResponseEnvelope,
+    decode,
+    is_valid_id,
+    utcnow,
+)
+
+__all__ = ["Dispatcher", "EventHandler", "RequestHandler"]
+
+RequestHandler: TypeAlias = Callable[[RequestEnvelope], Awaitable[Any]]
+"""Serves a request: returns the result (or a ready reply envelope), or raises."""
+
+EventHandler: TypeAlias = Callable[[EventEnvelope], Awaitable[None]]
+"""Receives an event."""
+
+Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
+
+_AMQP_MESSAGE_ID: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
+_NO_ANSWER_TYPES: Final = frozenset({"response", "error", "event"})
+
+_log = structlog.get_logger("agentbus.bus")
+
+
+class Settle(enum.Enum):
+    ACK = "ack"
+    DEAD_LETTER = "dead_letter"
+    REQUEUE = "requeue"
+
+
+class Dispatcher:
+    """Decodes deliveries and routes them; every delivery is settled exactly once."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        publisher: Publisher,
+        pending: PendingRequests,
+        dedup: DedupWindow,
+        stats: BusStats,
+        max_size: int,
+    ) -> None:
+        self.agent_id = agent_id
+        self.request_handler: RequestHandler | None = None
+        self.event_handlers: list[tuple[str, EventHandler]] = []
+        self._publisher = publisher
+        self._pending = pending
+        self._dedup = dedup
+        self._stats = stats
+        self._max_size = max_size
+        self.inflight: set[asyncio.Task[Any]] = set()
+
+    async def on_message(self, message: AbstractIncomingMessage) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self.inflight.add(task)
+        try:
+            await self._dispatch(message)
+        finally:
+            if task is not None:
+                self.inflight.discard(task)
+
+    async def _dispatch(self, message: AbstractIncomingMessage) -> None:
+        self._stats.consumed += 1
+        amqp_id = message.message_id
+        try:
+            envelope = decode(
+                message.body,
+                max_size=self._max_size,
+                message_id=amqp_id if amqp_id and _AMQP_MESSAGE_ID.match(amqp_id) else None,
+            )
+        except EnvelopeError as exc:
+            await self._refuse(message, exc)
+            return
+        if isinstance(envelope, RequestEnvelope):
+            await self._serve(message, envelope)
+        elif isinstance(envelope, EventEnvelope):
+            await self._deliver_event(message, envelope)
+        else:
+            self._deliver_reply(envelope)
+            await self._settle(message, Settle.ACK)
+
+    def _deliver_reply(self, reply: Reply) -> None:
+        outcome = self._pending.resolve(reply)
+        if outcome is ReplyOutcome.MATCHED:
+            self._stats.replies_matched += 1
+        elif outcome is ReplyOutcome.PROGRESS:
+            self._stats.progress_replies += 1
+        elif outcome is ReplyOutcome.LATE:
+            self._stats.late_replies += 1
+            _log.info("late reply dropped", correlation_id=reply.correlation_id)
+        else:
+            self._stats.unknown_replies += 1
+            _log.warning("reply to an unknown request dropped", correlation_id=reply.correlation_id)
+
+    async def _deliver_event(self, message: AbstractIncomingMessage, event: EventEnvelope) -> None:
+        key = message.routing_key or ""
+        for pattern, handler in self.event_handlers:
+            if not topic_matches(pattern, key):
+                continue
+            try:
+                await handler(event)
+            except Exception:
+                self._stats.handler_errors += 1
+                _log.exception("event handler failed", event_name=event.payload.event_name)
+        await self._settle(message, Settle.ACK)
+
+    async def _serve(self, message: AbstractIncomingMessage, request: RequestEnvelope) -> None:
+        seen = self._dedup.check_in(request.message_id)
+        if seen is not None:
+            # At-least-once delivery: the effect ran (or is running) already. Answer a
+            # finished one again from memory; a running one will answer by itself.
+            self._stats.duplicates += 1
+            if seen.reply is not None:
+                await self._try_reply(seen.reply, seen.reply_to)
+            await self._settle(message, Settle.ACK)
+            return
+        try:
+            reply = await self._run(request)
+        except asyncio.CancelledError:
+            self._dedup.forget(request.message_id)
+            await asyncio.shield(self._settle(message, Settle.REQUEUE))
+            raise
+        reply_to = message.reply_to
+        try:
+            try:
+                await self._publisher.publish_reply(reply, reply_to)
+            except EnvelopeError as exc:
+                # The result cannot be sent (not JSON, or over the size cap): say so instead.
+                self._stats.handler_errors += 1
+                reply = request.error(exc.code, exc.message, sender_id=self.agent_id)
+                await self._publisher.publish_reply(reply, reply_to)
+        except Unroutable:
+            self._stats.replies_dropped += 1
+            _log.info("reply dropped: the requester has gone", message_id=request.message_id)
+        except AgentBusError as exc:
+            # Not answered: leave it to be redelivered; the duplicate is answered from memory.
+            self._dedup.complete(request.message_id, reply, reply_to)
+            _log.warning("reply not sent; request left for redelivery", error=str(exc))
+            await self._settle(message, Settle.REQUEUE)
+            return
+        self._dedup.complete(request.message_id, reply, reply_to)
+        self._stats.requests_served += 1
+        await self._settle(message, Settle.ACK)
+
+    async def _run(self, request: RequestEnvelope) -> Reply:
+        deadline = request.metadata.deadline
+        if deadline is not None and deadline <= utcnow():
+            self._stats.expired_requests += 1
+            return request.error(
+                ErrorCode.TIMEOUT,
+                "the request's deadline passed before it was served",
+                sender_id=self.agent_id,
+            )
+        handler = self.request_handler
+        if handler is None:
+            return request.error(
+                ErrorCode.AGENT_UNAVAILABLE,
+                f"{self.agent_id} serves no requests",
+                sender_id=self.agent_id,
+            )
+        try:
+            result = await handler(request)
+        except AgentBusError as exc:
+            return request.error(
+                exc.code, exc.message, sender_id=self.agent_id, details=exc.details
+            )
+        except Exception as exc:
+            self._stats.handler_errors += 1
+            _log.exception("request handler failed", action=request.payload.action)
+            return request.error(
+                ErrorCode.PROCESSING_FAILED,
+                f"{type(exc).__name__}: {exc}",
+                sender_id=self.agent_id,
+            )
+        if isinstance(result, ResponseEnvelope | ErrorEnvelope):
+            return result
+        return request.response(result, sender_id=self.agent_id)
+
+    async def _refuse(self, message: AbstractIncomingMessage, exc: EnvelopeError) -> None:
+        raw = exc.raw or {}
+        _log.warning(
+            "undecodable message dead-lettered",
+            error=exc.message,
+            code=exc.code,
+            routing_key=message.routing_key,
+            amqp_message_id=message.message_id,
+        )
+        message_type = raw.get("message_type", message.type)
+        requester = raw.get("sender_id")
+        requester = requester if is_valid_id(requester) else None
+        if message_type not in _NO_ANSWER_TYPES and (message.reply_to or requester):
+            correlation = raw.get("message_id", message.message_id)
+            valid = isinstance(correlation, str) and _AMQP_MESSAGE_ID.match(correlation)
+            error = ErrorEnvelope(
+                sender_id=self.agent_id,
+                receiver_id=requester or "anonymous",
+                payload=ErrorPayload(code=exc.code, message=exc.message, details=exc.details),
+                metadata=Metadata(correlation_id=correlation if valid else None),
+            )
+            await self._try_reply(error, message.reply_to)
+        await self._settle(message, Settle.DEAD_LETTER)
+
+    async def _try_reply(self, reply: Reply, reply_to: str | None) -> None:
+        try:
+            await self._publisher.publish_reply(reply, reply_to)
+        except AgentBusError as exc:
+            self._stats.replies_dropped += 1
+            _log.info("reply not delivered", error=str(exc), correlation_id=reply.correlation_id)
+
+    async def _settle(self, message: AbstractIncomingMessage, how: Settle) -> None:
+        try:
+            if how is Settle.ACK:
+                await message.ack()
+            elif how is Settle.DEAD_LETTER:
+                await message.reject(requeue=False)
+                self._stats.dead_lettered += 1
+            else:
+                await message.nack(requeue=True)
+        except Exception as exc:
+            # The channel it came on is gone; the broker redelivers it, and the
+            # de-duplication window keeps its effect from running twice.
+            self._stats.settle_failures += 1
+            _log.info("delivery not settled", how=how.value, error=repr(exc))

@@ -1,0 +1,87 @@
+"""Translate aio-pika / aiormq exceptions into the agentbus exception tree."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import aiormq.exceptions
+
+from agentbus._exceptions import (
+    AgentBusError,
+    BrokerUnavailable,
+    ConfigurationError,
+    ConnectionLost,
+    PublishFailed,
+    TransportError,
+)
+
+__all__ = ["map_connect_errors", "map_transport_errors"]
+
+
+class AccessRefused(TransportError):
+    """The broker refused an operation for this user (permissions)."""
+
+    code: str = "unauthorized"
+
+
+def translate(exc: BaseException) -> AgentBusError | None:
+    """Return the agentbus error for a transport exception, or ``None`` if it is not one."""
+    match exc:
+        case aiormq.exceptions.ChannelAccessRefused():
+            return AccessRefused(f"the broker refused access: {exc}")
+        case aiormq.exceptions.ChannelPreconditionFailed():
+            return ConfigurationError(
+                f"the broker refused a declaration that conflicts with an existing one: {exc}"
+            )
+        case aiormq.exceptions.PublishError():
+            # A return without on_return_raises never raises; keep it a publish failure.
+            return PublishFailed(f"the broker returned the message: {exc}")
+        case aiormq.exceptions.DeliveryError():
+            return PublishFailed(f"the broker did not accept the message (nack): {exc}")
+        case (
+            aiormq.exceptions.ConnectionClosed()
+            | aiormq.exceptions.ChannelClosed()
+            | aiormq.exceptions.ChannelInvalidStateError()
+            | aiormq.exceptions.AMQPConnectionError()
+            | ConnectionError()
+        ):
+            return ConnectionLost(f"the connection to the broker was lost: {exc!r}")
+        case aiormq.exceptions.AMQPError():
+            return TransportError(f"AMQP error: {exc!r}")
+    return None
+
+
+@contextlib.contextmanager
+def map_transport_errors() -> Iterator[None]:
+    """Raise transport exceptions raised inside the block as agentbus errors."""
+    try:
+        yield
+    except AgentBusError:
+        raise
+    except Exception as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+@contextlib.contextmanager
+def map_connect_errors(masked_url: str) -> Iterator[None]:
+    """Raise a failure to connect as ``BrokerUnavailable`` naming the (masked) URL."""
+    try:
+        yield
+    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
+        hint = (
+            "is RabbitMQ running? Start one with 'rabbitmq-server -detached' "
+            "(or 'docker run -d -p 5672:5672 rabbitmq:3'), or set AGENTBUS_URL"
+        )
+        if isinstance(
+            exc,
+            aiormq.exceptions.ProbableAuthenticationError | aiormq.exceptions.AuthenticationError,
+        ):
+            hint = "the broker refused the credentials; check the user and password in AGENTBUS_URL"
+        raise BrokerUnavailable(
+            f"cannot connect to the broker at {masked_url}: {type(exc).__name__}: {exc}; {hint}",
+            details={"url": masked_url},
+        ) from exc

@@ -1,0 +1,77 @@
+"""Names and routing keys of the wire contract, and AMQP topic matching."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from agentbus.envelopes import BROADCAST, Envelope, EventEnvelope, RequestEnvelope
+
+__all__ = ["Topology", "reply_routing_key", "routing_key", "topic_matches"]
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The exchange and queue names derived from one exchange name."""
+
+    exchange: str
+
+    @property
+    def dead_letter_exchange(self) -> str:
+        """The fanout exchange that undeliverable messages are dead-lettered to."""
+        return f"{self.exchange}.dlx"
+
+    @property
+    def dead_letter_queue(self) -> str:
+        """The durable queue that keeps dead-lettered messages for inspection."""
+        return f"{self.exchange}.dead-letter"
+
+    def service_queue(self, service: str) -> str:
+        """Return the shared queue every instance of ``service`` consumes."""
+        return f"{self.exchange}.service.{service}"
+
+    def instance_queue(self, agent_id: str) -> str:
+        """Return the queue of one agent instance."""
+        return f"{self.exchange}.instance.{agent_id}"
+
+
+def routing_key(envelope: Envelope) -> str:
+    """Return the routing key an envelope is published with on the topic exchange."""
+    if envelope.receiver_id == BROADCAST:
+        return f"broadcast.{envelope.message_type}.{_broadcast_name(envelope)}"
+    return f"agent.{envelope.receiver_id}.{envelope.message_type}"
+
+
+def reply_routing_key(requester_id: str) -> str:
+    """Return the routing key of a reply (response or error) to ``requester_id``."""
+    return f"agent.{requester_id}.response"
+
+
+def _broadcast_name(envelope: Envelope) -> str:
+    if isinstance(envelope, RequestEnvelope):
+        return envelope.payload.action
+    if isinstance(envelope, EventEnvelope):
+        return envelope.payload.event_name
+    return envelope.message_type
+
+
+def topic_matches(pattern: str, key: str) -> bool:
+    """Tell whether routing ``key`` matches binding ``pattern``.
+
+    ``*`` matches exactly one word, ``#`` zero or more words.
+    """
+    return _topic_matches_words(tuple(pattern.split(".")), tuple(key.split(".")))
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_matches_words(pattern: tuple[str, ...], key: tuple[str, ...]) -> bool:
+    if not pattern:
+        return not key
+    head, rest = pattern[0], pattern[1:]
+    if head == "#":
+        return any(_topic_matches_words(rest, key[skip:]) for skip in range(len(key) + 1))
+    if not key:
+        return False
+    if head in ("*", key[0]):
+        return _topic_matches_words(rest, key[1:])
+    return False

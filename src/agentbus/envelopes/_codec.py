@@ -1,0 +1,146 @@
+"""Encode envelopes to bytes and decode bytes to envelopes, on orjson."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
+from agentbus.envelopes._codes import PROTOCOL_MAJOR, MessageType
+from agentbus.envelopes._models import Envelope, new_message_id, utcnow
+
+__all__ = ["DEFAULT_MAX_SIZE", "decode", "encode"]
+
+DEFAULT_MAX_SIZE: Final = 1024 * 1024
+"""The default size cap of an encoded envelope: 1 MiB."""
+
+_ADAPTER: Final[TypeAdapter[Envelope]] = TypeAdapter(Envelope)
+_VERSION_RE: Final = re.compile(r"^([0-9]{1,9})\.([0-9]{1,9})$")
+_DUMPS_OPTIONS: Final = orjson.OPT_UTC_Z
+_MAX_REPORTED_ERRORS: Final = 5
+_MESSAGE_TYPES: Final = frozenset(MessageType)
+
+
+def _unserializable(value: object) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def encode(envelope: Envelope, *, max_size: int | None = DEFAULT_MAX_SIZE) -> bytes:
+    """Serialize an envelope to UTF-8 JSON bytes.
+
+    Args:
+        envelope: The envelope to write.
+        max_size: The size cap in bytes; ``None`` for none.
+
+    Raises:
+        EnvelopeError: A value in the envelope is not JSON serializable.
+        PayloadTooLarge: The encoded envelope is larger than ``max_size``.
+    """
+    try:
+        data = orjson.dumps(envelope.model_dump(), default=_unserializable, option=_DUMPS_OPTIONS)
+    except TypeError as exc:
+        raise EnvelopeError(f"cannot encode envelope: {exc}") from exc
+    if max_size is not None and len(data) > max_size:
+        raise PayloadTooLarge(
+            f"envelope is {len(data)} bytes, over the {max_size}-byte cap",
+            details={"size": len(data), "max_size": max_size},
+        )
+    return data
+
+
+def decode(
+    data: bytes | bytearray | memoryview | str,
+    *,
+    max_size: int | None = DEFAULT_MAX_SIZE,
+    message_id: str | None = None,
+    received_at: datetime | None = None,
+) -> Envelope:
+    """Parse and validate one envelope.
+
+    A foreign client may leave out ``message_id`` and ``timestamp``: ``message_id``
+    (the AMQP property, say) or a fresh UUID, and ``received_at`` or now, stand in.
+    Unknown fields are kept and survive a later ``encode``.
+
+    Raises:
+        PayloadTooLarge: ``data`` is longer than ``max_size``.
+        UnsupportedVersion: ``protocol_version`` has a MAJOR other than 1.
+        EnvelopeError: anything else that is not a valid envelope.
+    """
+    if max_size is not None and len(data) > max_size:
+        raise PayloadTooLarge(
+            f"envelope is {len(data)} bytes, over the {max_size}-byte cap",
+            details={"size": len(data), "max_size": max_size},
+        )
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(f"not valid UTF-8 JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise EnvelopeError(f"an envelope is a JSON object, not {_json_type(obj)}")
+    _check_version(obj)
+    if obj.get("message_type") not in _MESSAGE_TYPES:
+        raise EnvelopeError(
+            f"message_type must be one of {', '.join(sorted(_MESSAGE_TYPES))}",
+            details={"field": "message_type"},
+            raw=obj,
+        )
+    if "message_id" not in obj:
+        obj["message_id"] = message_id or new_message_id()
+    if "timestamp" not in obj:
+        obj["timestamp"] = received_at or utcnow()
+    try:
+        return _ADAPTER.validate_python(obj)
+    except ValidationError as exc:
+        raise _invalid(exc, obj) from exc
+
+
+def _check_version(obj: dict[str, Any]) -> None:
+    version = obj.get("protocol_version")
+    if not isinstance(version, str):
+        raise EnvelopeError(
+            "protocol_version is missing or not a string",
+            details={"field": "protocol_version"},
+            raw=obj,
+        )
+    match = _VERSION_RE.fullmatch(version)
+    if match is None:
+        raise EnvelopeError(
+            f"protocol_version {version!r} is not MAJOR.MINOR",
+            details={"field": "protocol_version"},
+            raw=obj,
+        )
+    if int(match.group(1)) != PROTOCOL_MAJOR:
+        raise UnsupportedVersion(
+            f"protocol_version {version} is not supported; this reader speaks {PROTOCOL_MAJOR}.x",
+            details={"protocol_version": version, "supported": f"{PROTOCOL_MAJOR}.x"},
+            raw=obj,
+        )
+
+
+def _invalid(exc: ValidationError, obj: dict[str, Any]) -> EnvelopeError:
+    errors = [
+        {"field": ".".join(str(part) for part in error["loc"]), "error": error["msg"]}
+        for error in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
+    summary = "; ".join(
+        f"{e['field'] or 'envelope'}: {e['error']}" for e in errors[:_MAX_REPORTED_ERRORS]
+    )
+    if len(errors) > _MAX_REPORTED_ERRORS:
+        summary += f"; and {len(errors) - _MAX_REPORTED_ERRORS} more"
+    return EnvelopeError(f"invalid envelope: {summary}", details={"errors": errors}, raw=obj)
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"

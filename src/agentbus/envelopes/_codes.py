@@ -1,0 +1,63 @@
+"""Enumerations and constants of wire contract 1.0."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Final
+
+__all__ = [
+    "BROADCAST",
+    "ID_PATTERN",
+    "PROTOCOL_MAJOR",
+    "PROTOCOL_VERSION",
+    "ErrorCode",
+    "MessageType",
+    "ResponseStatus",
+    "is_valid_id",
+]
+
+PROTOCOL_MAJOR: Final = 1
+PROTOCOL_VERSION: Final = "1.0"
+BROADCAST: Final = "broadcast"
+ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
+
+_ID_RE: Final = re.compile(ID_PATTERN)
+
+
+def is_valid_id(value: object) -> bool:
+    """Tell whether ``value`` is a valid agent id, service name, action or event name."""
+    return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
+
+
+class MessageType(enum.StrEnum):
+    """The four kinds of envelope."""
+
+    REQUEST = "request"
+    RESPONSE = "response"
+    EVENT = "event"
+    ERROR = "error"
+
+
+class ResponseStatus(enum.StrEnum):
+    """The status of a response payload."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    IN_PROGRESS = "in_progress"
+
+
+class ErrorCode(enum.StrEnum):
+    """The stable, machine-readable error codes of the wire contract."""
+
+    INVALID_ENVELOPE = "invalid_envelope"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    UNKNOWN_ACTION = "unknown_action"
+    INVALID_PARAMETERS = "invalid_parameters"
+    NO_CAPABLE_AGENT = "no_capable_agent"
+    AGENT_UNAVAILABLE = "agent_unavailable"
+    TIMEOUT = "timeout"
+    PROCESSING_FAILED = "processing_failed"
+    CANCELLED = "cancelled"
+    UNAUTHORIZED = "unauthorized"
+    PAYLOAD_TOO_LARGE = "payload_too_large"

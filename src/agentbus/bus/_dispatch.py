@@ -87,12 +87,9 @@ class Dispatcher:
 
     async def _dispatch(self, message: AbstractIncomingMessage) -> None:
         self._stats.consumed += 1
-        amqp_id = message.message_id
         try:
             envelope = decode(
-                message.body,
-                max_size=self._max_size,
-                message_id=amqp_id if amqp_id and _AMQP_MESSAGE_ID.match(amqp_id) else None,
+                message.body, max_size=self._max_size, message_id=_fallback_id(message)
             )
         except EnvelopeError as exc:
             await self._refuse(message, exc)
@@ -247,3 +244,12 @@ class Dispatcher:
             # de-duplication window keeps its effect from running twice.
             self._stats.settle_failures += 1
             _log.info("delivery not settled", how=how.value, error=repr(exc))
+
+
+def _fallback_id(message: AbstractIncomingMessage) -> str | None:
+    # An envelope without message_id takes the AMQP message_id, else the AMQP
+    # correlation_id (the classic RabbitMQ RPC client sets only that one).
+    for candidate in (message.message_id, message.correlation_id):
+        if candidate and _AMQP_MESSAGE_ID.match(candidate):
+            return candidate
+    return None

@@ -53,7 +53,11 @@ def _as_utc(value: datetime) -> datetime:
     # A naive time from a foreign client is taken as UTC; others are converted.
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        # pydantic only wraps ValueError: 0001-01-01T00:00+05:00 must fail validation, not escape.
+        raise ValueError("datetime is out of range once converted to UTC") from exc
 
 
 AgentId: TypeAlias = Annotated[str, StringConstraints(pattern=ID_PATTERN)]

@@ -1,0 +1,68 @@
+"""Shared fixtures: the broker for the integration tier."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from agentbus._config import DEFAULT_URL, mask_url
+
+
+def _reachable(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", parts.port or 5672), 2):
+            return True
+    except OSError:
+        return False
+
+
+def _require_broker() -> bool:
+    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
+    return flag not in (None, "", "0", "false")
+
+
+@pytest.fixture(scope="session")
+def broker_url() -> Iterator[str]:
+    """The URL of a real RabbitMQ: env, then localhost, then testcontainers; else fail or skip."""
+    candidates = [os.environ.get("AGENTBUS_TEST_URL"), os.environ.get("AGENTBUS_URL"), DEFAULT_URL]
+    for url in candidates:
+        if url and _reachable(url):
+            yield url
+            return
+    try:
+        from testcontainers.rabbitmq import RabbitMqContainer
+
+        with RabbitMqContainer("rabbitmq:3.13") as container:
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(5672)
+            yield f"amqp://guest:guest@{host}:{port}/"
+            return
+    except Exception as exc:  # no testcontainers, or no Docker engine
+        reason = f"{type(exc).__name__}: {exc}"
+    tried = ", ".join(mask_url(u) for u in candidates if u)
+    message = (
+        f"no RabbitMQ for the integration tier (tried {tried}; testcontainers: {reason}). "
+        "Run ./scripts/test, which starts one, or set AGENTBUS_TEST_URL."
+    )
+    if _require_broker():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as ``integration``."""
+    for item in items:
+        if f"{os.sep}integration{os.sep}" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_report_header() -> str:
+    """Say whether the integration tier must run."""
+    required = "required" if _require_broker() else "skipped when no broker is found"
+    return f"agentbus: integration tier {required}; python {sys.version.split()[0]}"

@@ -327,7 +327,7 @@ def report(r: dict[str, Any]) -> None:
         ("p99 latency", "p99", "-"),
         ("throughput", "throughput", f">= {TARGET_THROUGHPUT}"),
     ):
-        print(f"   {label:<16}{ratios[key]:>8.3f}{target:>10}  {verdict[ok.get(key)]}")
+        print(f"   {label:<16}{ratios[key]:>8.3f}{target:>10}  {verdict[ok.get(key)]}".rstrip())
     print(f"\n4. codec encode+decode round trip, {c['bytes']} B request envelope, us/op")
     print(
         f"   mean {c['mean_us']:.2f}  p50 {c['p50_us']:.2f}  target < {TARGET_CODEC_US:g}  "

@@ -1,7 +1,10 @@
 """Transport on aio-pika: topology, confirmed publishing, acked consuming, requests and events."""
 
+from typing import TYPE_CHECKING
+
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._dispatch import EventHandler, RequestHandler
+from agentbus.bus._protocol import Transport
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
 
@@ -12,8 +15,14 @@ __all__ = [
     "EventHandler",
     "RequestHandler",
     "Topology",
+    "Transport",
     "connect",
     "reply_routing_key",
     "routing_key",
     "topic_matches",
 ]
+
+if TYPE_CHECKING:  # mypy proves the RabbitMQ bus satisfies the transport seam.
+
+    def _conforms(bus: Bus) -> Transport:
+        return bus

@@ -294,8 +294,12 @@ class Bus:
         persistent: bool = True,
         ttl: float | None = None,
         timeout: float | None = None,
+        mandatory: bool = True,
     ) -> None:
         """Publish any envelope with the contract's routing key, and wait for the confirm.
+
+        With ``mandatory`` (the default) a message nobody is bound for raises
+        ``Unroutable``; without it, such a message is dropped by the broker.
 
         Raises:
             Unroutable: no queue is bound for the receiver.
@@ -305,7 +309,12 @@ class Bus:
         """
         publisher = self._require_publisher()
         await publisher.publish(
-            envelope, reply_to=reply_to, persistent=persistent, ttl=ttl, timeout=timeout
+            envelope,
+            reply_to=reply_to,
+            persistent=persistent,
+            ttl=ttl,
+            timeout=timeout,
+            mandatory=mandatory,
         )
 
     async def request(
@@ -367,18 +376,19 @@ class Bus:
         receiver: str = BROADCAST,
         persistent: bool = True,
         ttl: float | None = None,
+        mandatory: bool = True,
     ) -> EventEnvelope:
         """Publish an event, to everyone by default; return the envelope sent.
 
         Raises:
-            Unroutable: nobody receives it (no subscriber bound for its routing key).
+            Unroutable: ``mandatory`` and nobody receives it (no subscriber bound).
         """
         envelope = EventEnvelope(
             sender_id=self.agent_id,
             receiver_id=receiver,
             payload=EventPayload(event_name=event_name, event_data=data or {}),
         )
-        await self.publish(envelope, persistent=persistent, ttl=ttl)
+        await self.publish(envelope, persistent=persistent, ttl=ttl, mandatory=mandatory)
         return envelope
 
     async def aclose(self) -> None:

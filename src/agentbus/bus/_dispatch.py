@@ -113,7 +113,7 @@ class Dispatcher:
             _log.info("late reply dropped", correlation_id=reply.correlation_id)
         else:
             self._stats.unknown_replies += 1
-            _log.warning("reply to an unknown request dropped", correlation_id=reply.correlation_id)
+            _log.debug("reply to an unknown request dropped", correlation_id=reply.correlation_id)
 
     async def _deliver_event(self, message: AbstractIncomingMessage, event: EventEnvelope) -> None:
         key = message.routing_key or ""

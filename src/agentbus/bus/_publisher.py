@@ -54,6 +54,7 @@ class Publisher:
         persistent: bool = True,
         ttl: float | None = None,
         timeout: float | None = None,
+        mandatory: bool = True,
     ) -> None:
         """Publish ``envelope`` on the topic exchange with its contract routing key."""
         body = encode(envelope, max_size=self._max_size)
@@ -61,7 +62,7 @@ class Publisher:
             self._exchange,
             routing_key(envelope),
             self._message(envelope, body, reply_to=reply_to, persistent=persistent, ttl=ttl),
-            mandatory=True,
+            mandatory=mandatory,
             timeout=timeout,
         )
 

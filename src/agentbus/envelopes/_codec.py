@@ -82,7 +82,9 @@ def decode(
     if not isinstance(obj, dict):
         raise EnvelopeError(f"an envelope is a JSON object, not {_json_type(obj)}")
     _check_version(obj)
-    if obj.get("message_type") not in _MESSAGE_TYPES:
+    message_type = obj.get("message_type")
+    # An array or object here is unhashable: test the type before the set membership.
+    if not isinstance(message_type, str) or message_type not in _MESSAGE_TYPES:
         raise EnvelopeError(
             f"message_type must be one of {', '.join(sorted(_MESSAGE_TYPES))}",
             details={"field": "message_type"},

@@ -1,0 +1,83 @@
+"""The seam between agents and a transport: what the RabbitMQ bus and the in-memory bus share."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Self, runtime_checkable
+
+from agentbus._config import Settings
+from agentbus.bus._dispatch import EventHandler, RequestHandler
+from agentbus.bus._stats import BusStats
+from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, ResponseEnvelope
+
+__all__ = ["Transport"]
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """An open-able connection to the agent bus, as agents and clients use it."""
+
+    settings: Settings
+    agent_id: str
+    service: str | None
+    stats: BusStats
+
+    @property
+    def is_open(self) -> bool: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    async def open(self) -> Self: ...
+
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def serve(
+        self,
+        handler: RequestHandler,
+        *,
+        service: str | None = None,
+        prefetch: int | None = None,
+        broadcast_actions: Any = (),
+    ) -> None: ...
+
+    async def subscribe(self, pattern: str, handler: EventHandler) -> None: ...
+
+    async def publish(
+        self,
+        envelope: Envelope,
+        *,
+        reply_to: str | None = None,
+        persistent: bool = True,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        mandatory: bool = True,
+    ) -> None: ...
+
+    async def request(
+        self,
+        receiver: str,
+        action: str,
+        parameters: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ResponseEnvelope: ...
+
+    async def send_request(
+        self, envelope: RequestEnvelope, *, timeout: float | None = None
+    ) -> ResponseEnvelope: ...
+
+    async def emit(
+        self,
+        event_name: str,
+        data: dict[str, Any] | None = None,
+        *,
+        receiver: str = ...,
+        persistent: bool = True,
+        ttl: float | None = None,
+        mandatory: bool = True,
+    ) -> EventEnvelope: ...

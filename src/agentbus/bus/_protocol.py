@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from agentbus._config import Settings
@@ -33,7 +34,12 @@ class Transport(Protocol):
 
     async def __aenter__(self) -> Self: ...
 
-    async def __aexit__(self, *exc_info: object) -> None: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
     async def serve(
         self,

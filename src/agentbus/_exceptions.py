@@ -1,6 +1,7 @@
 """The agentbus exception tree.
 
-Every error agentbus raises is an ``AgentBusError``. Errors that correspond to a
+Every error agentbus raises is an ``AgentBusError``; raise one with ``code=`` from a
+skill to answer with that wire error code. Errors that correspond to a
 wire error code carry it in ``code``, so an agent can answer with an error
 envelope and a caller can act on the code it received::
 
@@ -15,6 +16,9 @@ envelope and a caller can act on the code it received::
     │   ├── PublishFailed             the broker refused (nacked) a publish
     │   └── BusClosed                 the bus is closed or closing
     ├── Unroutable                    agent_unavailable: nobody is bound to the receiver
+    ├── UnknownAction                 unknown_action: the agent has no such skill
+    ├── InvalidParameters             invalid_parameters: parameters do not fit the skill
+    ├── Cancelled                     cancelled: a cancel request stopped the work
     ├── RequestTimeout                timeout: no answer within the request's time
     └── RemoteError                   the other side answered with an error envelope
 
@@ -32,14 +36,17 @@ __all__ = [
     "AgentBusError",
     "BrokerUnavailable",
     "BusClosed",
+    "Cancelled",
     "ConfigurationError",
     "ConnectionLost",
     "EnvelopeError",
+    "InvalidParameters",
     "PayloadTooLarge",
     "PublishFailed",
     "RemoteError",
     "RequestTimeout",
     "TransportError",
+    "UnknownAction",
     "Unroutable",
     "UnsupportedVersion",
 ]
@@ -50,10 +57,14 @@ class AgentBusError(Exception):
 
     code: str = "processing_failed"
 
-    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, details: dict[str, Any] | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = details or {}
+        if code is not None:
+            self.code = code
 
 
 class ConfigurationError(AgentBusError):
@@ -118,6 +129,24 @@ class Unroutable(AgentBusError):
     """No queue is bound for the receiver: nobody serves it."""
 
     code: str = "agent_unavailable"
+
+
+class UnknownAction(AgentBusError):
+    """The receiver has no skill or built-in action of that name."""
+
+    code: str = "unknown_action"
+
+
+class InvalidParameters(AgentBusError):
+    """A request's parameters do not validate against the skill's signature."""
+
+    code: str = "invalid_parameters"
+
+
+class Cancelled(AgentBusError):
+    """The work was stopped by a ``cancel`` request."""
+
+    code: str = "cancelled"
 
 
 class RequestTimeout(AgentBusError):

@@ -348,6 +348,7 @@ class Bus:
         self, envelope: RequestEnvelope, *, timeout: float | None = None
     ) -> ResponseEnvelope:
         """Publish a built request and wait for the response correlated to it."""
+        self._require_open()  # replies need the instance consumer, gone once draining
         publisher = self._require_publisher()
         timeout = timeout if timeout is not None else self.settings.request_timeout
         message_id = envelope.message_id
@@ -391,19 +392,29 @@ class Bus:
         await self.publish(envelope, persistent=persistent, ttl=ttl, mandatory=mandatory)
         return envelope
 
-    async def aclose(self) -> None:
-        """Stop consuming, let in-flight work finish within the grace period, and close."""
-        if self._state in (BusState.CLOSING, BusState.CLOSED):
-            return
-        if self._state is BusState.NEW:
-            self._state = BusState.CLOSED
+    async def drain(self, grace: float | None = None) -> None:
+        """Stop consuming and let in-flight work finish; the bus can still publish.
+
+        Handlers still running after ``grace`` seconds (default: the
+        ``shutdown_grace`` setting) are cancelled and their requests requeued.
+        """
+        if self._state is not BusState.OPEN:
             return
         self._state = BusState.CLOSING
         for queue, tag in self._consumers:
             with contextlib.suppress(Exception):
                 await queue.cancel(tag)
         self._consumers.clear()
-        await self._drain(self.settings.shutdown_grace)
+        await self._drain(self.settings.shutdown_grace if grace is None else grace)
+
+    async def aclose(self) -> None:
+        """Drain (see ``drain``), fail requests still waiting, and close the connection."""
+        if self._state is BusState.CLOSED:
+            return
+        if self._state is BusState.NEW:
+            self._state = BusState.CLOSED
+            return
+        await self.drain()
         self._pending.fail_all(BusClosed("the bus closed before the answer came"))
         self._state = BusState.CLOSED
         if self._connection is not None:
@@ -430,7 +441,7 @@ class Bus:
         return self._dispatcher
 
     def _require_publisher(self) -> Publisher:
-        if self._state is not BusState.OPEN or self._publisher is None:
+        if self._state not in (BusState.OPEN, BusState.CLOSING) or self._publisher is None:
             raise BusClosed(f"{self!r} is not open")
         return self._publisher
 

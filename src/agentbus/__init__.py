@@ -9,18 +9,22 @@ from agentbus._exceptions import (
     AgentBusError,
     BrokerUnavailable,
     BusClosed,
+    Cancelled,
     ConfigurationError,
     ConnectionLost,
     EnvelopeError,
+    InvalidParameters,
     PayloadTooLarge,
     PublishFailed,
     RemoteError,
     RequestTimeout,
     TransportError,
+    UnknownAction,
     Unroutable,
     UnsupportedVersion,
 )
-from agentbus.bus import Bus, connect
+from agentbus.agents import Agent, AgentCard, current_request, skill
+from agentbus.bus import Bus, Transport, connect
 from agentbus.envelopes import (
     Envelope,
     ErrorCode,
@@ -35,10 +39,13 @@ from agentbus.envelopes import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "AgentBusError",
+    "AgentCard",
     "BrokerUnavailable",
     "Bus",
     "BusClosed",
+    "Cancelled",
     "ConfigurationError",
     "ConnectionLost",
     "Envelope",
@@ -46,6 +53,7 @@ __all__ = [
     "ErrorCode",
     "ErrorEnvelope",
     "EventEnvelope",
+    "InvalidParameters",
     "PayloadTooLarge",
     "PublishFailed",
     "RemoteError",
@@ -53,11 +61,15 @@ __all__ = [
     "RequestTimeout",
     "ResponseEnvelope",
     "Settings",
+    "Transport",
     "TransportError",
+    "UnknownAction",
     "Unroutable",
     "UnsupportedVersion",
     "__version__",
     "connect",
+    "current_request",
     "decode",
     "encode",
+    "skill",
 ]

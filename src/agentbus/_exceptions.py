@@ -161,5 +161,6 @@ class RemoteError(AgentBusError):
     def __init__(self, envelope: ErrorEnvelope) -> None:
         payload = envelope.payload
         super().__init__(f"{payload.code}: {payload.message}", details=payload.details)
+        self.message = payload.message
         self.code = payload.code
         self.envelope = envelope

@@ -1,3 +1,32 @@
 """The agent runtime: skills, agent cards, heartbeats and concurrency."""
 
-__all__: list[str] = []
+from agentbus.agents._agent import Agent, current_request
+from agentbus.agents._card import AgentCard, SkillCard
+from agentbus.agents._heartbeat import (
+    AGENT_OFFLINE,
+    AGENT_ONLINE,
+    ANNOUNCE,
+    HEARTBEAT,
+    AgentStatus,
+    Heartbeat,
+    OfflineNotice,
+)
+from agentbus.agents._runner import run_until_signalled
+from agentbus.agents._skills import SkillSpec, skill
+
+__all__ = [
+    "AGENT_OFFLINE",
+    "AGENT_ONLINE",
+    "ANNOUNCE",
+    "HEARTBEAT",
+    "Agent",
+    "AgentCard",
+    "AgentStatus",
+    "Heartbeat",
+    "OfflineNotice",
+    "SkillCard",
+    "SkillSpec",
+    "current_request",
+    "run_until_signalled",
+    "skill",
+]

@@ -1,0 +1,320 @@
+"""The agent runtime: skills served from a service queue, heartbeats, cancel, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, ClassVar, Final, Self
+
+import structlog
+
+from agentbus._config import Settings
+from agentbus._exceptions import AgentBusError, Cancelled, ConfigurationError, UnknownAction
+from agentbus.agents._card import AgentCard, SkillCard
+from agentbus.agents._heartbeat import (
+    AGENT_OFFLINE,
+    ANNOUNCE,
+    HEARTBEAT,
+    AgentStatus,
+    Heartbeat,
+    OfflineNotice,
+)
+from agentbus.agents._skills import SkillSpec, collect_skills
+from agentbus.bus import Bus, Transport
+from agentbus.envelopes import RequestEnvelope, is_valid_id, utcnow
+
+__all__ = ["Agent", "current_request"]
+
+_BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE})
+_HEARTBEAT_TTL_INTERVALS: Final = 3
+
+_log = structlog.get_logger("agentbus.agents")
+_current_request: contextvars.ContextVar[RequestEnvelope] = contextvars.ContextVar(
+    "agentbus_current_request"
+)
+
+
+def current_request() -> RequestEnvelope:
+    """Return the request the running skill is serving.
+
+    Raises:
+        LookupError: called outside a skill.
+    """
+    return _current_request.get()
+
+
+@dataclass(slots=True)
+class _Work:
+    action: str
+    task: asyncio.Task[Any]
+    started: float = field(default_factory=time.monotonic)
+    cancelled_by_request: bool = False
+
+
+class Agent:
+    """Base class of agents: subclass it, set ``name``, and mark async methods ``@skill``.
+
+    ::
+
+        class Greeter(Agent):
+            name = "greeter"
+            description = "Greets people"
+
+            @skill
+            async def greet(self, who: str) -> str:
+                return f"hello, {who}"
+
+    Every agent also answers ``ping``, ``describe`` (its card), ``cancel``
+    (``{"message_id": ...}`` of a request in flight) and the broadcast ``announce``.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    version: ClassVar[str] = "0.1.0"
+    tags: ClassVar[tuple[str, ...]] = ()
+    concurrency: ClassVar[int] = 8
+    skills: ClassVar[dict[str, SkillSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.skills = collect_skills(cls)
+        clash = _BUILTINS & cls.skills.keys()
+        if clash:
+            raise ConfigurationError(f"{cls.__name__}: {sorted(clash)} are built-in actions")
+
+    def __init__(
+        self,
+        *,
+        agent_id: str | None = None,
+        concurrency: int | None = None,
+        heartbeat_interval: float = 5.0,
+        settings: Settings | None = None,
+        bus: Transport | None = None,
+    ) -> None:
+        if not is_valid_id(self.name):
+            raise ConfigurationError(
+                f"{type(self).__name__}.name must be a service name of [A-Za-z0-9_-]{{1,128}}"
+            )
+        self.id = agent_id or f"{self.name}-{secrets.token_hex(3)}"
+        if not is_valid_id(self.id) or self.id == self.name:
+            raise ConfigurationError(f"agent id {self.id!r} must be valid and differ from the name")
+        self.capacity = concurrency or self.concurrency
+        if self.capacity < 1:
+            raise ConfigurationError("concurrency must be at least 1")
+        if heartbeat_interval <= 0:
+            raise ConfigurationError("the heartbeat interval must be positive")
+        self.heartbeat_interval = heartbeat_interval
+        self.settings = settings or Settings()
+        self._bus = bus
+        self._owns_bus = bus is None
+        self._work: dict[str, _Work] = {}
+        self._slots = asyncio.Semaphore(self.capacity)
+        self._draining = False
+        self._started_at = utcnow()
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._card: AgentCard | None = None
+        self._log = _log.bind(agent_id=self.id)
+        self._builtins: dict[str, Callable[[RequestEnvelope], Awaitable[Any]]] = {
+            "ping": self._ping,
+            "describe": self._describe,
+            "cancel": self._cancel,
+            ANNOUNCE: self._announce,
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} id={self.id!r} status={self.status.value}>"
+
+    @property
+    def bus(self) -> Transport:
+        """The transport this agent runs on."""
+        if self._bus is None:
+            raise AgentBusError(f"{self!r} has not started")
+        return self._bus
+
+    @property
+    def card(self) -> AgentCard:
+        """The agent card: identity, skills with JSON Schemas, capacity, tags."""
+        if self._card is None:
+            self._card = AgentCard(
+                id=self.id,
+                name=self.name,
+                description=self.description,
+                version=self.version,
+                skills=[
+                    SkillCard(
+                        name=spec.name,
+                        description=spec.description,
+                        parameters=spec.parameters_schema,
+                        result=spec.result_schema,
+                    )
+                    for spec in self.skills.values()
+                ],
+                capacity=self.capacity,
+                tags=list(self.tags),
+            )
+        return self._card
+
+    @property
+    def in_flight(self) -> int:
+        """How many skill calls are running now."""
+        return len(self._work)
+
+    @property
+    def status(self) -> AgentStatus:
+        """``draining`` once stopping, ``busy`` at capacity, else ``ready``."""
+        if self._draining:
+            return AgentStatus.DRAINING
+        if len(self._work) >= self.capacity:
+            return AgentStatus.BUSY
+        return AgentStatus.READY
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def on_start(self) -> None:
+        """Run once the agent serves; override to subscribe to events and the like."""
+
+    async def on_stop(self) -> None:
+        """Run after the agent drained, before it leaves; override to release resources."""
+
+    async def start(self) -> None:
+        """Open the bus (unless given one), serve the skills, and start heartbeats."""
+        if self._bus is None:
+            self._bus = Bus(self.settings, agent_id=self.id)
+        if not self._bus.is_open:
+            await self._bus.open()
+        await self._bus.serve(
+            self._handle,
+            service=self.name,
+            prefetch=self.capacity,
+            broadcast_actions=(ANNOUNCE, "cancel"),
+        )
+        await self.on_start()
+        await self.beat(full=True)
+        self._heartbeat_task = asyncio.create_task(self._beat_forever())
+        self._log.info("agent started", service=self.name, capacity=self.capacity)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain: stop taking work, finish in-flight work, say ``agent_offline``, close."""
+        if self._bus is None or self._draining:
+            return
+        self._draining = True
+        bus = self._bus
+        with contextlib.suppress(AgentBusError):
+            await self.beat()
+        await bus.drain(grace)
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat_task
+        await self.on_stop()
+        notice = OfflineNotice(agent_id=self.id, service=self.name, reason="shutdown")
+        try:
+            await bus.emit(AGENT_OFFLINE, notice.model_dump(mode="json"), mandatory=False)
+        except AgentBusError as exc:
+            self._log.warning("agent_offline not sent", error=str(exc))
+        if self._owns_bus:
+            await bus.aclose()
+        self._log.info("agent stopped")
+
+    async def beat(self, *, full: bool = False) -> None:
+        """Send one heartbeat now; ``full`` includes the whole card, not only its digest."""
+        card = self.card
+        heartbeat = Heartbeat(
+            agent_id=self.id,
+            service=self.name,
+            status=self.status,
+            in_flight=self.in_flight,
+            capacity=self.capacity,
+            interval=self.heartbeat_interval,
+            card_digest=card.digest(),
+            card=card if full else None,
+            started_at=self._started_at,
+        )
+        await self.bus.emit(
+            HEARTBEAT,
+            heartbeat.model_dump(mode="json", exclude_none=True),
+            persistent=False,
+            ttl=self.heartbeat_interval * _HEARTBEAT_TTL_INTERVALS,
+            mandatory=False,
+        )
+
+    async def _beat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            try:
+                await self.beat()
+            except AgentBusError as exc:
+                self._log.warning("heartbeat not sent", error=str(exc))
+
+    async def _handle(self, request: RequestEnvelope) -> Any:
+        action = request.payload.action
+        builtin = self._builtins.get(action)
+        if builtin is not None:
+            return await builtin(request)
+        spec = self.skills.get(action)
+        if spec is None:
+            available = sorted(self.skills) + sorted(_BUILTINS)
+            raise UnknownAction(
+                f"{self.name} has no action {action!r}; available: {', '.join(available)}",
+                details={"action": action, "available": available},
+            )
+        arguments = spec.bind(request.payload.parameters)
+        async with self._slots:
+            token = _current_request.set(request)
+            try:
+                task = asyncio.create_task(spec.method(self, **arguments))
+            finally:
+                _current_request.reset(token)
+            work = _Work(action=action, task=task)
+            self._work[request.message_id] = work
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if work.cancelled_by_request and (current is None or not current.cancelling()):
+                    raise Cancelled(f"{action!r} was cancelled by request") from None
+                raise
+            finally:
+                self._work.pop(request.message_id, None)
+        return spec.dump(result)
+
+    async def _ping(self, request: RequestEnvelope) -> dict[str, Any]:
+        return {
+            "agent_id": self.id,
+            "service": self.name,
+            "status": self.status.value,
+            "in_flight": self.in_flight,
+            "capacity": self.capacity,
+        }
+
+    async def _describe(self, request: RequestEnvelope) -> dict[str, Any]:
+        return self.card.model_dump(mode="json")
+
+    async def _cancel(self, request: RequestEnvelope) -> dict[str, Any]:
+        target = request.payload.parameters.get("message_id")
+        work = self._work.get(target) if isinstance(target, str) else None
+        if work is None:
+            return {"agent_id": self.id, "message_id": target, "cancelled": False}
+        work.cancelled_by_request = True
+        work.task.cancel()
+        return {"agent_id": self.id, "message_id": target, "cancelled": True}
+
+    async def _announce(self, request: RequestEnvelope) -> dict[str, Any]:
+        await self.beat(full=True)
+        return {"agent_id": self.id}

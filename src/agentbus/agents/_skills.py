@@ -1,0 +1,149 @@
+"""The ``@skill`` decorator: parameters validated from type hints, results made JSON."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+
+from agentbus._exceptions import ConfigurationError, InvalidParameters
+from agentbus.envelopes import is_valid_id
+
+__all__ = ["SkillSpec", "collect_skills", "skill"]
+
+F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+_MARK: Final = "__agentbus_skill__"
+_MAX_REPORTED: Final = 5
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    name: str | None
+    description: str | None
+
+
+@overload
+def skill(func: F, /) -> F: ...
+
+
+@overload
+def skill(*, name: str | None = None, description: str | None = None) -> Callable[[F], F]: ...
+
+
+def skill(
+    func: F | None = None, /, *, name: str | None = None, description: str | None = None
+) -> F | Callable[[F], F]:
+    """Mark an async method of an ``Agent`` as a skill other agents can request.
+
+    Parameters are validated from the method's type hints; the result may be a
+    pydantic model, a dict, a list or a scalar. The docstring's first line is
+    the skill's description unless ``description`` is given.
+
+    Args:
+        func: The method (when used as a bare ``@skill``).
+        name: The action name; default the method's name.
+        description: The description on the agent card.
+    """
+
+    def mark(target: F) -> F:
+        if not _is_async(target):
+            raise ConfigurationError(f"skill {target.__qualname__} must be an async method")
+        setattr(target, _MARK, _Mark(name, description))
+        return target
+
+    if func is not None:
+        return mark(func)
+    return mark
+
+
+def _is_async(target: object) -> bool:
+    # A separate function, so the check does not narrow the decorated type for mypy.
+    return inspect.iscoroutinefunction(target)
+
+
+class SkillSpec:
+    """One skill: its name, schemas, and how to validate a call and dump a result."""
+
+    def __init__(self, method: Callable[..., Coroutine[Any, Any, Any]], mark: _Mark) -> None:
+        self.method = method
+        self.name = mark.name or method.__name__
+        if not is_valid_id(self.name):
+            raise ConfigurationError(f"skill name {self.name!r} is not a valid action name")
+        doc = inspect.getdoc(method) or ""
+        self.description = mark.description or doc.split("\n\n")[0].replace("\n", " ").strip()
+        hints = typing.get_type_hints(method, include_extras=True)
+        fields: dict[str, Any] = {}
+        for parameter in list(inspect.signature(method).parameters.values())[1:]:
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                raise ConfigurationError(f"skill {self.name!r} cannot take *args or **kwargs")
+            annotation = hints.get(parameter.name, Any)
+            default = ... if parameter.default is parameter.empty else parameter.default
+            fields[parameter.name] = (annotation, default)
+        self.parameters_model: type[BaseModel] = create_model(
+            f"{self.name}_parameters",
+            __config__=ConfigDict(extra="forbid"),
+            **fields,
+        )
+        self._result = TypeAdapter(hints.get("return", Any))
+
+    @property
+    def parameters_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the skill's parameters."""
+        return self.parameters_model.model_json_schema()
+
+    @property
+    def result_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the skill's result."""
+        return self._result.json_schema(mode="serialization")
+
+    def bind(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        """Validate request parameters; return the keyword arguments of the call.
+
+        Raises:
+            InvalidParameters: naming each field that does not fit.
+        """
+        try:
+            model = self.parameters_model.model_validate(parameters)
+        except ValidationError as exc:
+            errors = [
+                {
+                    "field": ".".join(str(part) for part in error["loc"]) or "parameters",
+                    "error": error["msg"],
+                }
+                for error in exc.errors(include_url=False, include_context=False)
+            ]
+            summary = "; ".join(f"{e['field']}: {e['error']}" for e in errors[:_MAX_REPORTED])
+            raise InvalidParameters(
+                f"invalid parameters for {self.name!r}: {summary}",
+                details={"skill": self.name, "errors": errors},
+            ) from exc
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def dump(self, result: Any) -> Any:
+        """Return the result as JSON-compatible data."""
+        return self._result.dump_python(result, mode="json")
+
+
+def collect_skills(cls: type) -> dict[str, SkillSpec]:
+    """Return the skills of an agent class, its bases' included, by action name."""
+    found: dict[str, SkillSpec] = {}
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        for attribute, value in vars(klass).items():
+            if attribute in seen:
+                continue
+            seen.add(attribute)
+            mark = getattr(value, _MARK, None)
+            if isinstance(mark, _Mark):
+                spec = SkillSpec(value, mark)
+                if spec.name in found:
+                    raise ConfigurationError(
+                        f"two skills of {cls.__name__} are named {spec.name!r}"
+                    )
+                found[spec.name] = spec
+    return found

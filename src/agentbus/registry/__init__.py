@@ -1,3 +1,6 @@
 """The registry agent: liveness from heartbeats, discovery, online/offline events."""
 
-__all__: list[str] = []
+from agentbus.registry._registry import Registry
+from agentbus.registry._table import AgentInfo, LivenessTable, Transition
+
+__all__ = ["AgentInfo", "LivenessTable", "Registry", "Transition"]

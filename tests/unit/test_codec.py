@@ -671,8 +671,9 @@ def test_another_major_version_is_unsupported_version(version: str) -> None:
         wire(message_type="Request"),
         wire(message_type=1),
         wire(message_type=["request"]),
+        wire(message_type={"request": True}),
     ],
-    ids=["absent", "null", "unknown", "wrong-case", "number", "array"],
+    ids=["absent", "null", "unknown", "wrong-case", "number", "array", "object"],
 )
 def test_missing_or_unknown_message_type_is_invalid_envelope(obj: dict[str, Any]) -> None:
     """An envelope without a known message_type raises EnvelopeError (invalid_envelope)."""

@@ -170,7 +170,7 @@ class Bus:
             self._state = BusState.CLOSED
             raise
         self._state = BusState.OPEN
-        _log.info("bus open", agent_id=self.agent_id, url=mask_url(settings.url))
+        _log.debug("bus open", agent_id=self.agent_id, url=mask_url(settings.url))
         return self
 
     async def _declare(self) -> None:
@@ -420,7 +420,7 @@ class Bus:
         if self._connection is not None:
             with contextlib.suppress(Exception):
                 await self._connection.close()
-        _log.info("bus closed", agent_id=self.agent_id)
+        _log.debug("bus closed", agent_id=self.agent_id)
 
     async def _drain(self, grace: float) -> None:
         assert self._dispatcher is not None

@@ -1,0 +1,151 @@
+"""The registry's liveness table, driven by a fake monotonic clock."""
+
+from __future__ import annotations
+
+from agentbus.agents import AgentCard, AgentStatus, Heartbeat, SkillCard
+from agentbus.registry import LivenessTable, Transition
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def beat(
+    agent_id: str,
+    *,
+    service: str = "svc",
+    status: AgentStatus = AgentStatus.READY,
+    in_flight: int = 0,
+    capacity: int = 4,
+    interval: float = 5.0,
+    skills: tuple[str, ...] = ("work",),
+    with_card: bool = True,
+) -> Heartbeat:
+    card = AgentCard(
+        id=agent_id,
+        name=service,
+        skills=[SkillCard(name=name) for name in skills],
+        capacity=capacity,
+    )
+    return Heartbeat(
+        agent_id=agent_id,
+        service=service,
+        status=status,
+        in_flight=in_flight,
+        capacity=capacity,
+        interval=interval,
+        card_digest=card.digest(),
+        card=card if with_card else None,
+    )
+
+
+def test_first_beat_brings_an_agent_online_once() -> None:
+    """The first heartbeat is an online transition; the next ones are not."""
+    table = LivenessTable(clock=FakeClock())
+    _, first = table.observe(beat("a-1"))
+    _, second = table.observe(beat("a-1"))
+    assert first is Transition.ONLINE
+    assert second is None
+
+
+def test_offline_after_three_missed_intervals_of_the_agents_own_interval() -> None:
+    """An agent is offline once 3 of its own intervals pass without a beat, not before."""
+    clock = FakeClock()
+    table = LivenessTable(missed=3, clock=clock)
+    table.observe(beat("fast", interval=1.0))
+    table.observe(beat("slow", interval=10.0))
+
+    clock.now += 2.9
+    assert table.sweep() == []
+    clock.now += 0.2
+    gone = table.sweep()
+
+    assert [record.agent_id for record in gone] == ["fast"]
+    assert table.sweep() == []  # reported once
+    assert [info.agent_id for info in table.query()] == ["slow"]
+    assert [info.status for info in table.query(include_offline=True)] == ["offline", "ready"]
+
+
+def test_a_beat_after_going_offline_brings_it_back_online() -> None:
+    """An agent that beats again after being declared offline comes back online."""
+    clock = FakeClock()
+    table = LivenessTable(clock=clock)
+    table.observe(beat("a-1", interval=1.0))
+    clock.now += 5
+    table.sweep()
+    _, transition = table.observe(beat("a-1", interval=1.0))
+    assert transition is Transition.ONLINE
+
+
+def test_depart_marks_offline_only_once() -> None:
+    """A goodbye marks the agent offline; a second goodbye is no transition."""
+    table = LivenessTable(clock=FakeClock())
+    table.observe(beat("a-1"))
+    assert table.depart("a-1") is not None
+    assert table.depart("a-1") is None
+    assert table.depart("never-seen") is None
+
+
+def test_offline_agents_are_forgotten_after_a_while() -> None:
+    """Offline records are dropped after forget_after seconds."""
+    clock = FakeClock()
+    table = LivenessTable(forget_after=60, clock=clock)
+    table.observe(beat("a-1", interval=1.0))
+    clock.now += 10
+    table.sweep()
+    clock.now += 61
+    table.sweep()
+    assert "a-1" not in table
+
+
+def test_capable_orders_ready_before_busy_then_least_loaded() -> None:
+    """find_skill's order: ready agents first, then by load; draining ones left out."""
+    table = LivenessTable(clock=FakeClock())
+    table.observe(beat("busy-1", status=AgentStatus.BUSY, in_flight=4))
+    table.observe(beat("ready-loaded", in_flight=3))
+    table.observe(beat("ready-idle", in_flight=0))
+    table.observe(beat("draining", status=AgentStatus.DRAINING))
+    table.observe(beat("other-skill", skills=("else",)))
+
+    order = [info.agent_id for info in table.capable("work")]
+
+    assert order == ["ready-idle", "ready-loaded", "busy-1"]
+
+
+def test_query_filters_by_service_status_and_skill() -> None:
+    """list_agents filters combine."""
+    table = LivenessTable(clock=FakeClock())
+    table.observe(beat("a-1", service="alpha"))
+    table.observe(beat("a-2", service="alpha", status=AgentStatus.BUSY))
+    table.observe(beat("b-1", service="beta", skills=("shout",)))
+
+    assert [i.agent_id for i in table.query(service="alpha")] == ["a-1", "a-2"]
+    assert [i.agent_id for i in table.query(status="busy")] == ["a-2"]
+    assert [i.agent_id for i in table.query(skill="shout")] == ["b-1"]
+    assert table.query(service="alpha", skill="shout") == []
+
+
+def test_a_changed_digest_without_a_card_drops_the_stale_card() -> None:
+    """When an agent's card changes and the beat carries only the digest, the card is refetched."""
+    table = LivenessTable(clock=FakeClock())
+    record, _ = table.observe(beat("a-1"))
+    assert record.card is not None
+    changed = beat("a-1", skills=("work", "more"), with_card=False)
+    record, _ = table.observe(changed)
+    assert record.card is None
+    assert record.card_digest == changed.card_digest
+
+
+def test_next_sweep_is_due_when_the_earliest_agent_could_go_offline() -> None:
+    """The sweeper sleeps until the earliest possible offline moment, within bounds."""
+    clock = FakeClock()
+    table = LivenessTable(missed=3, clock=clock)
+    assert table.next_sweep_in() == 1.0
+    table.observe(beat("a-1", interval=0.1))
+    assert abs(table.next_sweep_in() - 0.3) < 1e-9
+    clock.now += 10
+    assert table.next_sweep_in() == 0.05

@@ -1,0 +1,150 @@
+"""Skills: parameters validated from type hints, results dumped to JSON, cards generated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from agentbus import Agent, ConfigurationError, InvalidParameters, skill
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+class Geometry(Agent):
+    name = "geometry"
+    description = "Shapes and points"
+    version = "2.1.0"
+    tags = ("math",)
+    concurrency = 3
+
+    @skill
+    async def move(self, point: Point, dx: int = 0, dy: int = 0) -> Point:
+        """Move a point.
+
+        A longer description that is not part of the summary.
+        """
+        return Point(x=point.x + dx, y=point.y + dy)
+
+    @skill(name="area", description="Area of a rectangle")
+    async def rectangle_area(self, width: float, height: float) -> float:
+        return width * height
+
+    @skill
+    async def names(self) -> list[str]:
+        return ["a", "b"]
+
+
+def test_skills_are_collected_with_names_and_descriptions() -> None:
+    """@skill methods become skills; name and description come from the method or the mark."""
+    skills = Geometry.skills
+    assert sorted(skills) == ["area", "move", "names"]
+    assert skills["move"].description == "Move a point."
+    assert skills["area"].description == "Area of a rectangle"
+
+
+def test_bind_validates_and_converts_parameters() -> None:
+    """Parameters are validated into typed arguments, defaults filled."""
+    arguments = Geometry.skills["move"].bind({"point": {"x": 1, "y": 2}, "dx": 3})
+    assert arguments == {"point": Point(x=1, y=2), "dx": 3, "dy": 0}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "field"),
+    [
+        pytest.param({"point": {"x": "one", "y": 2}}, "point.x", id="nested-type"),
+        pytest.param({}, "point", id="missing"),
+        pytest.param({"point": {"x": 1, "y": 2}, "dz": 1}, "dz", id="unknown-field"),
+        pytest.param({"point": {"x": 1, "y": 2}, "dx": "far"}, "dx", id="wrong-type"),
+    ],
+)
+def test_bad_parameters_raise_invalid_parameters_naming_the_field(
+    parameters: dict[str, Any], field: str
+) -> None:
+    """A mismatch is InvalidParameters whose message and details name the field."""
+    with pytest.raises(InvalidParameters) as caught:
+        Geometry.skills["move"].bind(parameters)
+    assert caught.value.code == "invalid_parameters"
+    assert field in caught.value.message
+    assert field in [error["field"] for error in caught.value.details["errors"]]
+
+
+async def test_results_are_dumped_as_json_data() -> None:
+    """Models, floats and lists are returned as JSON-compatible data."""
+    agent = Geometry(agent_id="geometry-1")
+    moved = await agent.move(Point(x=1, y=1), dx=1)
+    assert Geometry.skills["move"].dump(moved) == {"x": 2, "y": 1}
+    assert Geometry.skills["area"].dump(await agent.rectangle_area(2, 3.5)) == 7.0
+    assert Geometry.skills["names"].dump(await agent.names()) == ["a", "b"]
+
+
+def test_card_describes_the_agent_with_json_schemas() -> None:
+    """The card carries identity, capacity, tags and a parameters/result schema per skill."""
+    card = Geometry(agent_id="geometry-1").card
+    assert (card.id, card.name, card.version, card.capacity) == (
+        "geometry-1",
+        "geometry",
+        "2.1.0",
+        3,
+    )
+    assert card.tags == ["math"]
+    move = next(s for s in card.skills if s.name == "move")
+    assert move.parameters["required"] == ["point"]
+    assert move.parameters["properties"]["dx"]["default"] == 0
+    assert set(move.result["properties"]) == {"x", "y"}
+    area = next(s for s in card.skills if s.name == "area")
+    assert area.result == {"type": "number"}
+
+
+def test_card_digest_is_stable_and_tracks_content() -> None:
+    """The same card has the same digest; another capacity changes it."""
+    one = Geometry(agent_id="geometry-1").card
+    same = Geometry(agent_id="geometry-1").card
+    other = Geometry(agent_id="geometry-1", concurrency=5).card
+    assert one.digest() == same.digest()
+    assert one.digest() != other.digest()
+
+
+def test_default_instance_id_is_name_plus_suffix() -> None:
+    """Without --id an instance is named after its service plus a random suffix."""
+    first, second = Geometry(), Geometry()
+    assert first.id.startswith("geometry-")
+    assert first.id != second.id
+
+
+def test_sync_skill_is_refused() -> None:
+    """A skill must be an async method."""
+    with pytest.raises(ConfigurationError):
+
+        class Broken(Agent):
+            name = "broken"
+
+            @skill  # type: ignore[type-var]
+            def sync(self) -> int:
+                return 1
+
+
+def test_builtin_names_cannot_be_skills() -> None:
+    """ping, describe, cancel and announce are reserved."""
+    with pytest.raises(ConfigurationError):
+
+        class Clash(Agent):
+            name = "clash"
+
+            @skill
+            async def ping(self) -> str:
+                return "mine"
+
+
+def test_agent_needs_a_valid_service_name() -> None:
+    """An agent without a valid name cannot be created."""
+
+    class Nameless(Agent):
+        pass
+
+    with pytest.raises(ConfigurationError):
+        Nameless()

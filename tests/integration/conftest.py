@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aio_pika
 import pytest
-from helpers import BusFactory
+from helpers import BusFactory, delete_topology
 
 import agentbus
 from agentbus import Bus, Settings
@@ -50,18 +49,9 @@ async def make_bus(broker_url: str, exchange_name: str) -> AsyncIterator[BusFact
 
 
 async def _delete_topology(url: str, topology: Topology, buses: list[Bus]) -> None:
-    queues = {topology.dead_letter_queue}
+    queues: set[str] = set()
     for bus in buses:
         queues.add(topology.instance_queue(bus.agent_id))
         if bus.service is not None:
             queues.add(topology.service_queue(bus.service))
-    connection = await aio_pika.connect(url)
-    async with connection:
-        for name in sorted(queues):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.queue_delete(name)
-        for name in (topology.exchange, topology.dead_letter_exchange):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.exchange_delete(name)
+    await delete_topology(url, topology.exchange, queues)

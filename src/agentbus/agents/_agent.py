@@ -27,9 +27,12 @@ from agentbus.agents._heartbeat import (
 )
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.bus import Bus, Transport
-from agentbus.envelopes import RequestEnvelope, is_valid_id, utcnow
+from agentbus.envelopes import RequestEnvelope, ResponseStatus, is_valid_id, utcnow
 
-__all__ = ["Agent", "current_request"]
+__all__ = ["NOTIFY_START", "Agent", "current_request"]
+
+NOTIFY_START: Final = "notify_start"
+"""Request metadata key: ``true`` asks the agent for an ``in_progress`` response on start."""
 
 _BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE})
 _HEARTBEAT_TTL_INTERVALS: Final = 3
@@ -276,6 +279,8 @@ class Agent:
             )
         arguments = spec.bind(request.payload.parameters)
         async with self._slots:
+            if (request.metadata.model_extra or {}).get(NOTIFY_START) is True:
+                await self._notify_start(request)
             token = _current_request.set(request)
             try:
                 task = asyncio.create_task(spec.method(self, **arguments))
@@ -293,6 +298,19 @@ class Agent:
             finally:
                 self._work.pop(request.message_id, None)
         return spec.dump(result)
+
+    async def _notify_start(self, request: RequestEnvelope) -> None:
+        # Tells the requester which instance holds the work, so it can move the work on
+        # at once if this instance is reported offline.
+        started = request.response(
+            {"agent_id": self.id, "state": "started"},
+            sender_id=self.id,
+            status=ResponseStatus.IN_PROGRESS,
+        )
+        try:
+            await self.bus.publish(started, persistent=False, mandatory=False)
+        except AgentBusError as exc:
+            self._log.info("start notice not sent", error=str(exc))
 
     async def _ping(self, request: RequestEnvelope) -> dict[str, Any]:
         return {

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._dispatch import EventHandler, RequestHandler
+from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
@@ -13,6 +14,7 @@ __all__ = [
     "BusState",
     "BusStats",
     "EventHandler",
+    "ProgressCallback",
     "RequestHandler",
     "Topology",
     "Transport",

@@ -29,7 +29,7 @@ from agentbus._exceptions import (
 from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
-from agentbus.bus._pending import PendingRequests
+from agentbus.bus._pending import PendingRequests, ProgressCallback
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology
@@ -345,14 +345,21 @@ class Bus:
         return await self.send_request(envelope, timeout=timeout)
 
     async def send_request(
-        self, envelope: RequestEnvelope, *, timeout: float | None = None
+        self,
+        envelope: RequestEnvelope,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResponseEnvelope:
-        """Publish a built request and wait for the response correlated to it."""
+        """Publish a built request and wait for the response correlated to it.
+
+        ``on_progress`` is called with every ``in_progress`` response that comes first.
+        """
         self._require_open()  # replies need the instance consumer, gone once draining
         publisher = self._require_publisher()
         timeout = timeout if timeout is not None else self.settings.request_timeout
         message_id = envelope.message_id
-        future = self._pending.add(message_id)
+        future = self._pending.add(message_id, on_progress)
         try:
             async with asyncio.timeout(timeout):
                 await publisher.publish(envelope, ttl=timeout, timeout=timeout)

@@ -6,15 +6,13 @@ import asyncio
 import enum
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 import structlog
-from aio_pika.abc import AbstractIncomingMessage
 
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
-from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
 from agentbus.envelopes import (
@@ -30,7 +28,7 @@ from agentbus.envelopes import (
     utcnow,
 )
 
-__all__ = ["Dispatcher", "EventHandler", "RequestHandler"]
+__all__ = ["Dispatcher", "EventHandler", "IncomingMessage", "ReplyPublisher", "RequestHandler"]
 
 RequestHandler: TypeAlias = Callable[[RequestEnvelope], Awaitable[Any]]
 """Serves a request: returns the result (or a ready reply envelope), or raises."""
@@ -46,6 +44,35 @@ _NO_ANSWER_TYPES: Final = frozenset({"response", "error", "event"})
 _log = structlog.get_logger("agentbus.bus")
 
 
+class IncomingMessage(Protocol):
+    """A delivery as the dispatcher reads and settles it: aio-pika's, or the in-memory bus's."""
+
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def message_id(self) -> str | None: ...
+    @property
+    def correlation_id(self) -> str | None: ...
+    @property
+    def reply_to(self) -> str | None: ...
+    @property
+    def routing_key(self) -> str | None: ...
+    @property
+    def type(self) -> str | None: ...
+
+    async def ack(self) -> None: ...
+
+    async def reject(self, *, requeue: bool = ...) -> None: ...
+
+    async def nack(self, *, requeue: bool = ...) -> None: ...
+
+
+class ReplyPublisher(Protocol):
+    """Sends replies: the RabbitMQ ``Publisher``, or the in-memory bus's."""
+
+    async def publish_reply(self, reply: Reply, reply_to: str | None) -> None: ...
+
+
 class Settle(enum.Enum):
     ACK = "ack"
     DEAD_LETTER = "dead_letter"
@@ -59,7 +86,7 @@ class Dispatcher:
         self,
         *,
         agent_id: str,
-        publisher: Publisher,
+        publisher: ReplyPublisher,
         pending: PendingRequests,
         dedup: DedupWindow,
         stats: BusStats,
@@ -75,7 +102,7 @@ class Dispatcher:
         self._max_size = max_size
         self.inflight: set[asyncio.Task[Any]] = set()
 
-    async def on_message(self, message: AbstractIncomingMessage) -> None:
+    async def on_message(self, message: IncomingMessage) -> None:
         task = asyncio.current_task()
         if task is not None:
             self.inflight.add(task)
@@ -85,7 +112,7 @@ class Dispatcher:
             if task is not None:
                 self.inflight.discard(task)
 
-    async def _dispatch(self, message: AbstractIncomingMessage) -> None:
+    async def _dispatch(self, message: IncomingMessage) -> None:
         self._stats.consumed += 1
         try:
             envelope = decode(
@@ -115,7 +142,7 @@ class Dispatcher:
             self._stats.unknown_replies += 1
             _log.debug("reply to an unknown request dropped", correlation_id=reply.correlation_id)
 
-    async def _deliver_event(self, message: AbstractIncomingMessage, event: EventEnvelope) -> None:
+    async def _deliver_event(self, message: IncomingMessage, event: EventEnvelope) -> None:
         key = message.routing_key or ""
         for pattern, handler in self.event_handlers:
             if not topic_matches(pattern, key):
@@ -127,7 +154,7 @@ class Dispatcher:
                 _log.exception("event handler failed", event_name=event.payload.event_name)
         await self._settle(message, Settle.ACK)
 
-    async def _serve(self, message: AbstractIncomingMessage, request: RequestEnvelope) -> None:
+    async def _serve(self, message: IncomingMessage, request: RequestEnvelope) -> None:
         seen = self._dedup.check_in(request.message_id)
         if seen is not None:
             # At-least-once delivery: the effect ran (or is running) already. Answer a
@@ -199,7 +226,7 @@ class Dispatcher:
             return result
         return request.response(result, sender_id=self.agent_id)
 
-    async def _refuse(self, message: AbstractIncomingMessage, exc: EnvelopeError) -> None:
+    async def _refuse(self, message: IncomingMessage, exc: EnvelopeError) -> None:
         raw = exc.raw or {}
         _log.warning(
             "undecodable message dead-lettered",
@@ -230,7 +257,7 @@ class Dispatcher:
             self._stats.replies_dropped += 1
             _log.info("reply not delivered", error=str(exc), correlation_id=reply.correlation_id)
 
-    async def _settle(self, message: AbstractIncomingMessage, how: Settle) -> None:
+    async def _settle(self, message: IncomingMessage, how: Settle) -> None:
         try:
             if how is Settle.ACK:
                 await message.ack()
@@ -246,7 +273,7 @@ class Dispatcher:
             _log.info("delivery not settled", how=how.value, error=repr(exc))
 
 
-def _fallback_id(message: AbstractIncomingMessage) -> str | None:
+def _fallback_id(message: IncomingMessage) -> str | None:
     # An envelope without message_id takes the AMQP message_id, else the AMQP
     # correlation_id (the classic RabbitMQ RPC client sets only that one).
     for candidate in (message.message_id, message.correlation_id):

@@ -5,12 +5,20 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeAlias
+
+import structlog
 
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
 
-__all__ = ["PendingRequests", "ReplyOutcome"]
+__all__ = ["PendingRequests", "ProgressCallback", "ReplyOutcome"]
 
-Reply = ResponseEnvelope | ErrorEnvelope
+Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
+ProgressCallback: TypeAlias = Callable[[ResponseEnvelope], None]
+"""Called with each ``in_progress`` response to a request still waiting."""
+
+_log = structlog.get_logger("agentbus.bus")
 
 
 class ReplyOutcome(enum.Enum):
@@ -27,20 +35,26 @@ class PendingRequests:
 
     def __init__(self, late_memory: int = 10_000) -> None:
         self._futures: dict[str, asyncio.Future[Reply]] = {}
+        self._progress: dict[str, ProgressCallback] = {}
         self._expired: OrderedDict[str, None] = OrderedDict()
         self._late_memory = late_memory
 
     def __len__(self) -> int:
         return len(self._futures)
 
-    def add(self, message_id: str) -> asyncio.Future[Reply]:
+    def add(
+        self, message_id: str, on_progress: ProgressCallback | None = None
+    ) -> asyncio.Future[Reply]:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._futures[message_id] = future
+        if on_progress is not None:
+            self._progress[message_id] = on_progress
         return future
 
     def discard(self, message_id: str) -> None:
         """Forget a request that ended; a reply that still comes is counted late."""
         future = self._futures.pop(message_id, None)
+        self._progress.pop(message_id, None)
         if future is None:
             return
         if not future.done() or future.cancelled():
@@ -57,6 +71,12 @@ class PendingRequests:
         if future is None or future.done():
             return ReplyOutcome.LATE if correlation_id in self._expired else ReplyOutcome.UNKNOWN
         if isinstance(reply, ResponseEnvelope) and reply.payload.status == "in_progress":
+            callback = self._progress.get(correlation_id)
+            if callback is not None:
+                try:
+                    callback(reply)
+                except Exception:
+                    _log.exception("progress callback failed", correlation_id=correlation_id)
             return ReplyOutcome.PROGRESS
         future.set_result(reply)
         return ReplyOutcome.MATCHED
@@ -67,3 +87,4 @@ class PendingRequests:
             if not future.done():
                 future.set_exception(exc)
         self._futures.clear()
+        self._progress.clear()

@@ -7,6 +7,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from agentbus._config import Settings
 from agentbus.bus._dispatch import EventHandler, RequestHandler
+from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, ResponseEnvelope
 
@@ -76,7 +77,11 @@ class Transport(Protocol):
     ) -> ResponseEnvelope: ...
 
     async def send_request(
-        self, envelope: RequestEnvelope, *, timeout: float | None = None
+        self,
+        envelope: RequestEnvelope,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResponseEnvelope: ...
 
     async def emit(

@@ -1,0 +1,102 @@
+"""What a plan run reports: per-subtask outcomes, the overall status, totals, progress."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any, Final
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "PLAN_PROGRESS",
+    "Aggregate",
+    "PlanStatus",
+    "Progress",
+    "SubtaskOutcome",
+    "SubtaskStatus",
+    "Totals",
+]
+
+PLAN_PROGRESS: Final = "plan_progress"
+
+
+class SubtaskStatus(enum.StrEnum):
+    """Where a subtask is; the last four are terminal."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+class PlanStatus(enum.StrEnum):
+    """How a plan ended."""
+
+    COMPLETED = "completed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+
+
+class SubtaskOutcome(BaseModel):
+    """One subtask's end: status, result or error, attempts, agents and timings."""
+
+    id: str
+    skill: str
+    status: SubtaskStatus = SubtaskStatus.PENDING
+    result: Any = None
+    error: dict[str, Any] | None = None
+    attempts: int = 0
+    agents: list[str] = Field(default_factory=list)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    duration: float | None = None
+
+
+class Totals(BaseModel):
+    """Counts by status, wall time and the agents that worked on the plan."""
+
+    subtasks: int
+    succeeded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    cancelled: int = 0
+    attempts: int = 0
+    wall_time: float = 0.0
+    agents_used: list[str] = Field(default_factory=list)
+
+
+class Aggregate(BaseModel):
+    """The result of a plan: the leader's answer to ``run_plan``."""
+
+    plan_id: str
+    status: PlanStatus
+    description: str = ""
+    subtasks: list[SubtaskOutcome]
+    totals: Totals
+    started_at: datetime
+    ended_at: datetime
+    error: str | None = None
+
+    def subtask(self, subtask_id: str) -> SubtaskOutcome:
+        """Return the outcome of one subtask by id."""
+        for outcome in self.subtasks:
+            if outcome.id == subtask_id:
+                return outcome
+        raise KeyError(subtask_id)
+
+
+class Progress(BaseModel):
+    """The ``event_data`` of a ``plan_progress`` event: one subtask transition."""
+
+    plan_id: str
+    subtask_id: str
+    skill: str
+    transition: str
+    attempt: int
+    agent_id: str | None = None
+    error: dict[str, Any] | None = None
+    done: int
+    total: int

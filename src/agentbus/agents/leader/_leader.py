@@ -1,0 +1,82 @@
+"""The leader agent: ``run_plan`` takes a plan and answers with its aggregate."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from agentbus.agents._agent import Agent, current_request
+from agentbus.agents._heartbeat import AGENT_OFFLINE
+from agentbus.agents._skills import skill
+from agentbus.agents.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress
+from agentbus.agents.leader._directory import SkillDirectory
+from agentbus.agents.leader._plan import Plan
+from agentbus.agents.leader._run import PlanRunner, ProgressSink
+from agentbus.envelopes import BROADCAST, EventEnvelope
+
+__all__ = ["Leader"]
+
+_PROGRESS_WINDOW: Final = 64
+
+
+class Leader(Agent):
+    """Runs plans: each subtask goes to an agent offering its skill; results are aggregated.
+
+    Progress goes out as ``plan_progress`` events, to the requester and on broadcast.
+    """
+
+    name = "leader"
+    description = "Runs plans of subtasks over capable agents and aggregates their results"
+    version = "1.0.0"
+    concurrency = 8
+
+    def __init__(self, *, registry: str = "registry", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._registry = registry
+        self._runners: set[PlanRunner] = set()
+        self._directory: SkillDirectory | None = None
+        self._progress_slots = asyncio.Semaphore(_PROGRESS_WINDOW)
+
+    async def on_start(self) -> None:
+        self._directory = SkillDirectory(self.bus, registry=self._registry)
+        await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_offline)
+
+    @skill
+    async def run_plan(self, plan: Plan) -> Aggregate:
+        """Run a plan to its end and return the aggregate."""
+        assert self._directory is not None
+        requester = current_request().sender_id
+        runner = PlanRunner(
+            self.bus, plan, directory=self._directory, progress=self._sink_for(requester)
+        )
+        self._runners.add(runner)
+        self._log.info("plan started", plan_id=plan.id, subtasks=len(plan.subtasks))
+        try:
+            aggregate = await runner.run()
+        finally:
+            self._runners.discard(runner)
+        self._log.info(
+            "plan ended", plan_id=plan.id, status=aggregate.status.value, **_totals(aggregate)
+        )
+        return aggregate
+
+    async def _on_offline(self, event: EventEnvelope) -> None:
+        agent_id = event.payload.event_data.get("agent_id")
+        if isinstance(agent_id, str):
+            for runner in list(self._runners):
+                runner.agent_offline(agent_id)
+
+    def _sink_for(self, requester: str) -> ProgressSink:
+        async def publish(progress: Progress) -> None:
+            data = progress.model_dump(mode="json", exclude_none=True)
+            for receiver in (requester, BROADCAST):
+                await self.bus.emit(
+                    PLAN_PROGRESS, data, receiver=receiver, persistent=False, mandatory=False
+                )
+
+        return publish
+
+
+def _totals(aggregate: Aggregate) -> dict[str, Any]:
+    totals = aggregate.totals
+    return {"succeeded": totals.succeeded, "failed": totals.failed, "wall_time": totals.wall_time}

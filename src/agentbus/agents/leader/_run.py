@@ -1,0 +1,454 @@
+"""Run one plan: DAG scheduling, retries with backoff, failover, cancel, aggregation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import structlog
+
+from agentbus._exceptions import AgentBusError, RemoteError
+from agentbus.agents._agent import NOTIFY_START
+from agentbus.agents.leader._aggregate import (
+    Aggregate,
+    PlanStatus,
+    Progress,
+    SubtaskOutcome,
+    SubtaskStatus,
+    Totals,
+)
+from agentbus.agents.leader._directory import NoCapableAgent, SkillDirectory
+from agentbus.agents.leader._plan import Plan, Subtask, resolve_input
+from agentbus.bus import Transport
+from agentbus.envelopes import (
+    BROADCAST,
+    ErrorCode,
+    Metadata,
+    RequestEnvelope,
+    RequestPayload,
+    ResponseEnvelope,
+    utcnow,
+)
+
+__all__ = ["PlanRunner", "ProgressSink"]
+
+ProgressSink = Callable[[Progress], Awaitable[None]]
+
+# Errors that another try cannot mend.
+_FINAL_CODES: Final = frozenset(
+    {
+        ErrorCode.INVALID_PARAMETERS,
+        ErrorCode.UNKNOWN_ACTION,
+        ErrorCode.NO_CAPABLE_AGENT,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.PAYLOAD_TOO_LARGE,
+        ErrorCode.INVALID_ENVELOPE,
+        ErrorCode.UNSUPPORTED_VERSION,
+    }
+)
+_TERMINAL: Final = frozenset(
+    {SubtaskStatus.SUCCEEDED, SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.CANCELLED}
+)
+
+_log = structlog.get_logger("agentbus.leader")
+
+
+class _HolderOffline(Exception):
+    pass
+
+
+class _Attempt:
+    """One request in flight for a subtask: who holds it, and a signal if they vanish."""
+
+    __slots__ = ("holder", "message_id", "offline")
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+        self.holder: str | None = None
+        self.offline: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+class PlanRunner:
+    """Runs one validated plan on a transport and returns its aggregate."""
+
+    def __init__(
+        self,
+        bus: Transport,
+        plan: Plan,
+        *,
+        directory: SkillDirectory,
+        progress: ProgressSink | None = None,
+        retry_base: float = 0.2,
+        retry_cap: float = 5.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.plan = plan
+        self._bus = bus
+        self._directory = directory
+        self._sink = progress
+        self._retry_base = retry_base
+        self._retry_cap = retry_cap
+        self._rng = rng or random.Random()
+        self._by_id = {subtask.id: subtask for subtask in plan.subtasks}
+        self._outcomes = {s.id: SubtaskOutcome(id=s.id, skill=s.skill) for s in plan.subtasks}
+        self._results: dict[str, Any] = {}
+        self._attempts: dict[str, _Attempt] = {}
+        self._held_by: dict[str, set[str]] = {}
+        self._deadline: datetime | None = None
+        self._done = 0
+        self._events: asyncio.Queue[Progress | None] = asyncio.Queue()
+        self._log = _log.bind(plan_id=plan.id)
+
+    def agent_offline(self, agent_id: str) -> None:
+        """Move on at once from the work an agent reported offline was holding."""
+        self._directory.forget(agent_id)
+        for message_id in self._held_by.pop(agent_id, set()):
+            attempt = self._attempts.get(message_id)
+            if attempt is not None and not attempt.offline.done():
+                attempt.offline.set_result(None)
+
+    async def run(self) -> Aggregate:
+        """Run the plan to its end and return the aggregate."""
+        started_at, started = utcnow(), time.monotonic()
+        self._deadline = self.plan.deadline_at(started_at)
+        publisher = asyncio.create_task(self._publish_progress())
+        error: str | None = None
+        try:
+            error = await self._schedule()
+        finally:
+            await self._events.put(None)
+            with contextlib.suppress(asyncio.CancelledError):
+                await publisher
+        return self._aggregate(started_at, time.monotonic() - started, error)
+
+    async def _schedule(self) -> str | None:
+        plan = self.plan
+        dependents = plan.dependents()
+        waiting = {s.id: set(s.depends_on) for s in plan.subtasks}
+        ready = deque(s.id for s in plan.subtasks if not s.depends_on)
+        running: dict[asyncio.Task[None], str] = {}
+        stopped: str | None = None
+        try:
+            while ready or running:
+                while ready and len(running) < plan.max_parallel and stopped is None:
+                    subtask = self._by_id[ready.popleft()]
+                    running[asyncio.create_task(self._execute(subtask))] = subtask.id
+                if not running:
+                    break
+                done, _ = await asyncio.wait(
+                    running, timeout=self._seconds_left(), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:  # the plan's deadline passed with work still running
+                    stopped = "the plan's deadline passed"
+                    await self._cancel(running, reason=stopped)
+                    running.clear()
+                    break
+                for task in done:
+                    subtask_id = running.pop(task)
+                    outcome = self._outcomes[subtask_id]
+                    if outcome.status is SubtaskStatus.SUCCEEDED:
+                        for child in dependents[subtask_id]:
+                            waiting[child].discard(subtask_id)
+                            if not waiting[child] and stopped is None:
+                                ready.append(child)
+                    elif self._by_id[subtask_id].critical:
+                        if stopped is None:
+                            stopped = f"critical subtask {subtask_id!r} {outcome.status.value}"
+                            await self._cancel(running, reason=stopped)
+                            running.clear()
+                    else:
+                        await self._skip_dependents(subtask_id, dependents)
+        except asyncio.CancelledError:
+            await self._cancel(running, reason="the leader is stopping")
+            raise
+        for outcome in self._outcomes.values():
+            if outcome.status not in _TERMINAL:
+                await self._finish(
+                    outcome,
+                    SubtaskStatus.SKIPPED,
+                    error={"code": "skipped", "message": stopped or "a dependency did not succeed"},
+                )
+        return stopped
+
+    async def _skip_dependents(self, failed: str, dependents: dict[str, list[str]]) -> None:
+        stack = list(dependents[failed])
+        while stack:
+            subtask_id = stack.pop()
+            outcome = self._outcomes[subtask_id]
+            if outcome.status is SubtaskStatus.PENDING:
+                message = f"dependency {failed!r} did not succeed"
+                await self._finish(
+                    outcome, SubtaskStatus.SKIPPED, error={"code": "skipped", "message": message}
+                )
+                stack.extend(dependents[subtask_id])
+
+    async def _cancel(self, running: dict[asyncio.Task[None], str], *, reason: str) -> None:
+        for task in running:
+            task.cancel()
+        # Each cancelled attempt sends its own cancel request before it ends.
+        await asyncio.gather(*running, return_exceptions=True)
+        for subtask_id in running.values():
+            outcome = self._outcomes[subtask_id]
+            if outcome.status not in _TERMINAL:
+                await self._finish(
+                    outcome,
+                    SubtaskStatus.CANCELLED,
+                    error={"code": ErrorCode.CANCELLED.value, "message": reason},
+                )
+
+    async def _send_cancel(self, attempt: _Attempt) -> None:
+        # To the instance holding the work when known, else to everyone: whoever has it stops.
+        receiver = attempt.holder or BROADCAST
+        cancel = RequestEnvelope(
+            sender_id=self._bus.agent_id,
+            receiver_id=receiver,
+            payload=RequestPayload(action="cancel", parameters={"message_id": attempt.message_id}),
+        )
+        try:
+            await self._bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
+        except AgentBusError as exc:
+            self._log.info("cancel not sent", error=str(exc))
+
+    def _seconds_left(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max((self._deadline - utcnow()).total_seconds(), 0.0)
+
+    async def _execute(self, subtask: Subtask) -> None:
+        outcome = self._outcomes[subtask.id]
+        try:
+            parameters = {
+                **subtask.parameters,
+                **{name: resolve_input(ref, self._results) for name, ref in subtask.inputs.items()},
+            }
+        except KeyError as exc:
+            message = f"input {exc.args[0]!r} is not in the dependency's result"
+            missing = {"code": ErrorCode.INVALID_PARAMETERS.value, "message": message}
+            await self._finish(outcome, SubtaskStatus.FAILED, error=missing)
+            return
+        outcome.status = SubtaskStatus.RUNNING
+        outcome.started_at = utcnow()
+        tried: set[str] = set()
+        while True:
+            outcome.attempts += 1
+            reply, error, offline = await self._attempt(subtask, parameters, outcome, tried)
+            if reply is not None:
+                self._results[subtask.id] = reply.result
+                outcome.result = reply.result
+                _add(outcome.agents, reply.sender_id)
+                await self._finish(outcome, SubtaskStatus.SUCCEEDED)
+                return
+            assert error is not None
+            final = error.get("code") in _FINAL_CODES or outcome.attempts > subtask.retries
+            if final or self._seconds_left() == 0.0:
+                status = (
+                    SubtaskStatus.CANCELLED
+                    if error.get("code") == ErrorCode.CANCELLED
+                    else SubtaskStatus.FAILED
+                )
+                await self._finish(outcome, status, error=error)
+                return
+            await self._emit(outcome, "retrying", error=error)
+            if not offline:
+                await asyncio.sleep(self._backoff(outcome.attempts))
+
+    async def _attempt(
+        self,
+        subtask: Subtask,
+        parameters: dict[str, Any],
+        outcome: SubtaskOutcome,
+        tried: set[str],
+    ) -> tuple[ResponseEnvelope | None, dict[str, Any] | None, bool]:
+        timeout = subtask.timeout
+        left = self._seconds_left()
+        if left is not None:
+            timeout = min(timeout, left)
+        if timeout <= 0:
+            return None, {"code": ErrorCode.TIMEOUT.value, "message": "plan deadline passed"}, False
+        try:
+            receiver = await self._receiver(subtask, tried)
+        except NoCapableAgent as exc:
+            return None, {"code": exc.code, "message": exc.message}, False
+        metadata = Metadata.model_validate(
+            {
+                "deadline": utcnow() + timedelta(seconds=timeout),
+                NOTIFY_START: True,
+                "plan_id": self.plan.id,
+                "subtask_id": subtask.id,
+            }
+        )
+        request = RequestEnvelope(
+            sender_id=self._bus.agent_id,
+            receiver_id=receiver,
+            payload=RequestPayload(action=subtask.skill, parameters=parameters),
+            metadata=metadata,
+        )
+        attempt = _Attempt(request.message_id)
+        self._attempts[request.message_id] = attempt
+
+        def on_start(notice: ResponseEnvelope) -> None:
+            holder = notice.sender_id
+            if attempt.holder is not None and attempt.holder != holder:
+                outcome.attempts += 1  # the broker redelivered it to another instance
+            attempt.holder = holder
+            tried.add(holder)
+            _add(outcome.agents, holder)
+            self._held_by.setdefault(holder, set()).add(request.message_id)
+            self._emit_nowait(outcome, "started", agent_id=holder)
+
+        sending = asyncio.ensure_future(
+            self._bus.send_request(request, timeout=timeout, on_progress=on_start)
+        )
+        try:
+            waiters: list[asyncio.Future[Any]] = [sending, attempt.offline]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if not sending.done():
+                sending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, AgentBusError):
+                    await sending
+                await self._send_cancel(attempt)
+                message = f"agent {attempt.holder} went offline while holding the subtask"
+                code = ErrorCode.AGENT_UNAVAILABLE.value
+                return None, {"code": code, "message": message}, True
+            return sending.result(), None, False
+        except RemoteError as exc:
+            if exc.envelope.sender_id:
+                tried.add(exc.envelope.sender_id)
+            error = {"code": exc.code, "message": exc.message, "details": exc.details}
+            return None, error, False
+        except AgentBusError as exc:
+            return None, {"code": exc.code, "message": exc.message}, False
+        except asyncio.CancelledError:
+            # The plan is stopping: tell whoever holds the work to stop too.
+            sending.cancel()
+            await asyncio.shield(self._send_cancel(attempt))
+            raise
+        finally:
+            if not sending.done():
+                sending.cancel()
+            self._attempts.pop(request.message_id, None)
+            if attempt.holder is not None:
+                self._held_by.get(attempt.holder, set()).discard(request.message_id)
+
+    async def _receiver(self, subtask: Subtask, tried: set[str]) -> str:
+        if subtask.service is not None:
+            return subtask.service
+        agents = await self._directory.capable(subtask.skill, fresh=bool(tried))
+        if not tried:
+            return str(agents[0]["service"])
+        others = [agent for agent in agents if agent["agent_id"] not in tried]
+        # Prefer an instance that has not failed this subtask yet; else the whole pool.
+        return str(others[0]["agent_id"] if others else agents[0]["service"])
+
+    def _backoff(self, attempts: int) -> float:
+        delay: float = min(self._retry_cap, self._retry_base * 2.0 ** (attempts - 1))
+        delay *= self._rng.uniform(0.5, 1.5)
+        left = self._seconds_left()
+        return delay if left is None else min(delay, left)
+
+    async def _finish(
+        self,
+        outcome: SubtaskOutcome,
+        status: SubtaskStatus,
+        *,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        outcome.status = status
+        outcome.error = error
+        outcome.ended_at = utcnow()
+        if outcome.started_at is not None:
+            outcome.duration = (outcome.ended_at - outcome.started_at).total_seconds()
+        self._done += 1
+        await self._emit(outcome, status.value, error=error)
+
+    async def _emit(
+        self,
+        outcome: SubtaskOutcome,
+        transition: str,
+        *,
+        agent_id: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        self._emit_nowait(outcome, transition, agent_id=agent_id, error=error)
+
+    def _emit_nowait(
+        self,
+        outcome: SubtaskOutcome,
+        transition: str,
+        *,
+        agent_id: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        if self._sink is None:
+            return
+        self._events.put_nowait(
+            Progress(
+                plan_id=self.plan.id,
+                subtask_id=outcome.id,
+                skill=outcome.skill,
+                transition=transition,
+                attempt=outcome.attempts,
+                agent_id=agent_id,
+                error=error,
+                done=self._done,
+                total=len(self._outcomes),
+            )
+        )
+
+    async def _publish_progress(self) -> None:
+        # Progress goes out in order, off the scheduler's path.
+        while (event := await self._events.get()) is not None:
+            if self._sink is None:
+                continue
+            try:
+                await self._sink(event)
+            except Exception:
+                self._log.exception("progress event not sent", subtask_id=event.subtask_id)
+
+    def _aggregate(self, started_at: datetime, wall_time: float, error: str | None) -> Aggregate:
+        outcomes = list(self._outcomes.values())
+        counts = dict.fromkeys(SubtaskStatus, 0)
+        agents: list[str] = []
+        for outcome in outcomes:
+            counts[outcome.status] += 1
+            for agent in outcome.agents:
+                _add(agents, agent)
+        failed_critical = any(
+            self._by_id[o.id].critical and o.status is not SubtaskStatus.SUCCEEDED for o in outcomes
+        )
+        if failed_critical:
+            status = PlanStatus.FAILED
+        elif counts[SubtaskStatus.SUCCEEDED] < len(outcomes):
+            status = PlanStatus.PARTIAL
+        else:
+            status = PlanStatus.COMPLETED
+        return Aggregate(
+            plan_id=self.plan.id,
+            status=status,
+            description=self.plan.description,
+            subtasks=outcomes,
+            totals=Totals(
+                subtasks=len(outcomes),
+                succeeded=counts[SubtaskStatus.SUCCEEDED],
+                failed=counts[SubtaskStatus.FAILED],
+                skipped=counts[SubtaskStatus.SKIPPED],
+                cancelled=counts[SubtaskStatus.CANCELLED],
+                attempts=sum(o.attempts for o in outcomes),
+                wall_time=round(wall_time, 6),
+                agents_used=sorted(agents),
+            ),
+            started_at=started_at,
+            ended_at=utcnow(),
+            error=error,
+        )
+
+
+def _add(items: list[str], item: str) -> None:
+    if item not in items:
+        items.append(item)

@@ -1,0 +1,36 @@
+"""Test agents without a broker: an in-memory bus with the RabbitMQ bus's interface.
+
+``MemoryBroker`` is one in-process broker with RabbitMQ's topic routing, competing
+consumers, prefetch, acks, requeues, TTLs and dead letters; ``MemoryBus`` is a
+``Transport`` on it that behaves as ``agentbus.Bus`` does::
+
+    broker = MemoryBroker()
+    async with MemoryBus(broker) as server, MemoryBus(broker) as client:
+        await server.serve(handler, service="echo")
+        reply = await client.request("echo", "say", {"text": "hi"}, timeout=1)
+"""
+
+from typing import TYPE_CHECKING
+
+from agentbus.testing._broker import DEFAULT_EXCHANGE, MemoryBroker
+from agentbus.testing._consumer import ConsumerState, MemoryConsumer, MemoryDelivery
+from agentbus.testing._memory import MemoryBus
+from agentbus.testing._message import DeadLetter, DeadLetterReason, MemoryMessage
+
+__all__ = [
+    "DEFAULT_EXCHANGE",
+    "ConsumerState",
+    "DeadLetter",
+    "DeadLetterReason",
+    "MemoryBroker",
+    "MemoryBus",
+    "MemoryConsumer",
+    "MemoryDelivery",
+    "MemoryMessage",
+]
+
+if TYPE_CHECKING:  # mypy proves the in-memory bus satisfies the transport seam.
+    from agentbus.bus import Transport
+
+    def _conforms(bus: MemoryBus) -> Transport:
+        return bus

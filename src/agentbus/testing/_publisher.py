@@ -1,0 +1,104 @@
+"""Publish envelopes to a ``MemoryBroker``: the in-memory twin of ``agentbus.bus``'s Publisher."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from agentbus._exceptions import BusClosed
+from agentbus.bus import BusStats, reply_routing_key, routing_key
+from agentbus.bus._publisher import DIRECT_REPLY_TO
+from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
+from agentbus.testing._broker import DEFAULT_EXCHANGE, MemoryBroker
+from agentbus.testing._message import MemoryMessage
+
+__all__ = ["MemoryPublisher"]
+
+
+class MemoryPublisher:
+    """Publishes encoded envelopes to one topic exchange of a ``MemoryBroker``."""
+
+    def __init__(
+        self,
+        broker: MemoryBroker,
+        *,
+        exchange: str,
+        app_id: str,
+        max_size: int,
+        stats: BusStats,
+        is_open: Callable[[], bool],
+    ) -> None:
+        self._broker = broker
+        self._exchange = exchange
+        self._app_id = app_id
+        self._max_size = max_size
+        self._stats = stats
+        self._is_open = is_open
+
+    async def publish(
+        self,
+        envelope: Envelope,
+        *,
+        reply_to: str | None = None,
+        persistent: bool = True,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        mandatory: bool = True,
+    ) -> None:
+        """Publish ``envelope`` on the topic exchange with its contract routing key."""
+        # ``timeout`` bounds the wait for a publisher confirm; in memory the routing
+        # decision is immediate, so there is nothing to wait on.
+        body = encode(envelope, max_size=self._max_size)
+        message = self._message(envelope, body, reply_to=reply_to, persistent=persistent, ttl=ttl)
+        await self._send(self._exchange, routing_key(envelope), message, mandatory=mandatory)
+
+    async def publish_reply(
+        self, reply: ResponseEnvelope | ErrorEnvelope, reply_to: str | None
+    ) -> None:
+        """Send a reply to the request's AMQP ``reply_to``, else to its sender's routing key.
+
+        Raises:
+            Unroutable: nobody is there to receive it (the requester has gone).
+        """
+        body = encode(reply, max_size=self._max_size)
+        message = self._message(reply, body, reply_to=None, persistent=False, ttl=None)
+        if reply_to:
+            # As on RabbitMQ: a reply_to names a queue on the default exchange. Direct
+            # reply-to has no queue in memory, and the real bus sends it without mandatory.
+            mandatory = not reply_to.startswith(DIRECT_REPLY_TO)
+            await self._send(DEFAULT_EXCHANGE, reply_to, message, mandatory=mandatory)
+        else:
+            key = reply_routing_key(reply.receiver_id)
+            await self._send(self._exchange, key, message, mandatory=True)
+
+    def _message(
+        self,
+        envelope: Envelope,
+        body: bytes,
+        *,
+        reply_to: str | None,
+        persistent: bool,
+        ttl: float | None,
+    ) -> MemoryMessage:
+        return MemoryMessage(
+            body,
+            message_id=envelope.message_id,
+            correlation_id=envelope.metadata.correlation_id,
+            reply_to=reply_to,
+            type=envelope.message_type,
+            content_type="application/json",
+            app_id=self._app_id,
+            timestamp=envelope.timestamp,
+            persistent=persistent,
+            expiration=max(ttl, 0.001) if ttl is not None else None,
+        )
+
+    async def _send(
+        self, exchange: str, key: str, message: MemoryMessage, *, mandatory: bool
+    ) -> None:
+        if not self._is_open():
+            raise BusClosed("the bus is closed")
+        self._broker.publish(message, key, exchange=exchange, mandatory=mandatory)
+        self._stats.published += 1
+        # A real publish waits for the broker's confirm: yield to the loop as it would.
+        await asyncio.sleep(0)

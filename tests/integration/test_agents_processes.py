@@ -1,0 +1,516 @@
+"""Agents as separate OS processes on a real RabbitMQ: discovery, liveness, balance, errors, drain.
+
+Every agent runs as its own ``agentbus run`` / ``agentbus registry`` process with a 1 s heartbeat,
+its JSON log on standard error captured to a file under ``tmp_path``; the tests talk to the
+processes over the bus and through the CLI, as a user would. Timing bounds are the functional
+ones ("offline within 3 intervals") plus a fixed slack for a shared, noisy machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from helpers import BusFactory, delete_topology, queues_with_prefix, wait_until
+
+from agentbus import AgentBusError, Bus, EventEnvelope
+from agentbus.bus import Topology
+
+T = TypeVar("T")
+
+INTERVAL = 1.0  # the heartbeat interval of every process, seconds
+MISSED = 3  # missed intervals after which the registry calls an agent offline
+SLACK = 1.5  # process wake-ups, sweep scheduling and a round trip on a loaded machine
+STARTUP = 30.0  # a bound on a process starting (imports, connecting) on a loaded machine
+STARTED = "agent started"  # the log event of an agent (or registry) that serves
+AGENTBUS = Path(sys.executable).with_name("agentbus")
+HERE = Path(__file__).resolve().parent  # sample_agents.py lives here
+SKILLS = {
+    "alpha": ["double", "slow"],
+    "beta": ["shout"],
+    "registry": ["find_skill", "get_card", "list_agents"],
+}
+
+
+async def within(seconds: float, predicate: Callable[[], bool], what: str) -> None:
+    """Wait until ``predicate()`` holds; fail the test, saying what, after ``seconds``."""
+    try:
+        await wait_until(predicate, timeout=max(seconds, 0.05), interval=0.02)
+    except TimeoutError:
+        pytest.fail(f"waited {seconds:.2f} s for {what}", pytrace=False)
+
+
+async def poll(probe: Callable[[], Awaitable[T | None]], seconds: float, what: str) -> T:
+    """Call ``probe`` until it returns a value (a bus error is a no); fail after ``seconds``."""
+    last = "no answer yet"
+    try:
+        async with asyncio.timeout(max(seconds, 0.1)):
+            while True:
+                try:
+                    value = await probe()
+                except AgentBusError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                else:
+                    if value is not None:
+                        return value
+                    last = "answered, condition not met"
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        pytest.fail(f"waited {seconds:.2f} s for {what}; last: {last}", pytrace=False)
+
+
+def since(moment: datetime) -> float:
+    """Seconds from ``moment`` (a log line's UTC time) to now."""
+    return (datetime.now(UTC) - moment).total_seconds()
+
+
+@dataclass
+class AgentProcess:
+    """One ``agentbus`` serving process and the files its output goes to."""
+
+    agent_id: str
+    popen: subprocess.Popen[bytes]
+    stdout: Path
+    stderr: Path
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> list[dict[str, Any]]:
+        """The JSON log lines written so far (anything else on stderr is skipped)."""
+        records = []
+        for line in self.stderr.read_text(encoding="utf-8", errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict):
+                    records.append(record)
+        return records
+
+    def logged(self, event: str) -> dict[str, Any] | None:
+        return next((record for record in self.log() if record.get("event") == event), None)
+
+    def tail(self, lines: int = 15) -> str:
+        text = self.stderr.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def started(self) -> datetime:
+        """Wait until the process logs "agent started"; return the time it logged it."""
+        await within(
+            STARTUP,
+            lambda: not self.running or self.logged(STARTED) is not None,
+            f"{self.agent_id} to log {STARTED!r}",
+        )
+        record = self.logged(STARTED)
+        if record is None:
+            pytest.fail(
+                f"{self.agent_id} exited with status {self.popen.returncode} before it "
+                f"started:\n{self.tail()}",
+                pytrace=False,
+            )
+        return datetime.fromisoformat(record["timestamp"])
+
+    async def exited(self, seconds: float) -> int:
+        """Wait until the process has exited; return its status."""
+        await within(seconds, lambda: not self.running, f"{self.agent_id} to exit")
+        return self.popen.returncode
+
+
+@dataclass
+class Processes:
+    """Starts ``agentbus`` processes and bus clients for one test, and cleans up after it."""
+
+    url: str
+    exchange: str
+    workdir: Path
+    make_bus: BusFactory
+    processes: list[AgentProcess] = field(default_factory=list)
+    clients: list[Bus] = field(default_factory=list)
+
+    def command(self, *args: str) -> list[str]:
+        return [
+            str(AGENTBUS),
+            *("--url", self.url, "--exchange", self.exchange),
+            *("--log-format", "json", "--log-level", "info"),
+            *args,
+        ]
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+        return env
+
+    def agent(self, cls: str, agent_id: str, *options: str) -> AgentProcess:
+        """Start ``agentbus run sample_agents:<cls>``."""
+        target = f"sample_agents:{cls}"
+        return self._spawn(agent_id, "run", target, *self._agent_options(agent_id), *options)
+
+    def registry(self, agent_id: str) -> AgentProcess:
+        """Start ``agentbus registry``."""
+        options = self._agent_options(agent_id)
+        return self._spawn(agent_id, "registry", *options, "--missed", str(MISSED))
+
+    @staticmethod
+    def _agent_options(agent_id: str) -> tuple[str, ...]:
+        return ("--id", agent_id, "--heartbeat", str(INTERVAL))
+
+    def _spawn(self, agent_id: str, *args: str) -> AgentProcess:
+        stem = self.workdir / f"{len(self.processes)}-{agent_id}"
+        out, err = Path(f"{stem}.stdout"), Path(f"{stem}.stderr")
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            popen = subprocess.Popen(
+                self.command(*args),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=self.env,
+                cwd=self.workdir,
+            )
+        process = AgentProcess(agent_id, popen, out, err)
+        self.processes.append(process)
+        return process
+
+    async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run a one-shot ``agentbus`` command to its end."""
+        return await asyncio.to_thread(
+            subprocess.run,
+            self.command(*args),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=self.env,
+            cwd=self.workdir,
+            check=False,
+        )
+
+    async def client(self) -> Bus:
+        bus = await self.make_bus()
+        self.clients.append(bus)
+        return bus
+
+    def stop_all(self) -> None:
+        """SIGTERM every process still running; SIGKILL those not gone 10 s later."""
+        running = [process.popen for process in self.processes if process.running]
+        for popen in running:
+            popen.terminate()
+        deadline = time.monotonic() + 10
+        for popen in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        for popen in running:
+            if popen.poll() is None:
+                popen.kill()
+                popen.wait(timeout=10)
+
+    def report(self) -> None:
+        """Print each process's exit status and last log lines (pytest shows it on failure)."""
+        for process in self.processes:
+            print(f"--- {process.agent_id}: exit {process.popen.returncode}, {process.stderr}")
+            print(process.tail())
+
+    def queues(self) -> set[str]:
+        topology = Topology(self.exchange)
+        names = {topology.service_queue(name) for name in SKILLS}
+        names.update(topology.instance_queue(process.agent_id) for process in self.processes)
+        return names
+
+
+@pytest.fixture
+async def procs(
+    broker_url: str, exchange_name: str, tmp_path: Path, make_bus: BusFactory
+) -> AsyncIterator[Processes]:
+    """Start processes on this test's exchange; stop every one and delete the topology after."""
+    processes = Processes(broker_url, exchange_name, tmp_path, make_bus)
+    try:
+        yield processes
+    finally:
+        await asyncio.to_thread(processes.stop_all)
+        processes.report()
+        for bus in processes.clients:
+            await bus.aclose()
+        # Also what no test can name: the queues of one-shot CLI clients (client-<random>).
+        found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{exchange_name}.")
+        await delete_topology(broker_url, exchange_name, processes.queues() | set(found))
+
+
+class Inbox:
+    """Collects events as they arrive, with their monotonic arrival time."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, EventEnvelope]] = []
+
+    async def __call__(self, event: EventEnvelope) -> None:
+        self.events.append((time.monotonic(), event))
+
+    def about(
+        self, agent_id: str, *, sender: str | None = None
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """Arrival times and data of events about ``agent_id`` (sent by ``sender``, if given)."""
+        return [
+            (arrived, event.payload.event_data)
+            for arrived, event in self.events
+            if event.payload.event_data.get("agent_id") == agent_id
+            and (sender is None or event.sender_id == sender)
+        ]
+
+
+async def offline_inbox(procs: Processes) -> Inbox:
+    """A bus client's inbox of every ``agent_offline`` event."""
+    inbox = Inbox()
+    client = await procs.client()
+    await client.subscribe("broadcast.event.agent_offline", inbox)
+    return inbox
+
+
+async def list_agents(
+    client: Bus, registry: str = "registry", *, include_offline: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Ask a registry (the service, or one instance by id) for its agents, by agent id."""
+    parameters = {"include_offline": include_offline}
+    reply = await client.request(registry, "list_agents", parameters, timeout=2)
+    return {row["agent_id"]: row for row in reply.result}
+
+
+def knows_all(
+    client: Bus, expected: dict[str, str], registry: str = "registry"
+) -> Callable[[], Awaitable[dict[str, dict[str, Any]] | None]]:
+    """A probe: the listing once it holds exactly ``expected`` (id: service), with skills."""
+
+    async def probe() -> dict[str, dict[str, Any]] | None:
+        rows = await list_agents(client, registry)
+        services = {agent_id: row["service"] for agent_id, row in rows.items()}
+        if services == expected and all(row["skills"] for row in rows.values()):
+            return rows
+        return None
+
+    return probe
+
+
+def summary(rows: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str, list[str]]]:
+    return {
+        agent_id: (row["service"], row["status"], sorted(row["skills"]))
+        for agent_id, row in rows.items()
+    }
+
+
+async def test_agents_lists_every_process_within_one_interval(procs: Processes) -> None:
+    """A registry and three agents of two services are all listed within one interval of start."""
+    expected = {"registry-1": "registry", "alpha-1": "alpha", "alpha-2": "alpha", "beta-1": "beta"}
+    started = [
+        procs.registry("registry-1"),
+        procs.agent("Alpha", "alpha-1"),
+        procs.agent("Alpha", "alpha-2"),
+        procs.agent("Beta", "beta-1"),
+    ]
+    client = await procs.client()
+    last_started = max([await process.started() for process in started])
+
+    bound = INTERVAL + SLACK
+    rows = await poll(knows_all(client, expected), bound - since(last_started), "all four listed")
+    listed_after = since(last_started)
+    cli_began = time.monotonic()
+    shown = await procs.cli("agents", "--json")
+    cli_took = time.monotonic() - cli_began
+
+    print(f"all listed {listed_after:.3f} s after the last 'agent started'; CLI {cli_took:.2f} s")
+    assert listed_after <= bound
+    assert {agent_id: sorted(row["skills"]) for agent_id, row in rows.items()} == {
+        agent_id: SKILLS[service] for agent_id, service in expected.items()
+    }
+    assert all(row["status"] == "ready" and row["interval"] == INTERVAL for row in rows.values())
+    assert shown.returncode == 0, shown.stderr
+    cli_rows = json.loads(shown.stdout)
+    assert {row["agent_id"]: row["service"] for row in cli_rows} == expected
+
+
+async def test_killed_agent_goes_offline_within_three_intervals(procs: Processes) -> None:
+    """A SIGKILLed agent is offline at the registry, agent_offline broadcast, in 3 intervals."""
+    expected = {"registry-1": "registry", "alpha-1": "alpha", "alpha-2": "alpha", "beta-1": "beta"}
+    started = [
+        procs.registry("registry-1"),
+        procs.agent("Alpha", "alpha-1"),
+        victim := procs.agent("Alpha", "alpha-2"),
+        procs.agent("Beta", "beta-1"),
+    ]
+    client = await procs.client()
+    inbox = await offline_inbox(procs)
+    for process in started:
+        await process.started()
+    await poll(knows_all(client, expected), INTERVAL + SLACK, "all four listed")
+
+    killed = time.monotonic()
+    victim.popen.kill()
+    bound = MISSED * INTERVAL + SLACK
+    await within(
+        bound, lambda: bool(inbox.about("alpha-2", sender="registry-1")), "agent_offline alpha-2"
+    )
+
+    [(arrived, data)] = inbox.about("alpha-2", sender="registry-1")
+    print(f"agent_offline for a killed agent {arrived - killed:.3f} s after SIGKILL")
+    assert arrived - killed <= bound
+    assert data["reason"] == "timeout"
+    rows = await list_agents(client, include_offline=True)
+    assert {agent_id: row["status"] for agent_id, row in rows.items()} == {
+        "registry-1": "ready",
+        "alpha-1": "ready",
+        "alpha-2": "offline",
+        "beta-1": "ready",
+    }
+    assert [e.payload.event_data["agent_id"] for _, e in inbox.events] == ["alpha-2"]
+
+
+async def test_restarted_registry_knows_live_agents_within_one_interval(procs: Processes) -> None:
+    """A registry started after the old one stopped knows every live agent within one interval."""
+    agents = {"alpha-1": "alpha", "alpha-2": "alpha", "beta-1": "beta"}
+    old = procs.registry("registry-1")
+    started = [procs.agent("Alpha", "alpha-1"), procs.agent("Alpha", "alpha-2")]
+    started.append(procs.agent("Beta", "beta-1"))
+    client = await procs.client()
+    for process in [old, *started]:
+        await process.started()
+    await poll(
+        knows_all(client, {**agents, "registry-1": "registry"}), INTERVAL + SLACK, "all listed"
+    )
+
+    old.popen.terminate()
+    assert await old.exited(10) == 0
+    new = procs.registry("registry-2")
+    new_started = await new.started()
+    bound = INTERVAL + SLACK
+    rows = await poll(
+        knows_all(client, {**agents, "registry-2": "registry"}, registry="registry-2"),
+        bound - since(new_started),
+        "the new registry to know every live agent",
+    )
+    whole_after = since(new_started)
+
+    print(f"restarted registry whole {whole_after:.3f} s after it started")
+    assert whole_after <= bound
+    assert all(sorted(row["skills"]) == SKILLS[row["service"]] for row in rows.values())
+
+
+async def test_requests_are_shared_by_the_instances_of_a_service(procs: Processes) -> None:
+    """50 requests to a service with two instances are all answered, and both instances serve."""
+    instances = [procs.agent("Alpha", "alpha-1"), procs.agent("Alpha", "alpha-2")]
+    client = await procs.client()
+    for process in instances:
+        await process.started()
+
+    replies = await asyncio.gather(
+        *(client.request("alpha", "double", {"n": n}, timeout=20) for n in range(50))
+    )
+
+    served = Counter(reply.sender_id for reply in replies)
+    print(f"served by instance: {dict(served)}")
+    assert [reply.result for reply in replies] == [2 * n for n in range(50)]
+    assert set(served) == {"alpha-1", "alpha-2"}
+    assert served.total() == 50
+
+
+async def test_cli_request_reports_bad_parameters_and_unknown_actions(procs: Processes) -> None:
+    """`agentbus request` exits 1 with invalid_parameters naming the field, or unknown_action."""
+    alpha = procs.agent("Alpha", "alpha-1")
+    await alpha.started()
+
+    good, bad, unknown = await asyncio.gather(
+        procs.cli("request", "alpha", "double", "--params", '{"n": 21}', "--result"),
+        procs.cli("request", "alpha", "double", "--params", '{"n": "x"}'),
+        procs.cli("request", "alpha", "triple", "--params", '{"n": 1}'),
+    )
+
+    assert (good.returncode, json.loads(good.stdout)) == (0, 42), good.stderr
+    assert bad.returncode == 1, bad.stderr
+    error = json.loads(bad.stdout)
+    assert (error["message_type"], error["sender_id"]) == ("error", "alpha-1")
+    assert error["payload"]["code"] == "invalid_parameters"
+    assert "n: Input should be a valid integer" in error["payload"]["message"]
+    assert [e["field"] for e in error["payload"]["details"]["errors"]] == ["n"]
+    assert unknown.returncode == 1, unknown.stderr
+    error = json.loads(unknown.stdout)
+    assert error["payload"]["code"] == "unknown_action"
+    assert "triple" in error["payload"]["message"]
+    assert "double, slow" in error["payload"]["message"]
+    assert {"double", "slow", "ping", "describe"} <= set(error["payload"]["details"]["available"])
+
+
+async def test_sigterm_drains_work_in_flight_and_says_goodbye(procs: Processes) -> None:
+    """SIGTERM during a 1 s request: it is still answered, exit 0, agent_offline for shutdown."""
+    registry = procs.registry("registry-1")
+    worker = procs.agent("Alpha", "alpha-1", "--grace", "5")
+    client = await procs.client()
+    inbox = await offline_inbox(procs)
+    for process in (registry, worker):
+        await process.started()
+    await poll(
+        knows_all(client, {"registry-1": "registry", "alpha-1": "alpha"}),
+        INTERVAL + SLACK,
+        "both listed",
+    )
+
+    call = asyncio.create_task(client.request("alpha-1", "slow", {"seconds": 1.0}, timeout=15))
+
+    async def at_work() -> bool | None:
+        pong = await client.request("alpha-1", "ping", timeout=2)
+        return True if pong.result["in_flight"] == 1 else None
+
+    await poll(at_work, 5, "alpha-1 to work on the slow request")
+    terminated = time.monotonic()
+    worker.popen.terminate()
+    reply = await call
+    answered = time.monotonic() - terminated
+    status = await worker.exited(5 + SLACK)
+    exited = time.monotonic() - terminated
+    await within(
+        MISSED * INTERVAL + SLACK,
+        lambda: bool(inbox.about("alpha-1", sender="registry-1")),
+        "the registry's agent_offline for alpha-1",
+    )
+
+    print(f"after SIGTERM: answered in {answered:.3f} s, exited in {exited:.3f} s")
+    assert (reply.result, reply.sender_id) == ("slept 1s", "alpha-1")
+    assert status == 0, worker.tail()
+    assert worker.logged("agent stopped") is not None
+    [(_, own)] = inbox.about("alpha-1", sender="alpha-1")
+    [(_, seen)] = inbox.about("alpha-1", sender="registry-1")
+    assert own["reason"] == seen["reason"] == "shutdown"
+    rows = await list_agents(client, include_offline=True)
+    assert rows["alpha-1"]["status"] == "offline"
+
+
+async def test_two_registries_give_the_same_answer(procs: Processes) -> None:
+    """Two registries running at once list the same agents, with the same services and skills."""
+    expected = {
+        "registry-a": "registry",
+        "registry-b": "registry",
+        "alpha-1": "alpha",
+        "alpha-2": "alpha",
+        "beta-1": "beta",
+    }
+    started = [procs.registry("registry-a"), procs.registry("registry-b")]
+    started += [procs.agent("Alpha", "alpha-1"), procs.agent("Alpha", "alpha-2")]
+    started.append(procs.agent("Beta", "beta-1"))
+    client = await procs.client()
+    for process in started:
+        await process.started()
+    for registry in ("registry-a", "registry-b"):
+        await poll(knows_all(client, expected, registry), INTERVAL + SLACK, f"{registry} whole")
+
+    first, second = await asyncio.gather(
+        list_agents(client, "registry-a"), list_agents(client, "registry-b")
+    )
+
+    assert summary(first) == summary(second)
+    assert {agent_id: row["service"] for agent_id, row in first.items()} == expected

@@ -77,6 +77,3 @@ TOPIC_CASES: Final[list[TopicCase]] = [
     ("*.#", "", False),
     ("#.*", "", False),
 ]
-
-EMPTY_KEY_AS_ONE_WORD: Final = frozenset({("*", ""), ("*.#", ""), ("#.*", "")})
-"""Cases ``agentbus.bus.topic_matches`` gets wrong: it takes the empty key for one empty word."""

@@ -419,3 +419,60 @@ async def test_close_fails_pending_requests(transport: TransportFactory) -> None
         with pytest.raises(BusClosed):
             await task
     assert client.in_flight == 0
+
+
+async def test_a_draining_handler_can_still_make_requests(transport: TransportFactory) -> None:
+    """While its bus drains, a running handler's own requests are still answered."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+    helper = await transport("helper-1")
+    await helper.serve(echo, service="helper")
+    worker = await transport("worker-1", shutdown_grace=10)
+
+    async def delegating(request: RequestEnvelope) -> Any:
+        started.set()
+        await release.wait()
+        reply = await worker.request("helper", "assist", {"n": 1}, timeout=10)
+        return reply.result
+
+    await worker.serve(delegating, service="delegator")
+    client = await transport()
+    pending = asyncio.create_task(client.request("delegator", "go", timeout=20))
+    await started.wait()
+
+    closing = asyncio.create_task(worker.aclose())
+    await wait_until(lambda: worker.state.value == "closing")
+    release.set()
+    reply = await pending
+    await closing
+
+    assert reply.result == {"echo": {"n": 1}, "action": "assist"}
+
+
+async def test_direct_request_to_a_draining_instance_is_refused(
+    transport: TransportFactory,
+) -> None:
+    """A request sent to a draining instance by id gets agent_unavailable, not silence."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(request: RequestEnvelope) -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    worker = await transport("worker-2", shutdown_grace=10)
+    await worker.serve(slow, service="slowpoke")
+    client = await transport()
+    first = asyncio.create_task(client.request("slowpoke", "go", timeout=20))
+    await started.wait()
+    draining = asyncio.create_task(worker.drain())
+    await wait_until(lambda: worker.state.value == "closing")
+
+    with pytest.raises(RemoteError) as caught:
+        await client.request("worker-2", "go", timeout=10)
+    release.set()
+    await draining
+
+    assert caught.value.code == "agent_unavailable"
+    assert (await first).result == "done"

@@ -101,18 +101,27 @@ class Dispatcher:
         self._stats = stats
         self._max_size = max_size
         self.inflight: set[asyncio.Task[Any]] = set()
+        self.accepting = True
 
     async def on_message(self, message: IncomingMessage) -> None:
+        """Handle a delivery from this instance's own queue."""
+        await self._track(message, shared=False)
+
+    async def on_service_message(self, message: IncomingMessage) -> None:
+        """Handle a delivery from a service queue shared with other instances."""
+        await self._track(message, shared=True)
+
+    async def _track(self, message: IncomingMessage, *, shared: bool) -> None:
         task = asyncio.current_task()
         if task is not None:
             self.inflight.add(task)
         try:
-            await self._dispatch(message)
+            await self._dispatch(message, shared=shared)
         finally:
             if task is not None:
                 self.inflight.discard(task)
 
-    async def _dispatch(self, message: IncomingMessage) -> None:
+    async def _dispatch(self, message: IncomingMessage, *, shared: bool) -> None:
         self._stats.consumed += 1
         try:
             envelope = decode(
@@ -122,7 +131,10 @@ class Dispatcher:
             await self._refuse(message, exc)
             return
         if isinstance(envelope, RequestEnvelope):
-            await self._serve(message, envelope)
+            if self.accepting:
+                await self._serve(message, envelope)
+            else:
+                await self._turn_away(message, envelope, shared=shared)
         elif isinstance(envelope, EventEnvelope):
             await self._deliver_event(message, envelope)
         else:
@@ -152,6 +164,22 @@ class Dispatcher:
             except Exception:
                 self._stats.handler_errors += 1
                 _log.exception("event handler failed", event_name=event.payload.event_name)
+        await self._settle(message, Settle.ACK)
+
+    async def _turn_away(
+        self, message: IncomingMessage, request: RequestEnvelope, *, shared: bool
+    ) -> None:
+        # Draining: work from a shared queue goes back for another instance; work sent
+        # to this instance alone is refused, since requeueing would bring it back here.
+        if shared:
+            await self._settle(message, Settle.REQUEUE)
+            return
+        error = request.error(
+            ErrorCode.AGENT_UNAVAILABLE,
+            f"{self.agent_id} is shutting down",
+            sender_id=self.agent_id,
+        )
+        await self._try_reply(error, message.reply_to)
         await self._settle(message, Settle.ACK)
 
     async def _serve(self, message: IncomingMessage, request: RequestEnvelope) -> None:

@@ -60,7 +60,12 @@ def topic_matches(pattern: str, key: str) -> bool:
 
     ``*`` matches exactly one word, ``#`` zero or more words.
     """
-    return _topic_matches_words(tuple(pattern.split(".")), tuple(key.split(".")))
+    # An empty string has no words at all (as RabbitMQ reads it), not one empty word.
+    return _topic_matches_words(_words(pattern), _words(key))
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split(".")) if text else ()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,365 @@
+"""What every bus shares, whatever carries it: requests, events, serving, drain and close."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import uuid
+from collections.abc import Iterable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import structlog
+
+from agentbus._config import Settings
+from agentbus._exceptions import BusClosed, ConfigurationError, RemoteError, RequestTimeout
+from agentbus.bus._dedup import DedupWindow
+from agentbus.bus._dispatch import Dispatcher, EventHandler, ReplyPublisher, RequestHandler
+from agentbus.bus._pending import PendingRequests, ProgressCallback
+from agentbus.bus._stats import BusState, BusStats
+from agentbus.bus._topology import Topology
+from agentbus.envelopes import (
+    BROADCAST,
+    Envelope,
+    ErrorEnvelope,
+    EventEnvelope,
+    EventPayload,
+    Metadata,
+    RequestEnvelope,
+    RequestPayload,
+    ResponseEnvelope,
+    is_valid_id,
+    utcnow,
+)
+
+__all__ = ["BaseBus", "EnvelopePublisher"]
+
+_log = structlog.get_logger("agentbus.bus")
+
+
+class EnvelopePublisher(ReplyPublisher, Protocol):
+    """Publishes envelopes and replies: on RabbitMQ, or on the in-memory broker."""
+
+    async def publish(
+        self,
+        envelope: Envelope,
+        *,
+        reply_to: str | None = None,
+        persistent: bool = True,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        mandatory: bool = True,
+    ) -> None: ...
+
+
+class BaseBus(abc.ABC):
+    """The bus's behaviour; a subclass supplies the broker: connect, declare, consume, close."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        agent_id: str | None = None,
+        app_id: str = "agentbus",
+    ) -> None:
+        self.settings = settings or Settings()
+        self.agent_id = agent_id or f"client-{uuid.uuid4().hex[:12]}"
+        if not is_valid_id(self.agent_id) or self.agent_id == BROADCAST:
+            raise ConfigurationError(
+                f"agent id {self.agent_id!r} is not valid: use 1 to 128 of [A-Za-z0-9_-]"
+            )
+        self.topology = Topology(self.settings.exchange)
+        self.stats = BusStats()
+        self.service: str | None = None
+        self._app_id = app_id
+        self._state = BusState.NEW
+        self._pending = PendingRequests()
+        self._dedup = DedupWindow(self.settings.dedup_window, self.settings.dedup_size)
+        self._publisher: EnvelopePublisher | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._draining: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} agent_id={self.agent_id!r} state={self._state.value}>"
+
+    @property
+    def state(self) -> BusState:
+        """The bus's lifecycle state."""
+        return self._state
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the bus is open for work."""
+        return self._state is BusState.OPEN
+
+    @property
+    def in_flight(self) -> int:
+        """How many requests this bus is waiting on."""
+        return len(self._pending)
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @abc.abstractmethod
+    async def open(self) -> Self:
+        """Connect, declare the instance queue and start consuming it."""
+
+    @abc.abstractmethod
+    async def _declare_service(self, service: str, prefetch: int) -> None:
+        """Declare and bind the service's shared queue, and consume it."""
+
+    @abc.abstractmethod
+    async def _bind_instance(self, pattern: str) -> None:
+        """Bind ``pattern`` to this instance's queue."""
+
+    @abc.abstractmethod
+    async def _stop_consuming(self, *, instance: bool) -> None:
+        """Cancel the service consumers; with ``instance``, the instance consumer too."""
+
+    @abc.abstractmethod
+    def _delivery_tasks(self) -> set[asyncio.Task[Any]]:
+        """Deliveries being handled, including ones not started yet."""
+
+    @abc.abstractmethod
+    async def _close_transport(self) -> None:
+        """Close the connection; unacked deliveries go back to their queues."""
+
+    def _started(self, publisher: EnvelopePublisher) -> Dispatcher:
+        self._publisher = publisher
+        self._dispatcher = Dispatcher(
+            agent_id=self.agent_id,
+            publisher=publisher,
+            pending=self._pending,
+            dedup=self._dedup,
+            stats=self.stats,
+            max_size=self.settings.max_message_size,
+        )
+        return self._dispatcher
+
+    def _can_publish(self) -> bool:
+        return self._state in (BusState.OPEN, BusState.CLOSING)
+
+    async def serve(
+        self,
+        handler: RequestHandler,
+        *,
+        service: str | None = None,
+        prefetch: int | None = None,
+        broadcast_actions: Iterable[str] = (),
+    ) -> None:
+        """Answer requests with ``handler``.
+
+        Requests to this instance's id are always served. With ``service``, the bus
+        also consumes the service's shared queue, competing with its other instances,
+        at most ``prefetch`` at a time. ``broadcast_actions`` are request actions
+        received when broadcast to everyone.
+        """
+        dispatcher = self._require_open()
+        dispatcher.request_handler = handler
+        for action in broadcast_actions:
+            await self._bind_instance(f"broadcast.request.{_checked(action, 'action')}")
+        if service is None:
+            return
+        if self.service is not None:
+            raise ConfigurationError(f"{self!r} already serves {self.service!r}")
+        _checked(service, "service name")
+        if service == self.agent_id:
+            raise ConfigurationError("a service name must differ from the instance id")
+        await self._declare_service(service, prefetch or self.settings.prefetch)
+        self.service = service
+
+    async def subscribe(self, pattern: str, handler: EventHandler) -> None:
+        """Receive events whose routing key matches ``pattern`` (``*`` one word, ``#`` any).
+
+        The pattern is bound to this instance's queue, e.g. ``broadcast.event.heartbeat``.
+        """
+        dispatcher = self._require_open()
+        dispatcher.event_handlers.append((pattern, handler))
+        await self._bind_instance(pattern)
+
+    async def publish(
+        self,
+        envelope: Envelope,
+        *,
+        reply_to: str | None = None,
+        persistent: bool = True,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        mandatory: bool = True,
+    ) -> None:
+        """Publish any envelope with the contract's routing key, and wait for the confirm.
+
+        With ``mandatory`` (the default) a message nobody is bound for raises
+        ``Unroutable``; without it, such a message is dropped by the broker.
+
+        Raises:
+            Unroutable: no queue is bound for the receiver.
+            ConnectionLost: the broker could not be reached in time.
+            PublishFailed: the broker refused the message.
+            PayloadTooLarge: the encoded envelope is over the size cap.
+        """
+        await self._require_publisher().publish(
+            envelope,
+            reply_to=reply_to,
+            persistent=persistent,
+            ttl=ttl,
+            timeout=timeout,
+            mandatory=mandatory,
+        )
+
+    async def request(
+        self,
+        receiver: str,
+        action: str,
+        parameters: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ResponseEnvelope:
+        """Send a request to an instance or service and wait for its response.
+
+        Raises:
+            RemoteError: the receiver answered with an error envelope.
+            RequestTimeout: no answer within ``timeout`` seconds.
+            Unroutable: nobody serves ``receiver``.
+        """
+        timeout = timeout if timeout is not None else self.settings.request_timeout
+        meta = Metadata.model_validate(metadata or {})
+        meta.deadline = utcnow() + timedelta(seconds=timeout)
+        envelope = RequestEnvelope(
+            sender_id=self.agent_id,
+            receiver_id=receiver,
+            payload=RequestPayload(action=action, parameters=parameters or {}),
+            metadata=meta,
+        )
+        return await self.send_request(envelope, timeout=timeout)
+
+    async def send_request(
+        self,
+        envelope: RequestEnvelope,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> ResponseEnvelope:
+        """Publish a built request and wait for the response correlated to it.
+
+        ``on_progress`` is called with every ``in_progress`` response that comes first.
+        Works while the bus drains, so a handler can finish work that needs requests.
+        """
+        publisher = self._require_publisher()
+        timeout = timeout if timeout is not None else self.settings.request_timeout
+        message_id = envelope.message_id
+        future = self._pending.add(message_id, on_progress)
+        try:
+            async with asyncio.timeout(timeout):
+                await publisher.publish(envelope, ttl=timeout, timeout=timeout)
+                reply = await future
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"no answer from {envelope.receiver_id!r} to {envelope.payload.action!r} "
+                f"within {timeout:g} s",
+                details={"receiver": envelope.receiver_id, "timeout": timeout},
+            ) from exc
+        finally:
+            self._pending.discard(message_id)
+        if isinstance(reply, ErrorEnvelope):
+            raise RemoteError(reply)
+        return reply
+
+    async def emit(
+        self,
+        event_name: str,
+        data: dict[str, Any] | None = None,
+        *,
+        receiver: str = BROADCAST,
+        persistent: bool = True,
+        ttl: float | None = None,
+        mandatory: bool = True,
+    ) -> EventEnvelope:
+        """Publish an event, to everyone by default; return the envelope sent.
+
+        Raises:
+            Unroutable: ``mandatory`` and nobody receives it (no subscriber bound).
+        """
+        envelope = EventEnvelope(
+            sender_id=self.agent_id,
+            receiver_id=receiver,
+            payload=EventPayload(event_name=event_name, event_data=data or {}),
+        )
+        await self.publish(envelope, persistent=persistent, ttl=ttl, mandatory=mandatory)
+        return envelope
+
+    async def drain(self, grace: float | None = None) -> None:
+        """Stop taking work and let in-flight work finish; replies and events still flow.
+
+        The service queue is no longer consumed; requests not started yet go back to
+        it for another instance. Handlers still running after ``grace`` seconds
+        (default: the ``shutdown_grace`` setting) are cancelled and their requests
+        requeued. The bus can still publish and make requests until ``aclose``.
+        """
+        if self._state is BusState.OPEN:
+            self._state = BusState.CLOSING
+            assert self._dispatcher is not None
+            self._dispatcher.accepting = False
+            self._draining = asyncio.create_task(
+                self._drain(self.settings.shutdown_grace if grace is None else grace)
+            )
+        if self._draining is not None:
+            # A second caller (an aclose during a drain) waits for the same drain.
+            await asyncio.shield(self._draining)
+
+    async def aclose(self) -> None:
+        """Drain (see ``drain``), fail requests still waiting, and close."""
+        if self._state is BusState.CLOSED:
+            return
+        if self._state is BusState.NEW:
+            self._state = BusState.CLOSED
+            return
+        await self.drain()
+        if self.state is BusState.CLOSED:  # another aclose finished during the drain
+            return
+        self._state = BusState.CLOSED
+        await self._stop_consuming(instance=True)
+        self._pending.fail_all(BusClosed("the bus closed before the answer came"))
+        await self._close_transport()
+        _log.debug("bus closed", agent_id=self.agent_id)
+
+    async def _drain(self, grace: float) -> None:
+        await self._stop_consuming(instance=False)
+        assert self._dispatcher is not None
+        current = asyncio.current_task()
+        waiting = {task for task in self._delivery_tasks() if task is not current}
+        tasks = {t for t in waiting | self._dispatcher.inflight if t is not current}
+        if not tasks:
+            return
+        _, unfinished = await asyncio.wait(tasks, timeout=grace)
+        for task in unfinished:
+            task.cancel()
+        if unfinished:
+            # Cancelled handlers requeue their deliveries before they end.
+            await asyncio.wait(unfinished, timeout=5)
+
+    def _require_open(self) -> Dispatcher:
+        if self._state is not BusState.OPEN or self._dispatcher is None:
+            raise BusClosed(f"{self!r} is not open")
+        return self._dispatcher
+
+    def _require_publisher(self) -> EnvelopePublisher:
+        if not self._can_publish() or self._publisher is None:
+            raise BusClosed(f"{self!r} is not open")
+        return self._publisher
+
+
+def _checked(value: str, what: str) -> str:
+    if not is_valid_id(value):
+        raise ConfigurationError(f"{what} {value!r} is not valid: use 1 to 128 of [A-Za-z0-9_-]")
+    return value

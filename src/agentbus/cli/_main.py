@@ -21,16 +21,23 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus._logging import configure_logging
 from agentbus.agents import Agent, run_until_signalled
+from agentbus.agents.leader import Leader, Plan, PlanClient, PlanStatus, Progress
 from agentbus.bus import Bus
-from agentbus.cli._render import agents_table
+from agentbus.cli._render import agents_table, aggregate_report
 from agentbus.envelopes import BROADCAST, EnvelopeError, decode, envelope_schema
 from agentbus.registry import Registry
 
 __all__ = ["cli", "main"]
 
 P = ParamSpec("P")
-_SERVING_COMMANDS = frozenset({"run", "registry"})
+_SERVING_COMMANDS = frozenset({"run", "registry", "leader"})
+_PLAN_EXIT = {PlanStatus.COMPLETED: 0, PlanStatus.PARTIAL: 1, PlanStatus.FAILED: 2}
 T = TypeVar("T")
+
+
+def plan_schema() -> dict[str, Any]:
+    """Return the JSON Schema of a plan."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **Plan.model_json_schema()}
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -109,10 +116,10 @@ def cli(
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["envelope"]), default="envelope")
+@click.argument("what", type=click.Choice(["envelope", "plan"]), default="envelope")
 def schema(what: str) -> None:
-    """Print the JSON Schema (Draft 2020-12) of WHAT (default: the envelope)."""
-    _print_json(envelope_schema())
+    """Print the JSON Schema (Draft 2020-12) of WHAT: the envelope (default) or a plan."""
+    _print_json(envelope_schema() if what == "envelope" else plan_schema())
 
 
 def _load_agent_class(target: str) -> type[Agent]:
@@ -200,6 +207,93 @@ def registry(
         missed_intervals=missed,
     )
     asyncio.run(run_until_signalled(agent, grace=grace))
+
+
+@cli.command()
+@_agent_options
+@click.option(
+    "--registry",
+    "registry_service",
+    default="registry",
+    show_default=True,
+    help="The registry service asked who offers a skill.",
+)
+@click.pass_context
+def leader(
+    ctx: click.Context,
+    agent_id: str | None,
+    concurrency: int | None,
+    heartbeat: float,
+    grace: float | None,
+    registry_service: str,
+) -> None:
+    """Run a leader agent: its run_plan action runs a plan and answers with the aggregate."""
+    agent = Leader(
+        agent_id=agent_id,
+        concurrency=concurrency,
+        heartbeat_interval=heartbeat,
+        settings=_settings(ctx),
+        registry=registry_service,
+    )
+    asyncio.run(run_until_signalled(agent, grace=grace))
+
+
+@cli.group()
+def plan() -> None:
+    """Submit plans to a leader."""
+
+
+@plan.command("run")
+@click.argument("file", metavar="FILE|-")
+@click.option("--json", "as_json", is_flag=True, help="Print the aggregate as JSON.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
+@click.option("--leader", "leader_service", default="leader", show_default=True)
+@click.option("--quiet", "-q", is_flag=True, help="No live progress lines.")
+@click.pass_context
+@_async
+async def plan_run(
+    ctx: click.Context,
+    file: str,
+    as_json: bool,
+    timeout: float,
+    leader_service: str,
+    quiet: bool,
+) -> None:
+    """Run the plan in FILE on a leader, showing live progress; print the aggregate.
+
+    The exit status is 0 when the plan completed, 1 when it was partial, 2 when it failed.
+    """
+    document = _load_json(file if file == "-" else f"@{file}", "the plan")
+    try:
+        parsed = Plan.model_validate(document)
+    except ValidationError as exc:
+        raise click.BadParameter(f"invalid plan: {_first_error(exc)}") from exc
+    async with Bus(_settings(ctx)) as bus:
+        client = PlanClient(bus, leader=leader_service)
+        progress = None if quiet else _show_progress
+        aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
+    if as_json:
+        _print_json(aggregate.model_dump(mode="json"))
+    else:
+        click.echo(aggregate_report(aggregate))
+    ctx.exit(_PLAN_EXIT[aggregate.status])
+
+
+def _show_progress(progress: Progress) -> None:
+    agent = f" on {progress.agent_id}" if progress.agent_id else ""
+    error = f": {progress.error.get('message')}" if progress.error else ""
+    click.echo(
+        f"[{progress.done}/{progress.total}] {progress.subtask_id} ({progress.skill}) "
+        f"{progress.transition}{agent}{error}",
+        err=True,
+    )
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 @cli.command()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["agents_table", "table"]
+from agentbus.agents.leader import Aggregate
+
+__all__ = ["agents_table", "aggregate_report", "table"]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -44,3 +46,34 @@ def agents_table(agents: Sequence[dict[str, Any]]) -> str:
         for agent in agents
     ]
     return table(("ID", "SERVICE", "STATUS", "LOAD", "SKILLS", "LAST SEEN"), rows)
+
+
+def aggregate_report(aggregate: Aggregate) -> str:
+    """Render a plan's aggregate: one line per subtask, then the totals."""
+    rows = []
+    for outcome in aggregate.subtasks:
+        detail = ""
+        if outcome.error is not None:
+            detail = f"{outcome.error.get('code')}: {outcome.error.get('message')}"
+        rows.append(
+            (
+                outcome.id,
+                outcome.skill,
+                outcome.status.value,
+                str(outcome.attempts),
+                ",".join(outcome.agents) or "-",
+                f"{outcome.duration:.3f}s" if outcome.duration is not None else "-",
+                detail[:80],
+            )
+        )
+    totals = aggregate.totals
+    summary = (
+        f"plan {aggregate.plan_id}: {aggregate.status.value} — {totals.succeeded}/"
+        f"{totals.subtasks} succeeded, {totals.failed} failed, {totals.skipped} skipped, "
+        f"{totals.cancelled} cancelled; {totals.attempts} attempts on "
+        f"{len(totals.agents_used)} agents in {totals.wall_time:.3f}s"
+    )
+    if aggregate.error:
+        summary += f" ({aggregate.error})"
+    header = ("SUBTASK", "SKILL", "STATUS", "TRIES", "AGENTS", "TIME", "ERROR")
+    return table(header, rows) + "\n" + summary

@@ -24,11 +24,12 @@ class Subtask(BaseModel):
     skill: AgentId
     parameters: dict[str, Any] = Field(default_factory=dict)
     depends_on: list[AgentId] = Field(default_factory=list)
-    inputs: dict[str, InputRef] = Field(
+    inputs: dict[str, InputRef | list[InputRef]] = Field(
         default_factory=dict,
         description=(
             "Parameter name to a dependency's result: 'draft' passes the whole result of "
-            "subtask draft, 'outline.sections' a dotted path inside it."
+            "subtask draft, 'outline.sections' a dotted path inside it, and a list of such "
+            "references passes the list of their values (a fan-in)."
         ),
     )
     critical: bool = True
@@ -69,13 +70,14 @@ class Plan(BaseModel):
                     )
                 if dependency == subtask.id:
                     raise ValueError(f"subtask {subtask.id!r} depends on itself")
-            for parameter, reference in subtask.inputs.items():
-                source = reference.split(".", 1)[0]
-                if source not in subtask.depends_on:
-                    raise ValueError(
-                        f"subtask {subtask.id!r} input {parameter!r} refers to {source!r}, "
-                        "which it does not depend on"
-                    )
+            for parameter, references in subtask.inputs.items():
+                for reference in _as_list(references):
+                    source = reference.split(".", 1)[0]
+                    if source not in subtask.depends_on:
+                        raise ValueError(
+                            f"subtask {subtask.id!r} input {parameter!r} refers to {source!r}, "
+                            "which it does not depend on"
+                        )
                 if parameter in subtask.parameters:
                     raise ValueError(
                         f"subtask {subtask.id!r} sets {parameter!r} both in parameters and inputs"
@@ -127,12 +129,20 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
-def resolve_input(reference: str, results: dict[str, Any]) -> Any:
+def _as_list(references: str | list[str]) -> list[str]:
+    return [references] if isinstance(references, str) else references
+
+
+def resolve_input(reference: str | list[str], results: dict[str, Any]) -> Any:
     """Return the value ``reference`` names: a subtask's result, or a dotted path inside it.
+
+    A list of references gives the list of their values.
 
     Raises:
         KeyError: the path does not exist in the result.
     """
+    if not isinstance(reference, str):
+        return [resolve_input(item, results) for item in reference]
     source, *path = reference.split(".")
     value = results[source]
     walked = source
@@ -149,3 +159,7 @@ def resolve_input(reference: str, results: dict[str, Any]) -> Any:
         else:
             raise KeyError(walked)
     return value
+
+
+def _is_index(part: str, length: int) -> bool:
+    return part.lstrip("-").isdigit() and -length <= int(part) < length

@@ -419,8 +419,11 @@ class PlanRunner:
             counts[outcome.status] += 1
             for agent in outcome.agents:
                 _add(agents, agent)
-        failed_critical = any(
-            self._by_id[o.id].critical and o.status is not SubtaskStatus.SUCCEEDED for o in outcomes
+        # Skipped work is partial; a critical subtask that failed (or a deadline) is failure.
+        failed_critical = error is not None or any(
+            self._by_id[o.id].critical
+            and o.status in (SubtaskStatus.FAILED, SubtaskStatus.CANCELLED)
+            for o in outcomes
         )
         if failed_critical:
             status = PlanStatus.FAILED

@@ -24,6 +24,7 @@ from agentbus._exceptions import (
     UnsupportedVersion,
 )
 from agentbus.agents import Agent, AgentCard, current_request, skill
+from agentbus.agents.leader import Aggregate, Leader, Plan, PlanClient
 from agentbus.bus import Bus, Transport, connect
 from agentbus.envelopes import (
     Envelope,
@@ -42,6 +43,7 @@ __all__ = [
     "Agent",
     "AgentBusError",
     "AgentCard",
+    "Aggregate",
     "BrokerUnavailable",
     "Bus",
     "BusClosed",
@@ -54,7 +56,10 @@ __all__ = [
     "ErrorEnvelope",
     "EventEnvelope",
     "InvalidParameters",
+    "Leader",
     "PayloadTooLarge",
+    "Plan",
+    "PlanClient",
     "PublishFailed",
     "RemoteError",
     "RequestEnvelope",

@@ -153,19 +153,18 @@ class Processes:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
         return env
 
-    def agent(self, cls: str, agent_id: str, *options: str) -> AgentProcess:
+    def agent(
+        self, cls: str, agent_id: str, *options: str, heartbeat: float = INTERVAL
+    ) -> AgentProcess:
         """Start ``agentbus run sample_agents:<cls>``."""
         target = f"sample_agents:{cls}"
-        return self._spawn(agent_id, "run", target, *self._agent_options(agent_id), *options)
+        common = ("--id", agent_id, "--heartbeat", str(heartbeat))
+        return self._spawn(agent_id, "run", target, *common, *options)
 
     def registry(self, agent_id: str) -> AgentProcess:
         """Start ``agentbus registry``."""
-        options = self._agent_options(agent_id)
-        return self._spawn(agent_id, "registry", *options, "--missed", str(MISSED))
-
-    @staticmethod
-    def _agent_options(agent_id: str) -> tuple[str, ...]:
-        return ("--id", agent_id, "--heartbeat", str(INTERVAL))
+        options = ("--id", agent_id, "--heartbeat", str(INTERVAL), "--missed", str(MISSED))
+        return self._spawn(agent_id, "registry", *options)
 
     def _spawn(self, agent_id: str, *args: str) -> AgentProcess:
         stem = self.workdir / f"{len(self.processes)}-{agent_id}"
@@ -374,10 +373,12 @@ async def test_killed_agent_goes_offline_within_three_intervals(procs: Processes
 
 async def test_restarted_registry_knows_live_agents_within_one_interval(procs: Processes) -> None:
     """A registry started after the old one stopped knows every live agent within one interval."""
-    agents = {"alpha-1": "alpha", "alpha-2": "alpha", "beta-1": "beta"}
+    agents = {"alpha-1": "alpha", "alpha-2": "alpha", "beta-1": "beta", "beta-2": "beta"}
     old = procs.registry("registry-1")
     started = [procs.agent("Alpha", "alpha-1"), procs.agent("Alpha", "alpha-2")]
     started.append(procs.agent("Beta", "beta-1"))
+    # Beats only every 60 s: the new registry can know it in time only by its announce.
+    started.append(procs.agent("Beta", "beta-2", heartbeat=60))
     client = await procs.client()
     for process in [old, *started]:
         await process.started()
@@ -400,6 +401,7 @@ async def test_restarted_registry_knows_live_agents_within_one_interval(procs: P
     print(f"restarted registry whole {whole_after:.3f} s after it started")
     assert whole_after <= bound
     assert all(sorted(row["skills"]) == SKILLS[row["service"]] for row in rows.values())
+    assert rows["beta-2"]["interval"] == 60
 
 
 async def test_requests_are_shared_by_the_instances_of_a_service(procs: Processes) -> None:

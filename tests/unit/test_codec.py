@@ -697,7 +697,7 @@ def test_missing_sender_id_is_invalid_envelope(obj: dict[str, Any]) -> None:
     error = assert_invalid(raw(obj))
 
     fields = [e["field"] for e in error.details["errors"]]
-    assert fields == ["request.sender_id"]
+    assert fields == ["sender_id"]
     assert error.raw == obj
 
 
@@ -730,7 +730,7 @@ def test_bad_id_grammar_is_invalid_envelope(field: str, bad_id: str) -> None:
     error = assert_invalid(raw(obj))
 
     fields = [e["field"] for e in error.details["errors"]]
-    assert fields == [".".join((message_type, *path, field))]
+    assert fields == [".".join((*path, field))]
     assert error.raw == obj
 
 
@@ -774,7 +774,7 @@ def test_wrong_payload_shape_is_invalid_envelope(obj: dict[str, Any]) -> None:
 
     fields = [e["field"] for e in error.details["errors"]]
     assert fields
-    assert all(f.startswith(f"{obj['message_type']}.payload") for f in fields)
+    assert all(f.startswith("payload") for f in fields)
     assert error.raw == obj
 
 
@@ -790,7 +790,7 @@ def test_bad_message_id_is_invalid_envelope(message_id: object) -> None:
     error = assert_invalid(raw(obj))
 
     fields = [e["field"] for e in error.details["errors"]]
-    assert fields == ["request.message_id"]
+    assert fields == ["message_id"]
     assert error.raw == obj
 
 
@@ -826,7 +826,7 @@ def test_bad_time_or_metadata_is_invalid_envelope(field: str, value: object) -> 
     error = assert_invalid(raw(obj))
 
     fields = [e["field"] for e in error.details["errors"]]
-    expected = "request.timestamp" if field == "timestamp" else f"request.metadata.{field}"
+    expected = "timestamp" if field == "timestamp" else f"metadata.{field}"
     assert fields == [expected]
 
 

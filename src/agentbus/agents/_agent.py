@@ -16,6 +16,7 @@ import structlog
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, ConfigurationError, UnknownAction
+from agentbus._metrics import Metrics
 from agentbus.agents._card import AgentCard, SkillCard
 from agentbus.agents._heartbeat import (
     AGENT_OFFLINE,
@@ -99,6 +100,7 @@ class Agent:
         heartbeat_interval: float = 5.0,
         settings: Settings | None = None,
         bus: Transport | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if not is_valid_id(self.name):
             raise ConfigurationError(
@@ -116,6 +118,7 @@ class Agent:
         self.settings = settings or Settings()
         self._bus = bus
         self._owns_bus = bus is None
+        self.metrics = metrics if metrics is not None else (bus.metrics if bus else None)
         self._work: dict[str, _Work] = {}
         self._slots = asyncio.Semaphore(self.capacity)
         self._draining = False
@@ -198,7 +201,7 @@ class Agent:
     async def start(self) -> None:
         """Open the bus (unless given one), serve the skills, and start heartbeats."""
         if self._bus is None:
-            self._bus = Bus(self.settings, agent_id=self.id)
+            self._bus = Bus(self.settings, agent_id=self.id, metrics=self.metrics)
         if not self._bus.is_open:
             await self._bus.open()
         await self._bus.serve(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import time
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
@@ -13,7 +14,14 @@ from typing import Any, Protocol, Self
 import structlog
 
 from agentbus._config import Settings
-from agentbus._exceptions import BusClosed, ConfigurationError, RemoteError, RequestTimeout
+from agentbus._exceptions import (
+    AgentBusError,
+    BusClosed,
+    ConfigurationError,
+    RemoteError,
+    RequestTimeout,
+)
+from agentbus._metrics import Metrics
 from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, ReplyPublisher, RequestHandler
 from agentbus.bus._pending import PendingRequests, ProgressCallback
@@ -22,6 +30,7 @@ from agentbus.bus._topology import Topology
 from agentbus.envelopes import (
     BROADCAST,
     Envelope,
+    ErrorCode,
     ErrorEnvelope,
     EventEnvelope,
     EventPayload,
@@ -62,6 +71,7 @@ class BaseBus(abc.ABC):
         *,
         agent_id: str | None = None,
         app_id: str = "agentbus",
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.agent_id = agent_id or f"client-{uuid.uuid4().hex[:12]}"
@@ -79,6 +89,9 @@ class BaseBus(abc.ABC):
         self._publisher: EnvelopePublisher | None = None
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.attach(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} agent_id={self.agent_id!r} state={self._state.value}>"
@@ -259,19 +272,31 @@ class BaseBus(abc.ABC):
         timeout = timeout if timeout is not None else self.settings.request_timeout
         message_id = envelope.message_id
         future = self._pending.add(message_id, on_progress)
+        started = time.perf_counter()
+        outcome = "success"
         try:
             async with asyncio.timeout(timeout):
                 await publisher.publish(envelope, ttl=timeout, timeout=timeout)
                 reply = await future
+            if isinstance(reply, ErrorEnvelope):
+                outcome = reply.payload.code
         except TimeoutError as exc:
+            outcome = ErrorCode.TIMEOUT
             raise RequestTimeout(
                 f"no answer from {envelope.receiver_id!r} to {envelope.payload.action!r} "
                 f"within {timeout:g} s",
                 details={"receiver": envelope.receiver_id, "timeout": timeout},
             ) from exc
+        except AgentBusError as exc:
+            outcome = exc.code
+            raise
         finally:
             self._pending.discard(message_id)
+            if self.stats.observer is not None:
+                seconds = time.perf_counter() - started
+                self.stats.observer.observe_request(envelope.payload.action, outcome, seconds)
         if isinstance(reply, ErrorEnvelope):
+            self.stats.errors_received[reply.payload.code] += 1
             raise RemoteError(reply)
         return reply
 

@@ -17,6 +17,7 @@ from aio_pika.abc import (
 
 from agentbus._config import Settings, mask_url
 from agentbus._exceptions import BusClosed
+from agentbus._metrics import Metrics
 from agentbus.bus._base import BaseBus
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
 from agentbus.bus._publisher import Publisher
@@ -35,6 +36,7 @@ def connect(
     agent_id: str | None = None,
     exchange: str | None = None,
     settings: Settings | None = None,
+    metrics: Metrics | None = None,
 ) -> Bus:
     """Return a bus for ``url``; open it with ``async with`` (or ``await bus.open()``).
 
@@ -43,12 +45,13 @@ def connect(
         agent_id: This participant's id; default ``client-`` plus a random suffix.
         exchange: The topic exchange name; default ``AGENTBUS_EXCHANGE`` or ``agentbus``.
         settings: Settings to start from; ``url`` and ``exchange`` override them.
+        metrics: Prometheus families to report to (see ``agentbus.Metrics``).
     """
     settings = settings or Settings()
     overrides = {k: v for k, v in (("url", url), ("exchange", exchange)) if v is not None}
     if overrides:
         settings = settings.model_copy(update=overrides)
-    return Bus(settings, agent_id=agent_id)
+    return Bus(settings, agent_id=agent_id, metrics=metrics)
 
 
 class Bus(BaseBus):
@@ -69,8 +72,9 @@ class Bus(BaseBus):
         *,
         agent_id: str | None = None,
         app_id: str = "agentbus",
+        metrics: Metrics | None = None,
     ) -> None:
-        super().__init__(settings, agent_id=agent_id, app_id=app_id)
+        super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics)
         self._connection: AbstractRobustConnection | None = None
         self._instance_queue: AbstractQueue | None = None
         self._instance_consumer: tuple[AbstractQueue, str] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol, TypeAlias
 
@@ -128,14 +129,17 @@ class Dispatcher:
                 message.body, max_size=self._max_size, message_id=_fallback_id(message)
             )
         except EnvelopeError as exc:
+            self._stats.consumed_by[("invalid", exc.code)] += 1
             await self._refuse(message, exc)
             return
         if isinstance(envelope, RequestEnvelope):
             if self.accepting:
                 await self._serve(message, envelope)
             else:
+                self._stats.consumed_by[("request", "turned_away")] += 1
                 await self._turn_away(message, envelope, shared=shared)
         elif isinstance(envelope, EventEnvelope):
+            self._stats.consumed_by[("event", "delivered")] += 1
             await self._deliver_event(message, envelope)
         else:
             self._deliver_reply(envelope)
@@ -143,6 +147,7 @@ class Dispatcher:
 
     def _deliver_reply(self, reply: Reply) -> None:
         outcome = self._pending.resolve(reply)
+        self._stats.consumed_by[(reply.message_type, outcome.value)] += 1
         if outcome is ReplyOutcome.MATCHED:
             self._stats.replies_matched += 1
         elif outcome is ReplyOutcome.PROGRESS:
@@ -188,16 +193,26 @@ class Dispatcher:
             # At-least-once delivery: the effect ran (or is running) already. Answer a
             # finished one again from memory; a running one will answer by itself.
             self._stats.duplicates += 1
+            self._stats.consumed_by[("request", "duplicate")] += 1
             if seen.reply is not None:
                 await self._try_reply(seen.reply, seen.reply_to)
             await self._settle(message, Settle.ACK)
             return
+        started = time.perf_counter()
         try:
             reply = await self._run(request)
         except asyncio.CancelledError:
             self._dedup.forget(request.message_id)
+            self._stats.consumed_by[("request", "requeued")] += 1
             await asyncio.shield(self._settle(message, Settle.REQUEUE))
             raise
+        outcome = reply.payload.code if isinstance(reply, ErrorEnvelope) else "success"
+        self._stats.consumed_by[("request", "served")] += 1
+        if isinstance(reply, ErrorEnvelope):
+            self._stats.errors_sent[outcome] += 1
+        if self._stats.observer is not None:
+            seconds = time.perf_counter() - started
+            self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
         reply_to = message.reply_to
         try:
             try:
@@ -275,6 +290,7 @@ class Dispatcher:
                 payload=ErrorPayload(code=exc.code, message=exc.message, details=exc.details),
                 metadata=Metadata(correlation_id=correlation if valid else None),
             )
+            self._stats.errors_sent[exc.code] += 1
             await self._try_reply(error, message.reply_to)
         await self._settle(message, Settle.DEAD_LETTER)
 

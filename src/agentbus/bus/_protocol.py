@@ -6,6 +6,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from agentbus._config import Settings
+from agentbus._metrics import Metrics
 from agentbus.bus._dispatch import EventHandler, RequestHandler
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._stats import BusStats
@@ -22,6 +23,7 @@ class Transport(Protocol):
     agent_id: str
     service: str | None
     stats: BusStats
+    metrics: Metrics | None
 
     @property
     def is_open(self) -> bool: ...

@@ -128,8 +128,10 @@ class Publisher:
             if not self._is_open():
                 raise BusClosed("the bus is closed")
             try:
-                async with asyncio.timeout_at(deadline):
-                    result = await exchange.publish(message, key, mandatory=mandatory)
+                # aiormq bounds the confirm wait itself; no second timer on the hot path.
+                result = await exchange.publish(
+                    message, key, mandatory=mandatory, timeout=max(deadline - loop.time(), 0.001)
+                )
             except TimeoutError as exc:
                 raise ConnectionLost(f"publish to {key!r} not confirmed in time") from exc
             except AgentBusError:
@@ -154,4 +156,5 @@ class Publisher:
                     details={"routing_key": key},
                 )
             self._stats.published += 1
+            self._stats.published_by_type[message.type or "unknown"] += 1
             return

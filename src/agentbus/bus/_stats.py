@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from typing import Protocol
 
-__all__ = ["BusState", "BusStats"]
+__all__ = ["BusState", "BusStats", "LatencyObserver"]
+
+
+class LatencyObserver(Protocol):
+    """Receives timings as they happen (Prometheus histograms, in ``agentbus.metrics``)."""
+
+    def observe_request(self, action: str, outcome: str, seconds: float) -> None: ...
+
+    def observe_handler(self, action: str, outcome: str, seconds: float) -> None: ...
 
 
 class BusState(enum.Enum):
@@ -35,7 +45,13 @@ class BusStats:
     expired_requests: int = 0
     dead_lettered: int = 0
     settle_failures: int = 0
+    published_by_type: Counter[str] = field(default_factory=Counter)
+    consumed_by: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Deliveries by (message type, outcome)."""
+    errors_sent: Counter[str] = field(default_factory=Counter)
+    errors_received: Counter[str] = field(default_factory=Counter)
+    observer: LatencyObserver | None = None
 
     def as_dict(self) -> dict[str, int]:
-        """Return the counters as a plain dict."""
-        return asdict(self)
+        """Return the plain counters as a dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.type == "int"}

@@ -20,6 +20,7 @@ from agentbus import __version__
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus._logging import configure_logging
+from agentbus._metrics import Metrics
 from agentbus.agents import Agent, run_until_signalled
 from agentbus.agents.leader import Leader, Plan, PlanClient, PlanStatus, Progress
 from agentbus.bus import Bus
@@ -150,11 +151,27 @@ def _agent_options(func: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="Heartbeat interval, seconds.",
     )(func)
+    func = click.option(
+        "--metrics-port",
+        type=click.IntRange(min=1, max=65535),
+        help="Serve Prometheus metrics on this port (/metrics).",
+    )(func)
     return click.option(
         "--grace",
         type=click.FloatRange(min=0),
         help="Seconds in-flight work may take to finish on SIGTERM [AGENTBUS_SHUTDOWN_GRACE].",
     )(func)
+
+
+def _metrics(port: int | None) -> Metrics | None:
+    if port is None:
+        return None
+    metrics = Metrics()
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot serve metrics on port {port}: {exc.strerror}") from exc
+    return metrics
 
 
 @cli.command()
@@ -168,6 +185,7 @@ def run(
     concurrency: int | None,
     heartbeat: float,
     grace: float | None,
+    metrics_port: int | None,
 ) -> None:
     """Run the agent class MODULE:CLASS until SIGTERM or Ctrl-C, then drain it."""
     cls = _load_agent_class(target)
@@ -176,6 +194,7 @@ def run(
         concurrency=concurrency,
         heartbeat_interval=heartbeat,
         settings=_settings(ctx),
+        metrics=_metrics(metrics_port),
     )
     asyncio.run(run_until_signalled(agent, grace=grace))
 
@@ -196,6 +215,7 @@ def registry(
     concurrency: int | None,
     heartbeat: float,
     grace: float | None,
+    metrics_port: int | None,
     missed: int,
 ) -> None:
     """Run a registry agent: tracks live agents, answers discovery requests."""
@@ -205,6 +225,7 @@ def registry(
         heartbeat_interval=heartbeat,
         settings=_settings(ctx),
         missed_intervals=missed,
+        metrics=_metrics(metrics_port),
     )
     asyncio.run(run_until_signalled(agent, grace=grace))
 
@@ -225,6 +246,7 @@ def leader(
     concurrency: int | None,
     heartbeat: float,
     grace: float | None,
+    metrics_port: int | None,
     registry_service: str,
 ) -> None:
     """Run a leader agent: its run_plan action runs a plan and answers with the aggregate."""
@@ -234,6 +256,7 @@ def leader(
         heartbeat_interval=heartbeat,
         settings=_settings(ctx),
         registry=registry_service,
+        metrics=_metrics(metrics_port),
     )
     asyncio.run(run_until_signalled(agent, grace=grace))
 

@@ -7,18 +7,31 @@ from datetime import datetime
 from typing import Any, Final
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._codes import PROTOCOL_MAJOR, MessageType
-from agentbus.envelopes._models import Envelope, new_message_id, utcnow
+from agentbus.envelopes._models import (
+    Envelope,
+    ErrorEnvelope,
+    EventEnvelope,
+    RequestEnvelope,
+    ResponseEnvelope,
+    new_message_id,
+    utcnow,
+)
 
 __all__ = ["DEFAULT_MAX_SIZE", "decode", "encode"]
 
 DEFAULT_MAX_SIZE: Final = 1024 * 1024
 """The default size cap of an encoded envelope: 1 MiB."""
 
-_ADAPTER: Final[TypeAdapter[Envelope]] = TypeAdapter(Envelope)
+_MODELS: Final[dict[str, type[Envelope]]] = {
+    "request": RequestEnvelope,
+    "response": ResponseEnvelope,
+    "event": EventEnvelope,
+    "error": ErrorEnvelope,
+}
 _VERSION_RE: Final = re.compile(r"^([0-9]{1,9})\.([0-9]{1,9})$")
 _DUMPS_OPTIONS: Final = orjson.OPT_UTC_Z
 _MAX_REPORTED_ERRORS: Final = 5
@@ -95,7 +108,8 @@ def decode(
     if "timestamp" not in obj:
         obj["timestamp"] = received_at or utcnow()
     try:
-        return _ADAPTER.validate_python(obj)
+        # message_type is checked above: validate with that kind's model, not the union.
+        return _MODELS[obj["message_type"]].model_validate(obj)
     except ValidationError as exc:
         raise _invalid(exc, obj) from exc
 

@@ -139,9 +139,23 @@ class Registry(Agent):
             self._wake.clear()
             for record in self.table.sweep():
                 await self._announce_transition(AGENT_OFFLINE, record, reason="timeout")
+            self._export_metrics()
+
+    def _export_metrics(self) -> None:
+        # At most once per sweep (about a second), whatever the heartbeat rate.
+        if self.metrics is None:
+            return
+        live = [record for record in self.table.records() if record.online]
+        self.metrics.set_agents(
+            ((record.service, record.status) for record in live),
+            ((record.agent_id, record.service, record.in_flight) for record in live),
+        )
 
     async def _announce_transition(self, event_name: str, record: Record, *, reason: str) -> None:
         self._log.info(event_name, subject=record.agent_id, service=record.service, reason=reason)
+        if self.metrics is not None:
+            self.metrics.agent_transitions.labels(event_name, reason).inc()
+            self._export_metrics()
         data = {
             "agent_id": record.agent_id,
             "service": record.service,

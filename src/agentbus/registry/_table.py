@@ -100,6 +100,9 @@ class LivenessTable:
     def __contains__(self, agent_id: object) -> bool:
         return agent_id in self._records
 
+    def records(self) -> list[Record]:
+        return list(self._records.values())
+
     def get(self, agent_id: str) -> Record | None:
         return self._records.get(agent_id)
 

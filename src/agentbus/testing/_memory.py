@@ -9,6 +9,7 @@ import structlog
 
 from agentbus._config import Settings
 from agentbus._exceptions import BusClosed
+from agentbus._metrics import Metrics
 from agentbus.bus import BusState
 from agentbus.bus._base import BaseBus
 from agentbus.testing._broker import MemoryBroker
@@ -42,8 +43,9 @@ class MemoryBus(BaseBus):
         *,
         agent_id: str | None = None,
         app_id: str = "agentbus",
+        metrics: Metrics | None = None,
     ) -> None:
-        super().__init__(settings, agent_id=agent_id, app_id=app_id)
+        super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics)
         self.broker = broker
         self._instance_queue: str | None = None
         self._instance_consumer: MemoryConsumer | None = None

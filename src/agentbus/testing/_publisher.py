@@ -100,5 +100,6 @@ class MemoryPublisher:
             raise BusClosed("the bus is closed")
         self._broker.publish(message, key, exchange=exchange, mandatory=mandatory)
         self._stats.published += 1
+        self._stats.published_by_type[message.type or "unknown"] += 1
         # A real publish waits for the broker's confirm: yield to the loop as it would.
         await asyncio.sleep(0)

@@ -58,6 +58,12 @@ class Leader(Agent):
         self._log.info(
             "plan ended", plan_id=plan.id, status=aggregate.status.value, **_totals(aggregate)
         )
+        if self.metrics is not None:
+            status = aggregate.status.value
+            self.metrics.plans.labels(status).inc()
+            self.metrics.plan_duration.labels(status).observe(aggregate.totals.wall_time)
+            for outcome in aggregate.subtasks:
+                self.metrics.subtasks.labels(outcome.skill, outcome.status.value).inc()
         return aggregate
 
     async def _on_offline(self, event: EventEnvelope) -> None:

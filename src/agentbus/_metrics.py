@@ -1,0 +1,191 @@
+"""Prometheus metrics: every family prefixed ``agentbus_``, on an injected registry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from agentbus.bus._base import BaseBus
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+)  # fmt: skip
+_PLAN_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class Metrics:
+    """The agentbus metric families, registered on one ``CollectorRegistry``.
+
+    Pass it to ``Bus(metrics=...)`` (agents pass theirs on) and serve it with
+    ``serve(port)``; a test reads ``registry`` directly.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.request_duration = Histogram(
+            "agentbus_request_duration_seconds",
+            "Requests this process sent, from publish to answer, by action and outcome.",
+            ["action", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.handler_duration = Histogram(
+            "agentbus_handler_duration_seconds",
+            "Requests this process served, handler time, by action and outcome.",
+            ["action", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.agents_online = Gauge(
+            "agentbus_agents_online",
+            "Agents the registry sees alive, by service and status.",
+            ["service", "status"],
+            registry=r,
+        )
+        self.agent_load = Gauge(
+            "agentbus_agent_in_flight",
+            "Work in flight per live agent, as the registry last heard it.",
+            ["agent_id", "service"],
+            registry=r,
+        )
+        self.agent_transitions = Counter(
+            "agentbus_agent_transitions_total",
+            "Agents going online or offline, by reason.",
+            ["transition", "reason"],
+            registry=r,
+        )
+        self.plans = Counter(
+            "agentbus_plans_total", "Plans run by this leader, by outcome.", ["status"], registry=r
+        )
+        self.plan_duration = Histogram(
+            "agentbus_plan_duration_seconds",
+            "Wall time of plans, by outcome.",
+            ["status"],
+            buckets=_PLAN_BUCKETS,
+            registry=r,
+        )
+        self.subtasks = Counter(
+            "agentbus_subtasks_total",
+            "Subtasks ended, by skill and status.",
+            ["skill", "status"],
+            registry=r,
+        )
+        self._buses = _BusCollector()
+        r.register(self._buses)
+
+    def attach(self, bus: BaseBus) -> None:
+        """Report ``bus``'s counters and timings through these families."""
+        bus.stats.observer = self
+        self._buses.buses.append(bus)
+
+    def observe_request(self, action: str, outcome: str, seconds: float) -> None:
+        """Record one request this process sent."""
+        self.request_duration.labels(action, outcome).observe(seconds)
+
+    def observe_handler(self, action: str, outcome: str, seconds: float) -> None:
+        """Record one request this process served."""
+        self.handler_duration.labels(action, outcome).observe(seconds)
+
+    def set_agents(
+        self, online: Iterable[tuple[str, str]], loads: Iterable[tuple[str, str, int]]
+    ) -> None:
+        """Replace the registry's view: (service, status) per live agent, and their loads.
+
+        Series of services and agents no longer present are removed, not left at zero.
+        """
+        counts: dict[tuple[str, str], int] = {}
+        for key in online:
+            counts[key] = counts.get(key, 0) + 1
+        _replace(self.agents_online, {key: float(n) for key, n in counts.items()})
+        _replace(
+            self.agent_load,
+            {(agent_id, service): float(n) for agent_id, service, n in loads},
+        )
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` over HTTP on ``port`` in a background thread."""
+        start_http_server(port, addr=addr, registry=self.registry)
+
+
+def _replace(gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
+    [family] = gauge.collect()
+    current = {tuple(sample.labels.values()) for sample in family.samples}
+    for labels in current - values.keys():
+        gauge.remove(*labels)
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+
+
+class _BusCollector(Collector):
+    """Reads every attached bus's counters at scrape time: nothing extra on the hot path."""
+
+    def __init__(self) -> None:
+        self.buses: list[BaseBus] = []
+
+    def describe(self) -> list[Metric]:
+        # Described as nothing: the families are built at each scrape.
+        return []
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        published = CounterMetricFamily(
+            "agentbus_messages_published",
+            "Messages published and confirmed, by message type.",
+            labels=["agent_id", "type"],
+        )
+        consumed = CounterMetricFamily(
+            "agentbus_messages_consumed",
+            "Deliveries handled, by message type and outcome.",
+            labels=["agent_id", "type", "outcome"],
+        )
+        errors = CounterMetricFamily(
+            "agentbus_errors",
+            "Error envelopes by code: sent in answer, or received.",
+            labels=["agent_id", "code", "direction"],
+        )
+        simple = {
+            "dead_lettered": "Deliveries dead-lettered (rejected without requeue).",
+            "late_replies": "Replies that came after their request gave up.",
+            "duplicates": "Redelivered requests answered without running again.",
+            "replies_dropped": "Replies nobody was there to receive.",
+            "publish_retries": "Publishes sent again after a reconnect.",
+            "handler_errors": "Handler exceptions answered with processing_failed.",
+        }
+        families = {
+            name: CounterMetricFamily(f"agentbus_{name}", text, labels=["agent_id"])
+            for name, text in simple.items()
+        }
+        in_flight = GaugeMetricFamily(
+            "agentbus_in_flight", "Requests waiting for an answer.", labels=["agent_id"]
+        )
+        for bus in self.buses:
+            stats, agent = bus.stats, bus.agent_id
+            for message_type, count in stats.published_by_type.items():
+                published.add_metric([agent, message_type], count)
+            for (message_type, outcome), count in stats.consumed_by.items():
+                consumed.add_metric([agent, message_type, outcome], count)
+            for code, count in stats.errors_sent.items():
+                errors.add_metric([agent, code, "sent"], count)
+            for code, count in stats.errors_received.items():
+                errors.add_metric([agent, code, "received"], count)
+            for name, family in families.items():
+                family.add_metric([agent], getattr(stats, name))
+            in_flight.add_metric([agent], bus.in_flight)
+        yield published
+        yield consumed
+        yield errors
+        yield from families.values()
+        yield in_flight

@@ -116,6 +116,12 @@ class Dispatcher:
         task = asyncio.current_task()
         if task is not None:
             self.inflight.add(task)
+        # Each delivery runs in its own task: ids bound here are on every log line it makes.
+        structlog.contextvars.bind_contextvars(
+            agent_id=self.agent_id,
+            message_id=message.message_id,
+            correlation_id=message.correlation_id,
+        )
         try:
             await self._dispatch(message, shared=shared)
         finally:

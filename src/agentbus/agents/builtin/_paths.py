@@ -125,19 +125,23 @@ class RootGuard:
             candidates = list(self.root.glob(pattern))
         except (ValueError, NotImplementedError) as exc:
             raise InvalidParameters(f"invalid glob {pattern!r}: {exc}") from exc
-        found: list[tuple[str, Path]] = []
-        for candidate in candidates:
-            relative = candidate.relative_to(self.root)
-            if not hidden and any(part.startswith(".") for part in relative.parts):
-                continue
-            try:
-                resolved = candidate.resolve(strict=True)
-            except (OSError, RuntimeError):
-                continue  # a dangling link or a loop
-            if self.contains(resolved) and resolved.is_file():
-                found.append((relative.as_posix(), resolved))
+        found = [
+            (candidate.relative_to(self.root).as_posix(), resolved)
+            for candidate in candidates
+            if (resolved := self._accept(candidate, hidden)) is not None
+        ]
         found.sort(key=lambda pair: pair[0])
         return found
+
+    def _accept(self, candidate: Path, hidden: bool) -> Path | None:
+        relative = candidate.relative_to(self.root)
+        if not hidden and any(part.startswith(".") for part in relative.parts):
+            return None
+        try:
+            resolved = candidate.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return None  # a dangling link or a loop
+        return resolved if self.contains(resolved) and resolved.is_file() else None
 
     def open(self, resolved: Path) -> BinaryIO:
         """Open a resolved file for reading bytes, refusing a symlink put in its place.

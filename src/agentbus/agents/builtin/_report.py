@@ -116,14 +116,16 @@ def _is_number(value: Cell) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_numeric(table: Table, column: int) -> bool:
+    cells = [row[column] for row in table.rows if row[column] is not None]
+    return bool(cells) and all(_is_number(cell) for cell in cells)
+
+
 def _table_lines(table: Table) -> list[str]:
-    numeric = [
-        any(row[column] is not None for row in table.rows)
-        and all(row[column] is None or _is_number(row[column]) for row in table.rows)
-        for column in range(len(table.columns))
-    ]
     header = " | ".join(_cell(heading, table.precision) for heading in table.columns)
-    rule = " | ".join("---:" if right else "---" for right in numeric)
+    rule = " | ".join(
+        "---:" if _is_numeric(table, column) else "---" for column in range(len(table.columns))
+    )
     body = [
         "| " + " | ".join(_cell(value, table.precision) for value in row) + " |"
         for row in table.rows
@@ -154,25 +156,49 @@ def code_report_sections(
         key=lambda pair: (-pair[1].complexity, pair[0], pair[1].lineno),
     )
     hot = [(path, block) for path, block in blocks if is_hotspot(block)]
+    by_maintainability = sorted(files, key=lambda m: (m.maintainability_index, m.path))
+    rows = _summary_rows(by_maintainability, blocks, len(hot))
+    rows += [[_line(str(key)), _summary_value(value)] for key, value in (summary or {}).items()]
+    sections = [
+        Section(heading="Summary", table=Table(columns=["Metric", "Value"], rows=rows)),
+        _files_section(by_maintainability),
+        _hotspots_section(hot, blocks),
+    ]
+    hotspots = [
+        Hotspot(path=p, name=b.name, lineno=b.lineno, complexity=b.complexity, rank=b.rank)
+        for p, b in hot
+    ]
+    return sections, hotspots
+
+
+def _summary_rows(
+    by_maintainability: list[FileMetrics],
+    blocks: list[tuple[str, FunctionMetrics]],
+    hotspots: int,
+) -> list[list[Cell]]:
     total = sum(block.complexity for _, block in blocks)
     rows: list[list[Cell]] = [
-        ["Files", len(files)],
+        ["Files", len(by_maintainability)],
         ["Functions and methods", len(blocks)],
-        ["Source lines (SLOC)", sum(metrics.sloc for metrics in files)],
+        ["Source lines (SLOC)", sum(metrics.sloc for metrics in by_maintainability)],
         ["Average complexity", f"{total / len(blocks):.2f}" if blocks else "n/a"],
     ]
     if blocks:
         path, block = blocks[0]
         where = f"{_code(block.name)} at {_code(f'{path}:{block.lineno}')}"
         rows.append(["Maximum complexity", f"{block.complexity} ({block.rank}), {where}"])
-    by_maintainability = sorted(files, key=lambda m: (m.maintainability_index, m.path))
     if by_maintainability:
         worst = by_maintainability[0]
         index = f"{worst.maintainability_index:.2f} ({worst.mi_rank})"
         rows.append(["Lowest maintainability index", f"{index}, {_code(worst.path)}"])
-    rows.append([f"Hotspots (complexity {HOTSPOT_COMPLEXITY} or more)", len(hot)])
-    rows += [[_line(str(key)), _summary_value(value)] for key, value in (summary or {}).items()]
-    file_rows: list[list[Cell]] = [
+    rows.append([f"Hotspots (complexity {HOTSPOT_COMPLEXITY} or more)", hotspots])
+    return rows
+
+
+def _files_section(by_maintainability: list[FileMetrics]) -> Section:
+    if not by_maintainability:
+        return Section(heading="Files", text="No files were analysed.")
+    rows: list[list[Cell]] = [
         [
             _code(m.path),
             m.sloc,
@@ -184,27 +210,12 @@ def code_report_sections(
         ]
         for m in by_maintainability
     ]
-    sections = [
-        Section(heading="Summary", table=Table(columns=["Metric", "Value"], rows=rows)),
-        Section(
-            heading="Files",
-            text="Sorted by maintainability index, lowest (hardest to maintain) first."
-            if files
-            else "No files were analysed.",
-            table=Table(
-                columns=["File", "SLOC", "Functions", "Avg CC", "Max CC", "MI", "MI rank"],
-                rows=file_rows,
-            )
-            if files
-            else None,
-        ),
-        _hotspots_section(hot, blocks),
-    ]
-    hotspots = [
-        Hotspot(path=p, name=b.name, lineno=b.lineno, complexity=b.complexity, rank=b.rank)
-        for p, b in hot
-    ]
-    return sections, hotspots
+    columns = ["File", "SLOC", "Functions", "Avg CC", "Max CC", "MI", "MI rank"]
+    return Section(
+        heading="Files",
+        text="Sorted by maintainability index, lowest (hardest to maintain) first.",
+        table=Table(columns=columns, rows=rows),
+    )
 
 
 def _hotspots_section(

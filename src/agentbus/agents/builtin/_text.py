@@ -41,7 +41,10 @@ STOP_WORDS: Final = frozenset(_STOP_WORDS_TEXT.split())
 _WORD: Final = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 _PARAGRAPH_BREAK: Final = re.compile(r"\n[^\S\n]*\n")
 # A sentence runs to ., ! or ? (and closing quotes or brackets) before a space or the
-# end, so "3.14" and "example.com" do not end one; abbreviations ("e.g. this") do.
+# end, so "3.14" and "example.com" do not end one; nor does a common abbreviation.
+_ABBREVIATIONS: Final = frozenset(
+    {"cf.", "dr.", "e.g.", "i.e.", "jr.", "mr.", "mrs.", "ms.", "prof.", "sr.", "st.", "vs."}
+)
 _SENTENCE: Final = re.compile(r"\S.*?(?:[.!?]+[\"'\u201d\u2019)\]]*(?=\s|$)|$)", re.DOTALL)
 
 
@@ -59,10 +62,14 @@ def split_sentences(text: str) -> list[str]:
     """Return the sentences of a text, whitespace collapsed; none spans two paragraphs."""
     found: list[str] = []
     for block in split_paragraphs(text):
+        pending = ""
         for match in _SENTENCE.finditer(block):
-            sentence = " ".join(match.group().split())
-            if _WORD.search(sentence):
+            sentence = f"{pending} {' '.join(match.group().split())}".lstrip()
+            pending = sentence if sentence.rsplit(" ", 1)[-1].lower() in _ABBREVIATIONS else ""
+            if not pending and _WORD.search(sentence):
                 found.append(sentence)
+        if pending and _WORD.search(pending):
+            found.append(pending)
     return found
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
+import structlog
+
 from agentbus.agents._agent import Agent, current_request
 from agentbus.agents._heartbeat import AGENT_OFFLINE
 from agentbus.agents._skills import skill
@@ -46,6 +48,7 @@ class Leader(Agent):
         """Run a plan to its end and return the aggregate."""
         assert self._directory is not None
         requester = current_request().sender_id
+        structlog.contextvars.bind_contextvars(plan_id=plan.id)
         runner = PlanRunner(
             self.bus, plan, directory=self._directory, progress=self._sink_for(requester)
         )

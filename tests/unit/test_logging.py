@@ -1,0 +1,95 @@
+"""Logging: JSON lines with the bound ids, readable console output, no broker password."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from agentbus import Agent, Settings, skill
+from agentbus._logging import configure_logging
+from agentbus.testing import MemoryBroker, MemoryBus
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
+    logging.getLogger().handlers.clear()
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_json_lines_carry_level_time_and_event(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default non-terminal format is one JSON object per line."""
+    configure_logging("info", "json")
+    structlog.get_logger("t").info("hello", answer=42)
+    [line] = json_lines(capsys.readouterr().err)
+    assert line["event"] == "hello"
+    assert line["answer"] == 42
+    assert line["level"] == "info"
+    assert str(line["timestamp"]).endswith("Z")
+
+
+def test_level_setting_filters(capsys: pytest.CaptureFixture[str]) -> None:
+    """Below the configured level nothing is written."""
+    configure_logging("warning", "json")
+    structlog.get_logger("t").info("quiet")
+    structlog.get_logger("t").warning("loud")
+    assert [line["event"] for line in json_lines(capsys.readouterr().err)] == ["loud"]
+
+
+def test_broker_password_is_never_logged(capsys: pytest.CaptureFixture[str]) -> None:
+    """A broker URL in any field, or in a stdlib log record, loses its password."""
+    configure_logging("info", "json")
+    structlog.get_logger("t").info("connecting", url="amqp://agent:hunter2@broker:5672/")
+    logging.getLogger("aio_pika").warning("reconnect to amqps://agent:hunter2@broker/ failed")
+    err = capsys.readouterr().err
+    assert "hunter2" not in err
+    assert "amqp://agent:***@broker:5672/" in err
+    assert "amqps://agent:***@broker/" in err
+
+
+def test_console_format_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    """The console format is plain text, not JSON."""
+    configure_logging("info", "console")
+    structlog.get_logger("t").info("hello", answer=42)
+    err = capsys.readouterr().err
+    assert "hello" in err
+    assert "answer" in err
+    assert not err.lstrip().startswith("{")
+
+
+class Noisy(Agent):
+    name = "noisy"
+
+    @skill
+    async def speak(self) -> str:
+        structlog.get_logger("noisy").info("speaking")
+        return "ok"
+
+
+async def test_ids_are_bound_on_every_line_of_a_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A skill's log line carries agent_id, message_id and correlation_id of its request."""
+    configure_logging("info", "json")
+    broker = MemoryBroker()
+    settings = Settings()
+    async with (
+        MemoryBus(broker, settings, agent_id="noisy-1") as bus,
+        Noisy(agent_id="noisy-1", bus=bus, settings=settings),
+        MemoryBus(broker, settings, agent_id="asker") as client,
+    ):
+        reply = await client.request("noisy", "speak", timeout=5)
+    [line] = [line for line in json_lines(capsys.readouterr().err) if line["event"] == "speaking"]
+    assert reply.result == "ok"
+    assert line["agent_id"] == "noisy-1"
+    assert isinstance(line["message_id"], str)
+    assert "correlation_id" in line

@@ -523,7 +523,7 @@ def test_builtin_agents_have_cards_and_a_sorted_api() -> None:
     assert services == {
         "files": ["list_files", "read_file", "search"],
         "code": ["analyze", "analyze_file"],
-        "text": ["keywords", "stats", "summarize"],
+        "text": ["digest", "keywords", "stats", "summarize"],
         "report": ["code_report", "render"],
     }
     names = list(module.__all__)
@@ -545,3 +545,25 @@ def test_cards_describe_parameters_and_results(root: Path) -> None:
         "functions"
         in cards["report"]["code_report"].parameters["$defs"]["FileMetrics"]["properties"]
     )
+
+
+async def test_text_digest_reads_several_texts_as_one() -> None:
+    """digest joins texts as paragraphs: their summary, keywords and counts."""
+    agent = TextAgent(agent_id="text-digest")
+    texts = ["Bees make honey. Bees dance.", "", "Honey is sweet."]
+
+    digest = await agent.digest(texts, sentences=1, top=2)
+
+    assert digest.texts == 2
+    assert digest.words == 8
+    assert digest.sentences == 3
+    assert digest.keywords == "bees, honey"
+    assert digest.summary in {"Bees make honey.", "Bees dance.", "Honey is sweet."}
+
+
+async def test_code_metrics_carry_the_module_docstring() -> None:
+    """analyze returns the module's docstring, for a summary of the code base."""
+    agent = CodeAgent(agent_id="code-doc")
+    metrics = await agent.analyze('"""Counts bees."""\n\nx = 1\n')
+    assert metrics.docstring == "Counts bees."
+    assert (await agent.analyze("x = 1\n")).docstring == ""

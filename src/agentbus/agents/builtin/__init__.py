@@ -22,13 +22,14 @@ from agentbus.agents.builtin._report import (
     Section,
     Table,
 )
-from agentbus.agents.builtin._text import Keyword, Summary, TextAgent, TextStats
+from agentbus.agents.builtin._text import Digest, Keyword, Summary, TextAgent, TextStats
 
 __all__ = [
     "HOTSPOT_COMPLEXITY",
     "ROOT_ENV",
     "CodeAgent",
     "CodeReport",
+    "Digest",
     "FileEntry",
     "FileMetrics",
     "FileText",

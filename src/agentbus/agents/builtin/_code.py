@@ -64,6 +64,7 @@ class FileMetrics(BaseModel):
     maintainability_index: float
     mi_rank: str
     hotspots: list[str]
+    docstring: str = ""
 
     def callables(self) -> list[FunctionMetrics]:
         """Return the functions and methods, without the classes."""
@@ -111,7 +112,13 @@ def analyze_source(source: str, path: str = "<source>") -> FileMetrics:
         maintainability_index=round(index, 2),
         mi_rank=str(mi_rank(index)),
         hotspots=[block.name for block in hotspots],
+        docstring=_module_docstring(source),
     )
+
+
+def _module_docstring(source: str) -> str:
+    # radon parsed the source already, so this cannot fail on syntax.
+    return ast.get_docstring(ast.parse(source)) or ""
 
 
 def _invalid_source(exc: SyntaxError | ValueError, path: str) -> InvalidParameters:

@@ -113,6 +113,16 @@ class Summary(BaseModel):
     total_sentences: int
 
 
+class Digest(BaseModel):
+    """Several texts read as one: a summary, keywords and counts, flat for a report table."""
+
+    summary: str
+    keywords: str
+    texts: int
+    words: int
+    sentences: int
+
+
 class TextAgent(Agent):
     """Text statistics, keywords and extractive summaries; deterministic, English stop words."""
 
@@ -173,6 +183,27 @@ class TextAgent(Agent):
             summary=" ".join(found[index] for index in chosen),
             sentences=chosen,
             total_sentences=len(found),
+        )
+
+
+    @skill
+    async def digest(
+        self,
+        texts: list[str],
+        sentences: Annotated[int, Field(ge=1)] = 3,
+        top: Annotated[int, Field(ge=1)] = 8,
+    ) -> Digest:
+        """Summarise several texts (one paragraph each) and name their keywords."""
+        present = [text.strip() for text in texts if text.strip()]
+        joined = "\n\n".join(present)
+        summary = await self.summarize(joined, sentences)
+        keywords = await self.keywords(joined, top)
+        return Digest(
+            summary=summary.summary,
+            keywords=", ".join(keyword.word for keyword in keywords),
+            texts=len(present),
+            words=len(split_words(joined)),
+            sentences=summary.total_sentences,
         )
 
 

@@ -24,6 +24,7 @@ from agentbus._metrics import Metrics
 from agentbus.agents import Agent, run_until_signalled
 from agentbus.agents.leader import Leader, Plan, PlanClient, PlanStatus, Progress
 from agentbus.bus import Bus
+from agentbus.cli._demo import demo_command
 from agentbus.cli._render import agents_table, aggregate_report
 from agentbus.envelopes import BROADCAST, EnvelopeError, decode, envelope_schema
 from agentbus.registry import Registry
@@ -31,7 +32,7 @@ from agentbus.registry import Registry
 __all__ = ["cli", "main"]
 
 P = ParamSpec("P")
-_SERVING_COMMANDS = frozenset({"run", "registry", "leader"})
+_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo"})
 _PLAN_EXIT = {PlanStatus.COMPLETED: 0, PlanStatus.PARTIAL: 1, PlanStatus.FAILED: 2}
 T = TypeVar("T")
 
@@ -317,6 +318,29 @@ def _first_error(exc: ValidationError) -> str:
     where = ".".join(str(part) for part in error["loc"])
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
+
+
+@cli.command()
+@click.argument(
+    "path",
+    required=False,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option("--keep", is_flag=True, help="Keep the team running afterwards, to explore.")
+@click.option(
+    "--code-instances", type=click.IntRange(1, 8), default=2, show_default=True,
+    help="Instances of the code agent.",
+)  # fmt: skip
+@click.pass_context
+def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int) -> None:
+    """Start a team of agents, analyse the Python tree at PATH, and print the report.
+
+    PATH defaults to agentbus's own source. The team (registry, leader, files, two
+    code, text and report agents) runs as separate processes on the broker and is
+    stopped at the end, also on Ctrl-C.
+    """
+    root = path if path is not None else Path(__file__).resolve().parents[1]
+    ctx.exit(demo_command(_settings(ctx), root, keep, code_instances))
 
 
 @cli.command()

@@ -1,0 +1,5 @@
+"""``python -m agentbus``: the command line."""
+
+from agentbus.cli import main
+
+main()

@@ -1,0 +1,296 @@
+"""The main job: a real team of agents analyses a source tree and reports on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import aio_pika
+import click
+
+from agentbus._broker import ensure_broker
+from agentbus._config import Settings, mask_url
+from agentbus._exceptions import AgentBusError
+from agentbus.agents.leader import Aggregate, Plan, PlanClient, Progress, Subtask
+from agentbus.bus import Bus, Topology
+from agentbus.cli._team import Team
+
+__all__ = ["run_demo"]
+
+_BASE_PORT: Final = 9464
+_READY_TIMEOUT: Final = 60.0
+_BUILTIN: Final = "agentbus.agents.builtin"
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ports(count: int) -> list[int | None]:
+    # The ports deploy/prometheus/prometheus.yml scrapes, when they are free.
+    wanted = list(range(_BASE_PORT, _BASE_PORT + count))
+    return [port if _free(port) else None for port in wanted]
+
+
+def _team(settings: Settings, root: Path, log_dir: Path, code_instances: int) -> Team:
+    team = Team(settings, log_dir, env={"AGENTBUS_FILES_ROOT": str(root)})
+    roles = [
+        ("registry", ["registry", "--heartbeat", "2"]),
+        ("leader", ["leader", "--heartbeat", "2"]),
+        ("files", ["run", f"{_BUILTIN}:FilesAgent", "--heartbeat", "2"]),
+        *(
+            (f"code-{n}", ["run", f"{_BUILTIN}:CodeAgent", "--heartbeat", "2"])
+            for n in range(1, code_instances + 1)
+        ),
+        ("text", ["run", f"{_BUILTIN}:TextAgent", "--heartbeat", "2"]),
+        ("report", ["run", f"{_BUILTIN}:ReportAgent", "--heartbeat", "2"]),
+    ]
+    for (agent_id, command), port in zip(roles, _ports(len(roles)), strict=True):
+        team.add(f"demo-{agent_id}", command, metrics_port=port)
+    return team
+
+
+async def _wait_ready(bus: Bus, team: Team, say: Callable[[str], None]) -> float:
+    started = time.monotonic()
+    expected = {member.agent_id for member in team.members}
+    known: set[str] = set()
+    async with asyncio.timeout(_READY_TIMEOUT):
+        while known != expected:
+            failed = team.failed()
+            if failed:
+                member = failed[0]
+                tail = (
+                    member.log_path.read_text(errors="replace")[-1500:] if member.log_path else ""
+                )
+                raise AgentBusError(f"{member.agent_id} exited while starting:\n{tail}")
+            with contextlib.suppress(AgentBusError):
+                reply = await bus.request("registry", "list_agents", timeout=2)
+                known = {agent["agent_id"] for agent in reply.result} & expected
+            if known != expected:
+                await asyncio.sleep(0.2)
+    return time.monotonic() - started
+
+
+class _Progress:
+    """Live progress: one updating line on a terminal, milestones otherwise."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._tty = sys.stderr.isatty()
+        self._reported = -1
+
+    def __call__(self, progress: Progress) -> None:
+        agent = f" on {progress.agent_id}" if progress.agent_id else ""
+        line = (
+            f"[{progress.done}/{progress.total}] {progress.subtask_id} {progress.transition}{agent}"
+        )
+        if progress.transition in ("failed", "retrying", "cancelled"):
+            error = (progress.error or {}).get("message", "")
+            self._finish_line()
+            click.echo(f"  {line}: {error}", err=True)
+        elif self._tty:
+            click.echo(f"\r\033[K  {line}", nl=False, err=True)
+        else:
+            decile = progress.done * 10 // max(progress.total, 1)
+            if decile != self._reported and progress.transition != "started":
+                self._reported = decile
+                click.echo(f"  {line}", err=True)
+
+    def _finish_line(self) -> None:
+        if self._tty:
+            click.echo("", err=True)
+
+    def done(self) -> None:
+        self._finish_line()
+        self._reported = -1
+
+
+def _analysis_plan(paths: list[str], title: str) -> Plan:
+    analyses = [
+        Subtask(
+            id=f"analyze-{n}",
+            skill="analyze_file",
+            parameters={"path": path},
+            critical=False,
+            retries=1,
+            timeout=60,
+        )
+        for n, path in enumerate(paths)
+    ]
+    ids = [subtask.id for subtask in analyses]
+    return Plan(
+        id=f"analyze-{secrets.token_hex(4)}",
+        description=f"analyse {len(paths)} Python files, summarise them, report",
+        max_parallel=16,
+        subtasks=[
+            *analyses,
+            Subtask(
+                id="summarise",
+                skill="digest",
+                depends_on=ids,
+                inputs={"texts": [f"{i}.docstring" for i in ids]},
+                parameters={"sentences": 3, "top": 8},
+            ),
+            Subtask(
+                id="report",
+                skill="code_report",
+                depends_on=[*ids, "summarise"],
+                inputs={"files": ids, "summary": "summarise"},
+                parameters={"title": title},
+            ),
+        ],
+    )
+
+
+def _timings(aggregates: list[Aggregate], ready: float, total: float) -> list[str]:
+    by_skill: dict[str, list[float]] = defaultdict(list)
+    agents: set[str] = set()
+    attempts = subtasks = 0
+    for aggregate in aggregates:
+        agents.update(aggregate.totals.agents_used)
+        attempts += aggregate.totals.attempts
+        subtasks += aggregate.totals.subtasks
+        for outcome in aggregate.subtasks:
+            if outcome.duration is not None:
+                by_skill[outcome.skill].append(outcome.duration)
+    lines = [
+        f"team ready in {ready:.2f}s; plans: "
+        + ", ".join(
+            f"{a.plan_id} {a.status.value} in {a.totals.wall_time:.2f}s" for a in aggregates
+        ),
+        f"{subtasks} subtasks, {attempts} attempts, on {len(agents)} agents: "
+        + ", ".join(sorted(agents)),
+    ]
+    for skill, durations in sorted(by_skill.items()):
+        mean = sum(durations) / len(durations)
+        lines.append(f"  {skill:<14} x{len(durations):<4} mean {mean * 1000:8.1f} ms")
+    lines.append(f"total {total:.2f}s")
+    return lines
+
+
+async def run_demo(
+    settings: Settings,
+    root: Path,
+    *,
+    keep: bool = False,
+    code_instances: int = 2,
+    say: Callable[[str], None] = click.echo,
+) -> int:
+    """Start the team, run the analysis of ``root``, print the report; return the exit status."""
+    begun = time.monotonic()
+    url = await asyncio.to_thread(ensure_broker, settings.url, say=say)
+    exchange = f"agentbus-demo-{secrets.token_hex(3)}"
+    settings = settings.model_copy(update={"url": url, "exchange": exchange})
+    log_dir = Path(tempfile.mkdtemp(prefix="agentbus-demo-"))
+    team = _team(settings, root, log_dir, code_instances)
+    say(f"broker {mask_url(url)}, exchange {exchange}; agent logs in {log_dir}")
+    client_id = f"demo-client-{secrets.token_hex(3)}"
+    team.start()
+    try:
+        async with Bus(settings, agent_id=client_id) as bus:
+            ready = await _wait_ready(bus, team, say)
+            say(f"team of {len(team.members)} agents ready: "
+                + ", ".join(m.agent_id for m in team.members))  # fmt: skip
+            client = PlanClient(bus)
+            progress = _Progress(say)
+            listing = await client.run(
+                Plan(
+                    id=f"list-{secrets.token_hex(4)}",
+                    description="list the Python files",
+                    subtasks=[Subtask(id="list", skill="list_files", parameters={})],
+                ),
+                on_progress=progress,
+            )
+            progress.done()
+            if listing.status.value != "completed":
+                say(f"listing failed: {listing.subtask('list').error}")
+                return 2
+            paths = [entry["path"] for entry in listing.subtask("list").result]
+            if not paths:
+                say(f"no Python files under {root}")
+                return 1
+            say(f"{len(paths)} Python files under {root}: analysing")
+            analysis = await client.run(
+                _analysis_plan(paths, f"Code report: {root.name}"),
+                on_progress=progress,
+                timeout=900,
+            )
+            progress.done()
+            report = analysis.subtask("report")
+            if report.result is not None:
+                say("")
+                say(report.result["markdown"])
+            failed = [o for o in analysis.subtasks if o.error is not None]
+            for outcome in failed[:10]:
+                say(f"{outcome.id}: {outcome.status.value}: {(outcome.error or {}).get('message')}")
+            for line in _timings([listing, analysis], ready, time.monotonic() - begun):
+                say(line)
+            if keep:
+                await _explore(team, settings, say)
+            return {"completed": 0, "partial": 1}.get(analysis.status.value, 2)
+    finally:
+        ended = await asyncio.to_thread(team.stop)
+        codes = ", ".join(f"{agent_id}={code}" for agent_id, code in ended)
+        say(f"team stopped ({codes})")
+        await _remove_topology(settings, [client_id, *(m.agent_id for m in team.members)])
+
+
+async def _remove_topology(settings: Settings, agent_ids: list[str]) -> None:
+    # The demo's exchange is its own: leave nothing of it on the broker.
+    topology = Topology(settings.exchange)
+    services = ("registry", "leader", "files", "code", "text", "report")
+    queues = [topology.dead_letter_queue]
+    queues += [topology.service_queue(service) for service in services]
+    queues += [topology.instance_queue(agent_id) for agent_id in agent_ids]
+    with contextlib.suppress(Exception):
+        connection = await aio_pika.connect(settings.url, timeout=10)
+        async with connection:
+            for name in queues:
+                channel = await connection.channel()
+                with contextlib.suppress(Exception):
+                    await channel.queue_delete(name)
+            for name in (topology.exchange, topology.dead_letter_exchange):
+                channel = await connection.channel()
+                with contextlib.suppress(Exception):
+                    await channel.exchange_delete(name)
+
+
+async def _explore(team: Team, settings: Settings, say: Callable[[str], None]) -> None:
+    ports = [f"{m.agent_id}:{m.metrics_port}" for m in team.members if m.metrics_port]
+    prefix = f"agentbus --exchange {settings.exchange}"
+    say("")
+    say("the team keeps running; try, in another terminal:")
+    say(f"  {prefix} agents")
+    say(f'  {prefix} request text keywords --params \'{{"text": "bees make honey"}}\'')
+    say(f"  {prefix} request demo-code-1 describe")
+    say(f"  metrics: {', '.join(ports)} (http://localhost:PORT/metrics)")
+    say("Ctrl-C stops the team.")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def demo_command(settings: Settings, path: Path, keep: bool, code_instances: int) -> int:
+    """Run the demo to its end; Ctrl-C stops the team cleanly."""
+    return asyncio.run(run_demo(settings, path.resolve(), keep=keep, code_instances=code_instances))

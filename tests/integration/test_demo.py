@@ -1,0 +1,129 @@
+"""The main job, as a user runs it: `agentbus demo PATH` prints a report and leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+AGENTBUS = Path(sys.executable).with_name("agentbus")
+
+TREE = {
+    "simple.py": '"""Simple helpers for bees."""\n\ndef add(a, b):\n    return a + b\n',
+    "pkg/branchy.py": (
+        '"""Branchy code that counts honey."""\n\n\ndef judge(n):\n'
+        + "".join(f"    if n == {i}:\n        return {i}\n" for i in range(12))
+        + "    return -1\n"
+    ),
+    "pkg/__init__.py": "",
+}
+
+
+def make_tree(root: Path) -> Path:
+    for name, text in TREE.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def processes_of(exchange: str) -> list[int]:
+    """Pids of live processes started for this demo's exchange (from their environment)."""
+    found = []
+    needle = f"AGENTBUS_EXCHANGE={exchange}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def demo_env(broker_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
+    env["AGENTBUS_URL"] = broker_url
+    return env
+
+
+def test_demo_prints_the_report_and_stops_every_process(tmp_path: Path, broker_url: str) -> None:
+    """The report has the tree's real figures; all 7 agents exit 0; no process is left."""
+    root = make_tree(tmp_path / "tree")
+
+    done = subprocess.run(
+        [str(AGENTBUS), "demo", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=demo_env(broker_url),
+    )
+
+    out = done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# Code report: tree" in out
+    assert "| Files | 3 |" in out
+    assert "`judge`" in out  # complexity 13: a hotspot
+    assert re.search(r"\| `judge` \| `pkg/branchy\.py:4` \| 13 \|", out)
+    assert "Simple helpers for bees." in out or "Branchy code that counts honey." in out
+    stopped = re.search(r"team stopped \((.*)\)", out)
+    assert stopped is not None
+    codes = dict(item.split("=") for item in stopped.group(1).split(", "))
+    assert len(codes) == 7
+    assert set(codes.values()) == {"0"}
+    exchange = re.search(r"exchange (agentbus-demo-\w+)", out)
+    assert exchange is not None
+    assert processes_of(exchange.group(1)) == []
+
+
+def test_ctrl_c_stops_a_kept_team_cleanly(tmp_path: Path, broker_url: str) -> None:
+    """With --keep the team stays up; Ctrl-C (SIGINT) then stops every process."""
+    root = make_tree(tmp_path / "tree")
+    log = tmp_path / "demo.out"
+    with log.open("w") as out:
+        demo = subprocess.Popen(
+            [str(AGENTBUS), "demo", str(root), "--keep"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=demo_env(broker_url),
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while "Ctrl-C stops the team" not in log.read_text():
+            assert demo.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        exchange = re.search(r"exchange (agentbus-demo-\w+)", log.read_text())
+        assert exchange is not None
+        assert len(processes_of(exchange.group(1))) == 7
+
+        demo.send_signal(signal.SIGINT)
+        status = demo.wait(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+
+    text = log.read_text()
+    assert status == 0, text
+    assert "team stopped (" in text
+    assert processes_of(exchange.group(1)) == []
+
+
+@pytest.mark.parametrize("bad", ["no-such-dir"])
+def test_demo_refuses_a_missing_path_in_one_line(tmp_path: Path, bad: str) -> None:
+    """A path that is not a directory is a usage error, not a traceback."""
+    done = subprocess.run(
+        [str(AGENTBUS), "demo", str(tmp_path / bad)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -15,6 +15,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agentbus.envelopes import ErrorCode
+
 if TYPE_CHECKING:
     from agentbus.bus._base import BaseBus
 
@@ -23,6 +25,7 @@ __all__ = ["Metrics"]
 _LATENCY_BUCKETS: Final = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 )  # fmt: skip
+_KNOWN_OUTCOMES: Final = frozenset({"success", *ErrorCode})
 _PLAN_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -94,11 +97,13 @@ class Metrics:
 
     def observe_request(self, action: str, outcome: str, seconds: float) -> None:
         """Record one request this process sent."""
-        self.request_duration.labels(action, outcome).observe(seconds)
+        self.request_duration.labels(action, _code(outcome)).observe(seconds)
 
     def observe_handler(self, action: str, outcome: str, seconds: float) -> None:
         """Record one request this process served."""
-        self.handler_duration.labels(action, outcome).observe(seconds)
+        if outcome == ErrorCode.UNKNOWN_ACTION:
+            action = "unknown"  # any client can send any action: keep the label set bounded
+        self.handler_duration.labels(action, _code(outcome)).observe(seconds)
 
     def set_agents(
         self, online: Iterable[tuple[str, str]], loads: Iterable[tuple[str, str, int]]
@@ -119,6 +124,11 @@ class Metrics:
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` over HTTP on ``port`` in a background thread."""
         start_http_server(port, addr=addr, registry=self.registry)
+
+
+def _code(outcome: str) -> str:
+    # Error codes from other agents are free text: unknown ones share one label value.
+    return outcome if outcome in _KNOWN_OUTCOMES else "other"
 
 
 def _replace(gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
@@ -179,8 +189,11 @@ class _BusCollector(Collector):
                 consumed.add_metric([agent, message_type, outcome], count)
             for code, count in stats.errors_sent.items():
                 errors.add_metric([agent, code, "sent"], count)
+            received: dict[str, float] = {}
             for code, count in stats.errors_received.items():
-                errors.add_metric([agent, code, "received"], count)
+                received[_code(code)] = received.get(_code(code), 0) + count
+            for code, total in received.items():
+                errors.add_metric([agent, code, "received"], total)
             for name, family in families.items():
                 family.add_metric([agent], getattr(stats, name))
             in_flight.add_metric([agent], bus.in_flight)

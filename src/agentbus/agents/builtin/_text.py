@@ -185,7 +185,6 @@ class TextAgent(Agent):
             total_sentences=len(found),
         )
 
-
     @skill
     async def digest(
         self,

@@ -1,14 +1,17 @@
-"""Fixtures for the integration tier: isolated buses, raw AMQP access, forced disconnects."""
+"""Fixtures for the integration tier: isolated buses, raw AMQP access, agent processes."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aio_pika
 import pytest
-from helpers import BusFactory, delete_topology
+from helpers import BusFactory, delete_topology, queues_with_prefix
+from processes import Processes
 
 import agentbus
 from agentbus import Bus, Settings
@@ -46,6 +49,24 @@ async def make_bus(broker_url: str, exchange_name: str) -> AsyncIterator[BusFact
     for bus in buses:
         await bus.aclose()
     await _delete_topology(broker_url, Topology(exchange_name), buses)
+
+
+@pytest.fixture
+async def procs(
+    broker_url: str, exchange_name: str, tmp_path: Path, make_bus: BusFactory
+) -> AsyncIterator[Processes]:
+    """Start processes on this test's exchange; stop every one and delete the topology after."""
+    processes = Processes(broker_url, exchange_name, tmp_path, make_bus)
+    try:
+        yield processes
+    finally:
+        await asyncio.to_thread(processes.stop_all)
+        processes.report()
+        for bus in processes.clients:
+            await bus.aclose()
+        # Also what no test can name: the queues of one-shot CLI clients (client-<random>).
+        found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{exchange_name}.")
+        await delete_topology(broker_url, exchange_name, processes.queues() | set(found))
 
 
 async def _delete_topology(url: str, topology: Topology, buses: list[Bus]) -> None:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import structlog
 
 from agentbus import Agent, skill
+from agentbus.agents import current_request
+
+_log = structlog.get_logger("sample_agents")
 
 
 class Alpha(Agent):
@@ -31,3 +37,69 @@ class Beta(Agent):
     async def shout(self, text: str) -> str:
         """Return ``text`` in capitals."""
         return text.upper()
+
+
+class Writer(Agent):
+    name = "writer"
+    description = "Outlines a topic, drafts text from sections, summarises text"
+
+    @skill
+    async def outline(self, topic: str) -> dict[str, Any]:
+        """Return a title and three section headings for ``topic``."""
+        return {"title": topic.title(), "sections": [f"{topic} {n}" for n in range(3)]}
+
+    @skill
+    async def draft(self, sections: list[str]) -> str:
+        """Return one sentence per section."""
+        return " ".join(f"{section}." for section in sections)
+
+    @skill
+    async def summary(self, text: str) -> dict[str, Any]:
+        """Return the word count and the first sentence of ``text``."""
+        return {"words": len(text.split()), "first": text.split(".")[0]}
+
+
+class Worker(Agent):
+    name = "worker"
+    description = "Squares and sums numbers; fails or hangs on request"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hanging = asyncio.Event()
+
+    @skill
+    async def square(self, n: int, delay: float = 0.0) -> int:
+        """Return ``n`` squared, after ``delay`` seconds of work."""
+        if delay:
+            await asyncio.sleep(delay)
+        return n * n
+
+    @skill
+    async def total(self, values: list[int]) -> int:
+        """Return the sum of ``values``."""
+        return sum(values)
+
+    @skill
+    async def fail(self, why: str = "broken", after_hang: bool = False) -> None:
+        """Raise ``ValueError(why)``; with ``after_hang``, once a ``hang`` here has started."""
+        if after_hang:
+            await asyncio.wait_for(self._hanging.wait(), timeout=30)
+        raise ValueError(why)
+
+    @skill
+    async def hang(self) -> str:
+        """Wait until cancelled, logging "hang started" and "hang cancelled"."""
+        log = _log.bind(agent_id=self.id, subtask_id=_subtask_id())
+        log.info("hang started")
+        self._hanging.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            log.info("hang cancelled")
+            raise
+        return "never"
+
+
+def _subtask_id() -> Any:
+    """The leader's ``subtask_id`` in the metadata of the request being served, if any."""
+    return (current_request().metadata.model_extra or {}).get("subtask_id")

@@ -285,22 +285,35 @@ async def plan_run(
 ) -> None:
     """Run the plan in FILE on a leader, showing live progress; print the aggregate.
 
-    The exit status is 0 when the plan completed, 1 when it was partial, 2 when it failed.
+    The exit status is 0 when the plan completed, 1 when it was partial, 2 when it failed,
+    and 3 when it could not run (an invalid plan, no leader, no broker).
     """
-    document = _load_json(file if file == "-" else f"@{file}", "the plan")
     try:
+        document = _load_json(file if file == "-" else f"@{file}", "the plan")
         parsed = Plan.model_validate(document)
+    except click.BadParameter as exc:
+        raise _CouldNotRun(exc.message) from exc
     except ValidationError as exc:
-        raise click.BadParameter(f"invalid plan: {_first_error(exc)}") from exc
-    async with Bus(_settings(ctx)) as bus:
-        client = PlanClient(bus, leader=leader_service)
-        progress = None if quiet else _show_progress
-        aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
+        raise _CouldNotRun(f"invalid plan: {_first_error(exc)}") from exc
+    try:
+        async with Bus(_settings(ctx)) as bus:
+            client = PlanClient(bus, leader=leader_service)
+            progress = None if quiet else _show_progress
+            aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
+    except AgentBusError as exc:
+        raise _CouldNotRun(str(exc)) from exc
     if as_json:
         _print_json(aggregate.model_dump(mode="json"))
     else:
         click.echo(aggregate_report(aggregate))
     ctx.exit(_PLAN_EXIT[aggregate.status])
+
+
+class _CouldNotRun(click.ClickException):
+    exit_code = 3
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"agentbus: error: {self.message}", err=True)
 
 
 def _show_progress(progress: Progress) -> None:

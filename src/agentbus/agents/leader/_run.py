@@ -149,8 +149,10 @@ class PlanRunner:
                     await self._cancel(running, reason=stopped)
                     running.clear()
                     break
-                for task in done:
-                    subtask_id = running.pop(task)
+                # Take every finished task out first: a critical failure below clears
+                # ``running``, and the others that finished with it must still be handled.
+                finished = [running.pop(task) for task in done]
+                for subtask_id in finished:
                     outcome = self._outcomes[subtask_id]
                     if outcome.status is SubtaskStatus.SUCCEEDED:
                         for child in dependents[subtask_id]:
@@ -296,6 +298,8 @@ class PlanRunner:
             holder = notice.sender_id
             if attempt.holder is not None and attempt.holder != holder:
                 outcome.attempts += 1  # the broker redelivered it to another instance
+                # The old holder no longer has it: its agent_offline must not move it on.
+                self._held_by.get(attempt.holder, set()).discard(request.message_id)
             attempt.holder = holder
             tried.add(holder)
             _add(outcome.agents, holder)

@@ -54,6 +54,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def host_busy_seconds() -> float:
+    """CPU time all cores of the host spent busy (not idle nor iowait), from /proc/stat."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
+
+
 @dataclass(slots=True)
 class SimAgent:
     id: str
@@ -182,7 +188,7 @@ async def bench(
     agents = make_agents(args.agents, interval, run)
     ids = {agent.id for agent in agents}
     online: dict[str, float] = {}
-    offline: dict[str, float] = {}
+    offline: dict[str, tuple[float, float]] = {}  # agent id: (emitted, received)
 
     async def on_online(event: EventEnvelope) -> None:
         if event.sender_id == registry_id:
@@ -191,7 +197,8 @@ async def bench(
     async def on_offline(event: EventEnvelope) -> None:
         data = event.payload.event_data
         if event.sender_id == registry_id and data.get("reason") == "timeout":
-            offline.setdefault(str(data.get("agent_id")), time.time())
+            sent = event.timestamp.timestamp()
+            offline.setdefault(str(data.get("agent_id")), (sent, time.time()))
 
     settings = Settings(url=args.url, exchange=args.exchange)
     async with (
@@ -213,8 +220,10 @@ async def bench(
 
             generator.max_lag = 0.0
             cpu0, wall0, sent0 = cpu_seconds(proc.pid), time.monotonic(), generator.sent
+            host0, own0 = host_busy_seconds(), time.process_time()
             await asyncio.sleep(args.duration)
             cpu1, wall1, sent1 = cpu_seconds(proc.pid), time.monotonic(), generator.sent
+            host1, own1 = host_busy_seconds(), time.process_time()
             probe = await connection.channel()
             queue = await probe.declare_queue(
                 f"{args.exchange}.instance.{registry_id}", passive=True
@@ -227,25 +236,29 @@ async def bench(
                 "registry_cpu_cores": (cpu1 - cpu0) / (wall1 - wall0),
                 "cpu_per_heartbeat_us": (cpu1 - cpu0) / beats * 1e6,
                 "registry_backlog": queue.declaration_result.message_count,
+                "generator_cpu_cores": (own1 - own0) / (wall1 - wall0),
+                "host_busy_cores": (host1 - host0) / (wall1 - wall0),
+                "host_cores": os.cpu_count(),
                 "known_agents": await count_known(bus, registry_id, ids),
             }
 
             victims = range(0, args.agents, max(args.agents // args.kill, 1))[: args.kill]
             generator.silenced.update(victims)
-            victim_ids = {agents[i].id for i in victims}
+            victim_agents = [agents[i] for i in victims]
+            victim_ids = {agent.id for agent in victim_agents}
             await wait_for(lambda: victim_ids <= offline.keys(), 2 * MISSED * interval + 5)
             await asyncio.sleep(interval)  # a last chance for false alarms to show
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        latencies = sorted(
-            offline[agents[i].id] - agents[i].last_sent for i in victims if agents[i].id in offline
-        )
+        gone = [(*offline[a.id], a.last_sent) for a in victim_agents if a.id in offline]
+        latencies = sorted(emitted - last for emitted, _, last in gone)
         figures |= {
             "killed": len(victim_ids),
             "detected": len(latencies),
-            "false_offline": len(offline.keys() - victim_ids),
+            "false_offline": sorted(offline.keys() - victim_ids),
+            "detect_max_received_s": max((got - last for _, got, last in gone), default=None),
             "detect_min_s": latencies[0] if latencies else None,
             "detect_p50_s": statistics.median(latencies) if latencies else None,
             "detect_max_s": latencies[-1] if latencies else None,
@@ -279,12 +292,16 @@ def report(f: dict[str, Any]) -> None:
         ("CPU target", f"< {CPU_TARGET} core: {pass_cpu}"),
         ("CPU per heartbeat", f"{f['cpu_per_heartbeat_us']:.0f} µs"),
         ("registry backlog", f"{f['registry_backlog']} messages at window end"),
+        ("host busy", f"{f['host_busy_cores']:.2f} of {f['host_cores']} cores "
+         f"(generator + client {f['generator_cpu_cores']:.2f})"),
         ("known agents", f"{f['known_agents']} / {f['agents']}"),
         ("time to know all", "-" if know is None else f"{know:.3f} s"),
-        ("offline detected", f"{f['detected']} / {f['killed']}, false {f['false_offline']}"),
+        ("offline detected", f"{f['detected']} / {f['killed']}, false alarms: "
+         + (", ".join(f["false_offline"]) or "none")),
         ("detection min", seconds(f["detect_min_s"])),
         ("detection p50", seconds(f["detect_p50_s"])),
         ("detection max", seconds(f["detect_max_s"])),
+        ("  as received", seconds(f["detect_max_received_s"])),
         ("detection target", f"{MISSED} intervals to {f['detect_target_s']:.3f} s: "
          + verdict(f["detect_target_pass"])),
     ]  # fmt: skip

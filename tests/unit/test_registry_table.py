@@ -149,3 +149,15 @@ def test_next_sweep_is_due_when_the_earliest_agent_could_go_offline() -> None:
     assert abs(table.next_sweep_in() - 0.3) < 1e-9
     clock.now += 10
     assert table.next_sweep_in() == 0.05
+
+
+def test_the_registry_never_sweeps_itself_offline() -> None:
+    """An agent named alive stays online however late its own beats are."""
+    clock = FakeClock()
+    table = LivenessTable(missed=3, clock=clock)
+    table.observe(beat("registry-1", interval=1.0))
+    table.observe(beat("other", interval=1.0))
+    clock.now += 10
+    gone = table.sweep(alive="registry-1")
+    assert [record.agent_id for record in gone] == ["other"]
+    assert [info.agent_id for info in table.query()] == ["registry-1"]

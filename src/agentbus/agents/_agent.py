@@ -261,8 +261,15 @@ class Agent:
         )
 
     async def _beat_forever(self) -> None:
+        # A fixed rate (start + k * interval): waiting for each confirm must not stretch it.
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            due += self.heartbeat_interval
+            now = loop.time()
+            if due < now:  # fell behind (a stalled loop, a reconnect): beat now, then on time
+                due = now
+            await asyncio.sleep(due - now)
             try:
                 await self.beat()
             except AgentBusError as exc:

@@ -137,7 +137,7 @@ class Registry(Agent):
                 async with asyncio.timeout(self.table.next_sweep_in()):
                     await self._wake.wait()
             self._wake.clear()
-            for record in self.table.sweep():
+            for record in self.table.sweep(alive=self.id):
                 await self._announce_transition(AGENT_OFFLINE, record, reason="timeout")
             self._export_metrics()
 

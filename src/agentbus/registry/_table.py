@@ -156,12 +156,19 @@ class LivenessTable:
         record.online = False
         return record
 
-    def sweep(self) -> list[Record]:
-        """Mark agents whose beats stopped offline; return those that just went."""
+    def sweep(self, *, alive: str | None = None) -> list[Record]:
+        """Mark agents whose beats stopped offline; return those that just went.
+
+        ``alive`` is an agent known to be alive whatever its beats say: the registry
+        itself, whose own beats wait in the same queue as everyone's.
+        """
         now = self._clock()
         gone: list[Record] = []
         forget: list[str] = []
         for record in self._records.values():
+            if record.agent_id == alive:
+                record.last_seen = now
+                continue
             silent = now - record.last_seen
             if record.online and silent > self.missed * record.interval:
                 record.online = False

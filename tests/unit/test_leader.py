@@ -352,7 +352,7 @@ async def test_agent_offline_moves_its_subtask_on_at_once(team: tuple[MemoryBrok
     plan = {"subtasks": [{"id": "w", "skill": "wait_gate", "timeout": 60, "retries": 1}]}
     progress = Recorder()
     running = asyncio.create_task(run(broker, plan, progress))
-    await progress.wait_for("started")
+    await progress.wait_for("running")
     healthy = await start(Worker, "worker-healthy")
 
     await frozen.bus.emit(AGENT_OFFLINE, {"agent_id": "worker-frozen", "service": "worker"})

@@ -30,10 +30,12 @@ from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.bus import Bus, Transport
 from agentbus.envelopes import RequestEnvelope, ResponseStatus, is_valid_id, utcnow
 
-__all__ = ["NOTIFY_START", "Agent", "current_request"]
+__all__ = ["NOTIFY_START", "NOTIFY_START_AFTER", "Agent", "current_request"]
 
 NOTIFY_START: Final = "notify_start"
-"""Request metadata key: ``true`` asks the agent for an ``in_progress`` response on start."""
+"""Request metadata key: ``true`` asks for an ``in_progress`` response once work has begun."""
+NOTIFY_START_AFTER: Final = 0.2
+"""Seconds a skill runs before the agent sends the ``in_progress`` notice."""
 
 _BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE})
 _HEARTBEAT_TTL_INTERVALS: Final = 3
@@ -289,8 +291,6 @@ class Agent:
             )
         arguments = spec.bind(request.payload.parameters)
         async with self._slots:
-            if (request.metadata.model_extra or {}).get(NOTIFY_START) is True:
-                await self._notify_start(request)
             token = _current_request.set(request)
             try:
                 task = asyncio.create_task(spec.method(self, **arguments))
@@ -298,6 +298,9 @@ class Agent:
                 _current_request.reset(token)
             work = _Work(action=action, task=task)
             self._work[request.message_id] = work
+            notice = None
+            if (request.metadata.model_extra or {}).get(NOTIFY_START) is True:
+                notice = asyncio.create_task(self._notify_start(request, task))
             try:
                 result = await task
             except asyncio.CancelledError:
@@ -307,11 +310,17 @@ class Agent:
                 raise
             finally:
                 self._work.pop(request.message_id, None)
+                if notice is not None and not notice.done():
+                    notice.cancel()
         return spec.dump(result)
 
-    async def _notify_start(self, request: RequestEnvelope) -> None:
+    async def _notify_start(self, request: RequestEnvelope, work: asyncio.Task[Any]) -> None:
         # Tells the requester which instance holds the work, so it can move the work on
-        # at once if this instance is reported offline.
+        # at once if this instance is reported offline. Only work still running after a
+        # moment is worth a message: quick answers say who did them themselves.
+        await asyncio.sleep(NOTIFY_START_AFTER)
+        if work.done():
+            return
         started = request.response(
             {"agent_id": self.id, "state": "started"},
             sender_id=self.id,

@@ -8,17 +8,35 @@ consumers, prefetch, acks, requeues, TTLs and dead letters; ``MemoryBus`` is a
     async with MemoryBus(broker) as server, MemoryBus(broker) as client:
         await server.serve(handler, service="echo")
         reply = await client.request("echo", "say", {"text": "hi"}, timeout=1)
+
+For chaos tests on a real broker: ``PrivateBroker`` (a RabbitMQ node of the test's own,
+to kill and restart), ``ChaosProxy`` (a TCP proxy that stalls, cuts, slows or refuses)
+and ``AgentLauncher`` (agents as OS processes, to SIGKILL, SIGTERM or SIGSTOP). The
+pytest plugin ``agentbus.testing.pytest_plugin`` offers them as the fixtures
+``private_broker``, ``chaos_proxy`` and ``agent_process``.
 """
 
 from typing import TYPE_CHECKING
 
 from agentbus.testing._broker import DEFAULT_EXCHANGE, MemoryBroker
+from agentbus.testing._chaos_broker import (
+    BrokerState,
+    PrivateBroker,
+    PrivateBrokerError,
+    find_rabbitmq,
+)
 from agentbus.testing._consumer import ConsumerState, MemoryConsumer, MemoryDelivery
 from agentbus.testing._memory import MemoryBus
 from agentbus.testing._message import DeadLetter, DeadLetterReason, MemoryMessage
+from agentbus.testing._processes import AgentLauncher, AgentProcess
+from agentbus.testing._proxy import ChaosProxy, ProxyState
 
 __all__ = [
     "DEFAULT_EXCHANGE",
+    "AgentLauncher",
+    "AgentProcess",
+    "BrokerState",
+    "ChaosProxy",
     "ConsumerState",
     "DeadLetter",
     "DeadLetterReason",
@@ -27,6 +45,10 @@ __all__ = [
     "MemoryConsumer",
     "MemoryDelivery",
     "MemoryMessage",
+    "PrivateBroker",
+    "PrivateBrokerError",
+    "ProxyState",
+    "find_rabbitmq",
 ]
 
 if TYPE_CHECKING:  # mypy proves the in-memory bus satisfies the transport seam.

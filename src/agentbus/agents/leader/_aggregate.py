@@ -13,6 +13,7 @@ __all__ = [
     "Aggregate",
     "PlanStatus",
     "Progress",
+    "ProgressReport",
     "SubtaskOutcome",
     "SubtaskStatus",
     "Totals",
@@ -89,7 +90,7 @@ class Aggregate(BaseModel):
 
 
 class Progress(BaseModel):
-    """The ``event_data`` of a ``plan_progress`` event: one subtask transition."""
+    """One subtask transition; ``plan_progress`` events carry them in order."""
 
     plan_id: str
     subtask_id: str
@@ -100,3 +101,12 @@ class Progress(BaseModel):
     error: dict[str, Any] | None = None
     done: int
     total: int
+
+
+class ProgressReport(BaseModel):
+    """The ``event_data`` of a ``plan_progress`` event: the plan's latest transitions, in order."""
+
+    plan_id: str
+    done: int
+    total: int
+    transitions: list[Progress]

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentbus._exceptions import AgentBusError
-from agentbus.agents.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress
+from agentbus.agents.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
 from agentbus.agents.leader._plan import Plan
 from agentbus.bus import Transport
 from agentbus.envelopes import EventEnvelope
@@ -63,9 +63,11 @@ class PlanClient:
     async def _on_event(self, event: EventEnvelope) -> None:
         if event.payload.event_name != PLAN_PROGRESS:
             return
-        progress = Progress.model_validate(event.payload.event_data)
-        callback = self._callbacks.get(progress.plan_id)
-        if callback is not None:
+        report = ProgressReport.model_validate(event.payload.event_data)
+        callback = self._callbacks.get(report.plan_id)
+        if callback is None:
+            return
+        for progress in report.transitions:
             result = callback(progress)
             if result is not None:
                 await result

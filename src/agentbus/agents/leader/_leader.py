@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any
 
 import structlog
 
 from agentbus.agents._agent import Agent, current_request
 from agentbus.agents._heartbeat import AGENT_OFFLINE
 from agentbus.agents._skills import skill
-from agentbus.agents.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress
+from agentbus.agents.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
 from agentbus.agents.leader._directory import SkillDirectory
 from agentbus.agents.leader._plan import Plan
 from agentbus.agents.leader._run import PlanRunner, ProgressSink
 from agentbus.envelopes import BROADCAST, EventEnvelope
 
 __all__ = ["Leader"]
-
-_PROGRESS_WINDOW: Final = 64
 
 
 class Leader(Agent):
@@ -37,7 +35,6 @@ class Leader(Agent):
         self._registry = registry
         self._runners: set[PlanRunner] = set()
         self._directory: SkillDirectory | None = None
-        self._progress_slots = asyncio.Semaphore(_PROGRESS_WINDOW)
 
     async def on_start(self) -> None:
         self._directory = SkillDirectory(self.bus, registry=self._registry)
@@ -76,12 +73,20 @@ class Leader(Agent):
                 runner.agent_offline(agent_id)
 
     def _sink_for(self, requester: str) -> ProgressSink:
-        async def publish(progress: Progress) -> None:
-            data = progress.model_dump(mode="json", exclude_none=True)
-            for receiver in (requester, BROADCAST):
-                await self.bus.emit(
-                    PLAN_PROGRESS, data, receiver=receiver, persistent=False, mandatory=False
+        async def publish(batch: list[Progress]) -> None:
+            last = batch[-1]
+            report = ProgressReport(
+                plan_id=last.plan_id, done=last.done, total=last.total, transitions=batch
+            )
+            data = report.model_dump(mode="json", exclude_none=True)
+            await asyncio.gather(
+                *(
+                    self.bus.emit(
+                        PLAN_PROGRESS, data, receiver=receiver, persistent=False, mandatory=False
+                    )
+                    for receiver in (requester, BROADCAST)
                 )
+            )
 
         return publish
 

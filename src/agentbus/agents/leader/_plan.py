@@ -63,7 +63,8 @@ class Plan(BaseModel):
                 raise ValueError(f"duplicate subtask id {subtask.id!r}")
             ids.add(subtask.id)
         for subtask in self.subtasks:
-            for dependency in subtask.depends_on:
+            depends_on = set(subtask.depends_on)  # a fan-in of thousands: no list scans
+            for dependency in depends_on:
                 if dependency not in ids:
                     raise ValueError(
                         f"subtask {subtask.id!r} depends on unknown subtask {dependency!r}"
@@ -73,7 +74,7 @@ class Plan(BaseModel):
             for parameter, references in subtask.inputs.items():
                 for reference in _as_list(references):
                     source = reference.split(".", 1)[0]
-                    if source not in subtask.depends_on:
+                    if source not in depends_on:
                         raise ValueError(
                             f"subtask {subtask.id!r} input {parameter!r} refers to {source!r}, "
                             "which it does not depend on"
@@ -99,7 +100,7 @@ class Plan(BaseModel):
         """Return, for each subtask id, the ids of the subtasks that depend on it."""
         found: dict[str, list[str]] = {subtask.id: [] for subtask in self.subtasks}
         for subtask in self.subtasks:
-            for dependency in subtask.depends_on:
+            for dependency in dict.fromkeys(subtask.depends_on):
                 found[dependency].append(subtask.id)
         return found
 

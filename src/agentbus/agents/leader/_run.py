@@ -38,7 +38,11 @@ from agentbus.envelopes import (
 
 __all__ = ["PlanRunner", "ProgressSink"]
 
-ProgressSink = Callable[[Progress], Awaitable[None]]
+ProgressSink = Callable[[list[Progress]], Awaitable[None]]
+"""Receives the transitions of a plan, in order, a batch at a time."""
+
+_PROGRESS_INTERVAL: Final = 0.1
+_PROGRESS_BATCH: Final = 256
 
 # Errors that another try cannot mend.
 _FINAL_CODES: Final = frozenset(
@@ -102,7 +106,9 @@ class PlanRunner:
         self._held_by: dict[str, set[str]] = {}
         self._deadline: datetime | None = None
         self._done = 0
-        self._events: asyncio.Queue[Progress | None] = asyncio.Queue()
+        self._progress: list[Progress] = []
+        self._progress_wake = asyncio.Event()
+        self._finished = False
         self._log = _log.bind(plan_id=plan.id)
 
     def agent_offline(self, agent_id: str) -> None:
@@ -122,7 +128,8 @@ class PlanRunner:
         try:
             error = await self._schedule()
         finally:
-            await self._events.put(None)
+            self._finished = True
+            self._progress_wake.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await publisher
         return self._aggregate(started_at, time.monotonic() - started, error)
@@ -130,34 +137,40 @@ class PlanRunner:
     async def _schedule(self) -> str | None:
         plan = self.plan
         dependents = plan.dependents()
-        waiting = {s.id: set(s.depends_on) for s in plan.subtasks}
+        waiting = {s.id: len(set(s.depends_on)) for s in plan.subtasks}
         ready = deque(s.id for s in plan.subtasks if not s.depends_on)
         running: dict[asyncio.Task[None], str] = {}
+        # Finished tasks arrive here: no scan over everything running at each completion.
+        finished: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
         stopped: str | None = None
         try:
             while ready or running:
                 while ready and len(running) < plan.max_parallel and stopped is None:
                     subtask = self._by_id[ready.popleft()]
-                    running[asyncio.create_task(self._execute(subtask))] = subtask.id
+                    task = asyncio.create_task(self._execute(subtask))
+                    task.add_done_callback(finished.put_nowait)
+                    running[task] = subtask.id
                 if not running:
                     break
-                done, _ = await asyncio.wait(
-                    running, timeout=self._seconds_left(), return_when=asyncio.FIRST_COMPLETED
-                )
-                if not done:  # the plan's deadline passed with work still running
+                try:
+                    async with asyncio.timeout(self._seconds_left()):
+                        done = [await finished.get()]
+                except TimeoutError:  # the plan's deadline passed with work still running
                     stopped = "the plan's deadline passed"
                     await self._cancel(running, reason=stopped)
                     running.clear()
                     break
+                while not finished.empty():
+                    done.append(finished.get_nowait())
                 # Take every finished task out first: a critical failure below clears
                 # ``running``, and the others that finished with it must still be handled.
-                finished = [running.pop(task) for task in done]
-                for subtask_id in finished:
+                ended = [running.pop(task) for task in done if task in running]
+                for subtask_id in ended:
                     outcome = self._outcomes[subtask_id]
                     if outcome.status is SubtaskStatus.SUCCEEDED:
                         for child in dependents[subtask_id]:
-                            waiting[child].discard(subtask_id)
-                            if not waiting[child] and stopped is None:
+                            waiting[child] -= 1
+                            if waiting[child] == 0 and stopped is None:
                                 ready.append(child)
                     elif self._by_id[subtask_id].critical:
                         if stopped is None:
@@ -236,6 +249,7 @@ class PlanRunner:
             return
         outcome.status = SubtaskStatus.RUNNING
         outcome.started_at = utcnow()
+        self._emit_nowait(outcome, "started")
         tried: set[str] = set()
         while True:
             outcome.attempts += 1
@@ -304,7 +318,7 @@ class PlanRunner:
             tried.add(holder)
             _add(outcome.agents, holder)
             self._held_by.setdefault(holder, set()).add(request.message_id)
-            self._emit_nowait(outcome, "started", agent_id=holder)
+            self._emit_nowait(outcome, "running", agent_id=holder)
 
         sending = asyncio.ensure_future(
             self._bus.send_request(request, timeout=timeout, on_progress=on_start)
@@ -322,8 +336,8 @@ class PlanRunner:
                 return None, {"code": code, "message": message}, True
             return sending.result(), None, False
         except RemoteError as exc:
-            if exc.envelope.sender_id:
-                tried.add(exc.envelope.sender_id)
+            tried.add(exc.envelope.sender_id)
+            _add(outcome.agents, exc.envelope.sender_id)
             error = {"code": exc.code, "message": exc.message, "details": exc.details}
             return None, error, False
         except AgentBusError as exc:
@@ -391,7 +405,7 @@ class PlanRunner:
     ) -> None:
         if self._sink is None:
             return
-        self._events.put_nowait(
+        self._progress.append(
             Progress(
                 plan_id=self.plan.id,
                 subtask_id=outcome.id,
@@ -404,16 +418,26 @@ class PlanRunner:
                 total=len(self._outcomes),
             )
         )
+        if len(self._progress) >= _PROGRESS_BATCH:
+            self._progress_wake.set()
 
     async def _publish_progress(self) -> None:
-        # Progress goes out in order, off the scheduler's path.
-        while (event := await self._events.get()) is not None:
-            if self._sink is None:
-                continue
-            try:
-                await self._sink(event)
-            except Exception:
-                self._log.exception("progress event not sent", subtask_id=event.subtask_id)
+        # Transitions go out in order, in batches (one event per interval or per full
+        # batch), off the scheduler's path; the last batch before the aggregate.
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_PROGRESS_INTERVAL):
+                    await self._progress_wake.wait()
+            self._progress_wake.clear()
+            finished = self._finished
+            batch, self._progress = self._progress, []
+            if batch and self._sink is not None:
+                try:
+                    await self._sink(batch)
+                except Exception:
+                    self._log.exception("progress not sent", transitions=len(batch))
+            if finished and not self._progress:
+                return
 
     def _aggregate(self, started_at: datetime, wall_time: float, error: str | None) -> Aggregate:
         outcomes = list(self._outcomes.values())

@@ -1,0 +1,23 @@
+"""Trivial agents for bench_leader.py: ``agentbus run _bench_agents:Echo`` (PYTHONPATH=bench)."""
+
+from __future__ import annotations
+
+from agentbus import Agent, skill
+
+
+class Echo(Agent):
+    """Does no work at all, so a benchmark measures the plumbing around it."""
+
+    name = "echo"
+    description = "Echoes a number; sums a list of numbers"
+    concurrency = 64
+
+    @skill
+    async def echo(self, n: int) -> int:
+        """Return ``n``."""
+        return n
+
+    @skill
+    async def total(self, values: list[int]) -> int:
+        """Return the sum of ``values`` (the fan-in step)."""
+        return sum(values)

@@ -1,0 +1,129 @@
+"""The raw aio-pika "leader" of bench_leader.py's baseline: the same plan, hand-rolled.
+
+Publishes N ``echo`` requests with confirms (persistent, mandatory, with a TTL, as
+agentbus sends them), at most ``window`` in flight, collects the replies by correlation
+id on its own reply queue (manual ack), then sends the fan-in ``total`` and waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aio_pika
+import aiormq.abc
+import orjson
+from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage
+
+ROUTING_KEY = "raw.work.request"  # as _raw_worker.py binds it
+REPLY_PREFETCH = 512  # the agentbus instance queue's prefetch
+TIMEOUT = 30.0  # seconds per request, the default subtask timeout
+
+
+class RawLeader:
+    def __init__(self, url: str, exchange: str, work_queue: str) -> None:
+        self.url = url
+        self.exchange_name = exchange
+        self.work_queue = work_queue
+        self.sender = f"raw-leader-{uuid.uuid4().hex[:6]}"
+        self.broker_version = "?"
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._connection: AbstractConnection | None = None
+
+    async def open(self, reply_queue: str) -> None:
+        self._connection = connection = await aio_pika.connect_robust(self.url)
+        props = connection.transport.connection.server_properties if connection.transport else {}
+        self.broker_version = str(props.get("version", "?"))
+        publish = await connection.channel(publisher_confirms=True)
+        self.exchange: AbstractExchange = await publish.declare_exchange(
+            self.exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
+        )
+        self._admin = await connection.channel()
+        work = await self._admin.declare_queue(self.work_queue, durable=True)
+        await work.bind(self.exchange, routing_key=ROUTING_KEY)
+        consume = await connection.channel()
+        await consume.set_qos(prefetch_count=REPLY_PREFETCH)
+        self.reply_queue = reply_queue
+        replies = await consume.declare_queue(
+            reply_queue, durable=False, arguments={"x-expires": 60_000}
+        )
+        await replies.consume(self._on_reply, no_ack=False)
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+
+    async def consumers(self) -> int:
+        """How many raw workers consume the work queue."""
+        # Declared again, not passively: a robust channel answers a passive declare from cache.
+        queue = await self._admin.declare_queue(self.work_queue, durable=True, robust=False)
+        result = queue.declaration_result
+        return int(result.consumer_count or 0) if result is not None else 0
+
+    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
+        future = self._pending.get(message.correlation_id or "")
+        if future is not None and not future.done():
+            future.set_result(orjson.loads(message.body))
+        await message.ack()
+
+    async def request(self, action: str, parameters: dict[str, Any], subtask: str) -> Any:
+        """Send one request with a confirm and return its result."""
+        message_id = str(uuid.uuid4())
+        now = datetime.now(UTC)
+        envelope = {  # the fields of an agentbus request envelope, metadata included
+            "protocol_version": "1.0",
+            "message_id": message_id,
+            "timestamp": now,
+            "sender_id": self.sender,
+            "receiver_id": "echo",
+            "metadata": {
+                "deadline": now + timedelta(seconds=TIMEOUT),
+                "plan_id": "raw-plan",
+                "subtask_id": subtask,
+            },
+            "message_type": "request",
+            "payload": {"action": action, "parameters": parameters},
+        }
+        message = aio_pika.Message(
+            orjson.dumps(envelope),
+            content_type="application/json",
+            message_id=message_id,
+            correlation_id=message_id,
+            reply_to=self.reply_queue,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            expiration=TIMEOUT,
+        )
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[message_id] = future
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                confirmed = await self.exchange.publish(message, ROUTING_KEY, mandatory=True)
+                if isinstance(confirmed, aiormq.abc.DeliveredMessage):
+                    raise RuntimeError("request unroutable: no raw worker queue")
+                reply = await future
+        finally:
+            del self._pending[message_id]
+        payload = reply["payload"]
+        if payload["status"] != "success":
+            raise RuntimeError(f"raw {action} failed: {payload['error']}")
+        return payload["result"]
+
+    async def run(self, n: int, window: int) -> dict[str, Any]:
+        """N echoes with at most ``window`` in flight, then the fan-in; time it all."""
+        results: list[Any] = [None] * n
+        numbers = iter(range(n))
+
+        async def lane() -> None:
+            for i in numbers:
+                results[i] = await self.request("echo", {"n": i}, f"t{i}")
+
+        start = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(min(window, n))))
+        total = await self.request("total", {"values": results}, "sum")
+        seconds = time.perf_counter() - start
+        if total != n * (n - 1) // 2:
+            raise RuntimeError(f"raw run wrong: sum={total}")
+        return {"seconds": seconds, "per_s": n / seconds}

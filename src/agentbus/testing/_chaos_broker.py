@@ -1,0 +1,420 @@
+"""A private RabbitMQ node for chaos tests: its own name, ports, cookie and data, killable.
+
+The node runs from the installed ``rabbitmq-server`` with everything of its own under a
+temporary directory, so a test can kill it, restart it or close its connections without
+touching any other broker on the machine (such as a shared ``rabbit@localhost``)::
+
+    with PrivateBroker() as broker:
+        ...  # connect to broker.url
+        broker.kill()  # SIGKILL of the Erlang VM
+        broker.restart()  # same data: durable queues and persistent messages are back
+
+Its methods block while the node starts or a ``rabbitmqctl`` runs (about a second);
+from async code, run them in a thread: ``await asyncio.to_thread(broker.restart)``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import enum
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+__all__ = ["BrokerState", "PrivateBroker", "PrivateBrokerError", "find_rabbitmq"]
+
+SBIN_ENV: Final = "AGENTBUS_RABBITMQ_SBIN"
+_DEBIAN_SBIN: Final = Path("/usr/lib/rabbitmq/bin")  # Debian's wrapper in /usr/sbin su's
+_WATCHDOG: Final = Path(__file__).with_name("_watchdog.py")
+_AMQP_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+_DROPPED_ENV: Final = frozenset({"ERL_FLAGS", "ERL_AFLAGS", "ERL_ZFLAGS"})
+_FILES: Final = {  # RABBITMQ_<name>: a path under the node's directory, none in /etc
+    "CONF_ENV_FILE": "rabbitmq-env.conf",
+    "CONFIG_FILE": "rabbitmq.conf",
+    "CONFIG_FILES": "conf.d",
+    "ADVANCED_CONFIG_FILE": "advanced.config",
+    "ENABLED_PLUGINS_FILE": "enabled_plugins",
+    "MNESIA_BASE": "mnesia",
+    "LOG_BASE": "log",
+    "PID_FILE": "node.pid",
+}
+
+
+class PrivateBrokerError(RuntimeError):
+    """The private node could not be found, started, stopped or driven."""
+
+
+class BrokerState(enum.Enum):
+    """Where a ``PrivateBroker`` is in its life."""
+
+    NEW = "new"  # nothing on disk yet
+    RUNNING = "running"
+    APP_STOPPED = "app_stopped"  # the Erlang VM runs, the RabbitMQ application does not
+    DOWN = "down"  # killed or shut down; the data directory is kept for a restart
+    CLOSED = "closed"  # stopped for good; the data directory is gone
+
+
+def find_rabbitmq() -> Path | None:
+    """Return the directory of the real ``rabbitmq-server`` and ``rabbitmqctl``, if installed.
+
+    ``$AGENTBUS_RABBITMQ_SBIN`` first, then Debian's ``/usr/lib/rabbitmq/bin`` (its
+    ``/usr/sbin`` scripts switch to the ``rabbitmq`` user and its files), then ``PATH``.
+    """
+    candidates = [os.environ.get(SBIN_ENV), str(_DEBIAN_SBIN)]
+    found = shutil.which("rabbitmq-server")
+    if found is not None:
+        candidates.append(str(Path(found).resolve().parent))
+    for candidate in filter(None, candidates):
+        sbin = Path(candidate)
+        server = sbin / "rabbitmq-server"
+        if server.is_file() and os.access(server, os.X_OK) and (sbin / "rabbitmqctl").is_file():
+            if server.resolve().name == "rabbitmq-script-wrapper":
+                continue
+            return sbin
+    return None
+
+
+def _free_port(taken: set[int]) -> int:
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in taken:
+            return port
+
+
+def _answers_amqp(port: int) -> bool:
+    """Tell whether an AMQP listener answers on 127.0.0.1:port (it sends Connection.Start)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.settimeout(1.0)
+            sock.sendall(_AMQP_HEADER)
+            return bool(sock.recv(1))
+    except OSError:
+        return False
+
+
+class PrivateBroker:
+    """A RabbitMQ node of a test's own, on free ports, with its data in a temporary directory.
+
+    Args:
+        name: The node name's prefix; a random suffix and ``@localhost`` are added.
+        start_timeout: Seconds a start (or restart) may take before it fails.
+        stop_timeout: Seconds a clean shutdown may take before the node is SIGKILLed.
+        config: Extra ``rabbitmq.conf`` settings, e.g. ``{"heartbeat": "5"}``.
+        sbin: The directory of ``rabbitmq-server`` and ``rabbitmqctl``; default found.
+    """
+
+    def __init__(
+        self,
+        name: str = "agentbus-chaos",
+        *,
+        start_timeout: float = 90.0,
+        stop_timeout: float = 30.0,
+        config: Mapping[str, str] | None = None,
+        sbin: Path | None = None,
+    ) -> None:
+        self.node = f"{name}-{secrets.token_hex(4)}@localhost"
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.user = self.password = "guest"
+        self.port = 0
+        self.dist_port = 0
+        self.directory: Path | None = None
+        self.start_seconds: list[float] = []  # how long each start took, for reports
+        self._config = dict(config or {})
+        self._sbin = sbin
+        self._env: dict[str, str] = {}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._state = BrokerState.NEW
+
+    def __repr__(self) -> str:
+        return f"<PrivateBroker {self.node} port={self.port} state={self._state.value}>"
+
+    @property
+    def state(self) -> BrokerState:
+        """Where the node is in its life."""
+        return self._state
+
+    @property
+    def url(self) -> str:
+        """The AMQP URL of the node (user guest, default vhost)."""
+        if not self.port:
+            raise PrivateBrokerError(f"{self!r} has not been started")
+        return f"amqp://{self.user}:{self.password}@127.0.0.1:{self.port}/"
+
+    @property
+    def is_running(self) -> bool:
+        """Tell whether the node is up and serving AMQP (as far as this object knows)."""
+        return self._state is BrokerState.RUNNING and self._alive()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        """Start the node (on first use: create its directory, ports and cookie) and wait for it.
+
+        Raises:
+            PrivateBrokerError: RabbitMQ is not installed, or the node did not start in time.
+        """
+        if self._state in (BrokerState.RUNNING, BrokerState.APP_STOPPED, BrokerState.CLOSED):
+            raise PrivateBrokerError(f"{self!r} cannot be started now")
+        if self._state is BrokerState.NEW:
+            self._prepare()
+        began = time.monotonic()
+        self._spawn()
+        try:
+            self._await_startup(began + self.start_timeout)
+        except BaseException:
+            self._halt(stop=True, timeout=10.0)
+            raise
+        self.start_seconds.append(time.monotonic() - began)
+        self._state = BrokerState.RUNNING
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the node's Erlang VM, as a crash would; the data directory stays."""
+        self._require_process()
+        beam = self.beam_pid()
+        if beam is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(beam, signal.SIGKILL)
+        # The watchdog reaps the VM and its helpers, then exits; SIGKILL all if it does not.
+        self._halt(stop=False, timeout=10.0 if beam is not None else 0.0)
+
+    def restart(self) -> None:
+        """Start the node again on the same data, ports and name (shut it down first if up)."""
+        if self._state in (BrokerState.RUNNING, BrokerState.APP_STOPPED):
+            self._halt(stop=True, timeout=self.stop_timeout)
+        self.start()
+
+    def ensure_running(self) -> None:
+        """Bring the node back to serving, whatever a test left it in."""
+        if self._state is BrokerState.APP_STOPPED and self._alive():
+            self.start_app()
+        elif self._state is not BrokerState.RUNNING or not self._alive():
+            self._halt(stop=False, timeout=0.0)
+            self.start()
+
+    def stop(self) -> None:
+        """Shut the node down (SIGKILL after ``stop_timeout``) and remove its directory."""
+        if self._state is BrokerState.CLOSED:
+            return
+        try:
+            self._halt(stop=True, timeout=self.stop_timeout)
+        finally:
+            self._state = BrokerState.CLOSED
+            atexit.unregister(self.stop)
+            if self.directory is not None:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    def close_connections(self, reason: str = "agentbus chaos: forced close") -> None:
+        """Close every client connection on the node, as an operator would."""
+        self.rabbitmqctl("close_all_connections", "--global", reason)
+
+    def stop_app(self) -> None:
+        """Stop the RabbitMQ application (connections close, the port refuses); the VM stays."""
+        self._require_process()
+        self.rabbitmqctl("stop_app")
+        self._state = BrokerState.APP_STOPPED
+
+    def start_app(self) -> None:
+        """Start the RabbitMQ application again after ``stop_app`` and wait until it serves."""
+        self._require_process()
+        self.rabbitmqctl("start_app", timeout=self.start_timeout)  # returns once started
+        self._await_startup(time.monotonic() + self.start_timeout, confirm=False)
+        self._state = BrokerState.RUNNING
+
+    def beam_pid(self) -> int | None:
+        """Return the OS pid of the node's Erlang VM (``beam.smp``), if it runs."""
+        process = self._process
+        if process is None or process.poll() is not None or self.directory is None:
+            return None
+        for source in ("file", "node"):
+            with contextlib.suppress(OSError, ValueError, PrivateBrokerError):
+                if source == "file":
+                    text = (self.directory / "node.pid").read_text()
+                else:
+                    text = self.rabbitmqctl("eval", "os:getpid().", timeout=15)
+                pid = int(text.strip().strip('"'))
+                if os.getpgid(pid) == process.pid:  # ours: in the watchdog's process group
+                    return pid
+        return None
+
+    def rabbitmqctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl -n <node> ARGS`` with the node's cookie; return its output.
+
+        Raises:
+            PrivateBrokerError: the command failed or timed out.
+        """
+        sbin = self._require_sbin()
+        ctl = [str(sbin / "rabbitmqctl"), "-q", "-n", self.node, *args]
+        command = [sys.executable, "-I", str(_WATCHDOG), "--reap-only", *ctl]
+        try:
+            done = subprocess.run(
+                command,
+                env=self._env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise PrivateBrokerError(
+                f"rabbitmqctl {' '.join(args)}: no answer in {timeout} s"
+            ) from exc
+        if done.returncode != 0:
+            raise PrivateBrokerError(
+                f"rabbitmqctl {' '.join(args)} failed ({done.returncode}): "
+                f"{(done.stderr or done.stdout).strip()[-800:]}"
+            )
+        return done.stdout
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the node's standard output and log file, for failure reports."""
+        if self.directory is None:
+            return ""
+        parts = []
+        for path in (self.directory / "node.out", self.directory / "log" / f"{self.node}.log"):
+            with contextlib.suppress(OSError):
+                text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+                parts.append(f"--- {path}\n" + "\n".join(text[-lines:]))
+        return "\n".join(parts)
+
+    # Internals.
+
+    def _require_sbin(self) -> Path:
+        if self._sbin is None:
+            self._sbin = find_rabbitmq()
+        if self._sbin is None:
+            raise PrivateBrokerError(
+                "rabbitmq-server is not installed (looked in $AGENTBUS_RABBITMQ_SBIN, "
+                f"{_DEBIAN_SBIN} and PATH): install it ('apt-get install rabbitmq-server') "
+                f"or set {SBIN_ENV} to the directory of rabbitmq-server and rabbitmqctl"
+            )
+        return self._sbin
+
+    def _require_process(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            raise PrivateBrokerError(f"{self!r} is not running")
+        return self._process
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _prepare(self) -> None:
+        sbin = self._require_sbin()
+        directory = Path(tempfile.mkdtemp(prefix=f"{self.node.partition('@')[0]}-"))
+        self.directory = directory
+        atexit.register(self.stop)
+        self.port = _free_port(set())
+        self.dist_port = _free_port({self.port})
+        home = directory / "home"
+        for sub in ("home", "mnesia", "log", "conf.d"):
+            (directory / sub).mkdir()
+        cookie = home / ".erlang.cookie"
+        cookie.write_text(secrets.token_hex(20).upper())
+        cookie.chmod(0o400)
+        (directory / "enabled_plugins").write_text("[].\n")
+        (directory / "rabbitmq-env.conf").write_text("")
+        settings = {"log.file.level": "info", "log.console": "false", **self._config}
+        (directory / "rabbitmq.conf").write_text(
+            "".join(f"{key} = {value}\n" for key, value in settings.items())
+        )
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("RABBITMQ_") and k not in _DROPPED_ENV
+        }
+        env.setdefault("ERL_EPMD_ADDRESS", "127.0.0.1")  # if this node has to start epmd
+        env.update({f"RABBITMQ_{name}": str(directory / sub) for name, sub in _FILES.items()})
+        env.update(
+            HOME=str(home),  # the node's and rabbitmqctl's cookie: $HOME/.erlang.cookie
+            RABBITMQ_HOME=str((sbin / "rabbitmq-server").resolve().parent.parent),
+            RABBITMQ_NODENAME=self.node,
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
+        )
+        self._env = env
+
+    def _spawn(self) -> None:
+        assert self.directory is not None
+        sbin = self._require_sbin()
+        with contextlib.suppress(FileNotFoundError):
+            (self.directory / "node.pid").unlink()  # a killed node leaves its pid file
+        with (self.directory / "node.out").open("ab") as out:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", str(_WATCHDOG), str(sbin / "rabbitmq-server")],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self.directory,
+                start_new_session=True,  # its own process group: killable as a whole
+            )
+
+    def _await_startup(self, deadline: float, *, confirm: bool = True) -> None:
+        while not _answers_amqp(self.port):
+            if not self._alive():
+                code = self._process.returncode if self._process is not None else None
+                raise PrivateBrokerError(
+                    f"{self.node} exited ({code}) while starting:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise PrivateBrokerError(
+                    f"{self.node} did not start within {self.start_timeout} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+        if not confirm:
+            return
+        remaining = max(deadline - time.monotonic(), 1.0)
+        self.rabbitmqctl(
+            "await_startup", "--timeout", str(int(remaining) + 1), timeout=remaining + 10
+        )
+
+    def _halt(self, *, stop: bool, timeout: float) -> None:
+        """Bring the node down and reap it; SIGKILL its process group after ``timeout``.
+
+        With ``stop``, close the watchdog's standard input first: it SIGTERMs
+        ``rabbitmq-server``, which shuts the node down cleanly.
+        """
+        process = self._process
+        if process is None:
+            return
+        assert process.stdin is not None
+        if stop:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=timeout)
+        if process.poll() is None:
+            # Not reaped yet, so the process group (led by the watchdog) is certainly ours.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        self._process = None
+        self._state = BrokerState.DOWN

@@ -1,0 +1,105 @@
+"""pytest fixtures for chaos tests of agents: a private broker, a faulty network, processes.
+
+Installed with agentbus as the pytest plugin ``agentbus`` (disable it with
+``-p no:agentbus``). Nothing starts unless a test asks for a fixture::
+
+    @pytest.mark.chaos
+    async def test_survives_a_cut(private_broker, chaos_proxy):
+        async with agentbus.connect(chaos_proxy.url()) as bus:
+            chaos_proxy.cut()
+            ...
+
+- ``private_broker_node`` (session): a ``PrivateBroker``, a RabbitMQ node of the test
+  session's own, started from the installed ``rabbitmq-server`` (about 5-10 s).
+- ``private_broker``: the same node, brought back to serving before each test (a test
+  that killed it or stopped its application, then failed, does not break the next).
+- ``chaos_proxy``: a ``ChaosProxy`` in front of ``private_broker``, healed and closed
+  after the test (needs pytest-asyncio).
+- ``agent_process``: an ``AgentLauncher`` writing into ``tmp_path``; every process it
+  started is stopped after the test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbus.testing._chaos_broker import PrivateBroker, PrivateBrokerError, find_rabbitmq
+from agentbus.testing._processes import AgentLauncher
+from agentbus.testing._proxy import ChaosProxy
+
+__all__ = ["agent_process", "chaos_proxy", "private_broker", "private_broker_node"]
+
+_HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``chaos`` marker (for ``--strict-markers``)."""
+    config.addinivalue_line(
+        "markers", "chaos: a fault-injection test (private broker node, TCP proxy, processes)"
+    )
+
+
+@pytest.fixture(scope="session")
+def private_broker_node() -> Iterator[PrivateBroker]:
+    """A private RabbitMQ node for the session; stopped and its data removed at the end."""
+    if find_rabbitmq() is None:
+        pytest.fail(
+            "the private_broker fixture needs RabbitMQ's rabbitmq-server installed "
+            "(e.g. 'apt-get install rabbitmq-server'); set AGENTBUS_RABBITMQ_SBIN to the "
+            "directory of rabbitmq-server and rabbitmqctl if it is elsewhere",
+            pytrace=False,
+        )
+    broker = PrivateBroker()
+    try:
+        broker.start()
+    except PrivateBrokerError as exc:
+        broker.stop()
+        pytest.fail(f"the private RabbitMQ node did not start: {exc}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def private_broker(private_broker_node: PrivateBroker) -> PrivateBroker:
+    """The session's private node, serving: restarted or its app started if a test left it down."""
+    private_broker_node.ensure_running()
+    return private_broker_node
+
+
+if _HAS_PYTEST_ASYNCIO:
+    import pytest_asyncio
+
+    @pytest_asyncio.fixture
+    async def chaos_proxy(private_broker: PrivateBroker) -> AsyncIterator[ChaosProxy]:
+        """A TCP proxy to ``private_broker``; connect through ``chaos_proxy.url()``."""
+        async with ChaosProxy("127.0.0.1", private_broker.port) as proxy:
+            yield proxy
+
+else:  # pragma: no cover - without pytest-asyncio, say what is missing
+
+    @pytest.fixture
+    def chaos_proxy() -> Any:
+        """A TCP proxy to ``private_broker`` (needs pytest-asyncio)."""
+        pytest.fail("the chaos_proxy fixture needs pytest-asyncio installed", pytrace=False)
+
+
+@pytest.fixture
+def agent_process(tmp_path: Path) -> Iterator[AgentLauncher]:
+    """Start ``agentbus run`` processes (output in ``tmp_path``); all are stopped afterwards.
+
+    ``agent_process.start("mymodule:MyAgent", "--id", "a-1", url=private_broker.url)``
+    """
+    launcher = AgentLauncher(workdir=tmp_path)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+        if launcher.processes:
+            print(launcher.report())  # shown by pytest when the test failed

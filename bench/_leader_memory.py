@@ -25,6 +25,7 @@ from agentbus.agents.leader import (
     PlanRunner,
     PlanStatus,
     Progress,
+    ProgressReport,
     SkillDirectory,
 )
 from agentbus.envelopes import BROADCAST
@@ -65,12 +66,18 @@ async def memory_case(n: int, workers: int, concurrency: int, max_parallel: int)
             found = len(await directory.capable("echo", fresh=True))
         await asyncio.sleep(0.01)
 
-    async def progress(event: Progress) -> None:  # what Leader._sink_for publishes
-        data = event.model_dump(mode="json", exclude_none=True)
+    async def progress(batch: list[Progress]) -> None:  # what Leader._sink_for publishes
+        backlog[0] = max(backlog[0], len(batch))
+        last = batch[-1]
+        report = ProgressReport(
+            plan_id=last.plan_id, done=last.done, total=last.total, transitions=batch
+        )
+        data = report.model_dump(mode="json", exclude_none=True)
         for receiver in ("submitter", BROADCAST):
             await bus.emit(PLAN_PROGRESS, data, receiver=receiver, persistent=False,
                            mandatory=False)  # fmt: skip
 
+    backlog = [0]
     document = plan_document(n, max_parallel)
     gc.collect()
     tracemalloc.start()
@@ -80,17 +87,8 @@ async def memory_case(n: int, workers: int, concurrency: int, max_parallel: int)
         validated = time.perf_counter()
         plan_bytes = tracemalloc.get_traced_memory()[0]
         runner = PlanRunner(bus, plan, directory=directory, progress=progress)
-        backlog = [0]
-
-        async def watch(events: asyncio.Queue[Any]) -> None:  # progress queued, not yet sent
-            while True:
-                backlog[0] = max(backlog[0], events.qsize())
-                await asyncio.sleep(0.05)
-
-        watcher = asyncio.create_task(watch(runner._events))
         aggregate = await runner.run()
         ran = time.perf_counter()
-        watcher.cancel()
         retained, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
@@ -31,6 +32,8 @@ class Settings(BaseSettings):
     reconnect_interval: float = Field(default=1.0, gt=0)
     heartbeat: int = Field(default=10, ge=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
+    queue_type: Literal["classic", "quorum"] = "classic"
+    delivery_limit: int = Field(default=5, ge=1)
 
 
 def mask_url(url: str) -> str:

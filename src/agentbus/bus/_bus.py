@@ -163,14 +163,23 @@ class Bus(BaseBus):
         with map_transport_errors():
             channel = await self._channel(prefetch=prefetch)
             queue = await channel.declare_queue(
-                self.topology.service_queue(service),
-                durable=True,
-                arguments={"x-dead-letter-exchange": self.topology.dead_letter_exchange},
+                self.topology.service_queue(service), durable=True, arguments=self._service_args()
             )
             for kind in ("request", "event"):
                 await queue.bind(self.topology.exchange, routing_key=f"agent.{service}.{kind}")
             tag = await queue.consume(self._dispatcher.on_service_message, no_ack=False)
         self._service_consumers.append((queue, tag))
+
+    def _service_args(self) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "x-dead-letter-exchange": self.topology.dead_letter_exchange,
+        }
+        if self.settings.queue_type == "quorum":
+            # A request that keeps killing its consumer is dead-lettered (reason
+            # delivery_limit) after this many redeliveries instead of looping forever.
+            arguments["x-queue-type"] = "quorum"
+            arguments["x-delivery-limit"] = self.settings.delivery_limit
+        return arguments
 
     async def _bind_instance(self, pattern: str) -> None:
         assert self._instance_queue is not None

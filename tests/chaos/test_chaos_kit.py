@@ -95,6 +95,21 @@ async def test_long_stall_is_detected_and_the_bus_reconnects_after_resume(
     assert chaos_proxy.connections > connections
 
 
+async def test_bus_closes_promptly_during_a_stall(
+    private_broker: PrivateBroker, chaos_proxy: ChaosProxy, open_bus: BusOpener
+) -> None:
+    """Closing a bus whose link is stalled takes bounded time and raises nothing."""
+    client = await open_bus(chaos_proxy.url(), heartbeat=5, shutdown_grace=1, **FAST)
+    await client.serve(echo, service="echo")
+    chaos_proxy.stall()
+
+    began = time.monotonic()
+    async with asyncio.timeout(10):
+        await client.aclose()
+
+    assert time.monotonic() - began < 5
+
+
 async def test_cut_connections_reconnect_and_the_next_request_works(
     private_broker: PrivateBroker, chaos_proxy: ChaosProxy, open_bus: BusOpener
 ) -> None:

@@ -353,9 +353,11 @@ class BaseBus(abc.ABC):
         if self.state is BusState.CLOSED:  # another aclose finished during the drain
             return
         self._state = BusState.CLOSED
-        await self._stop_consuming(instance=True)
-        self._pending.fail_all(BusClosed("the bus closed before the answer came"))
-        await self._close_transport()
+        try:
+            await self._stop_consuming(instance=True)
+        finally:
+            self._pending.fail_all(BusClosed("the bus closed before the answer came"))
+            await self._close_transport()
         _log.debug("bus closed", agent_id=self.agent_id)
 
     async def _drain(self, grace: float) -> None:

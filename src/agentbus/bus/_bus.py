@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections.abc import Awaitable
 from typing import Any, Final, Self
 
 import aio_pika
@@ -27,6 +27,7 @@ __all__ = ["Bus", "connect"]
 
 _REPLY_PREFETCH: Final = 512
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
+_SHUTDOWN_STEP_TIMEOUT: Final = 2.0
 _log = structlog.get_logger("agentbus.bus")
 
 
@@ -189,12 +190,11 @@ class Bus(BaseBus):
     async def _stop_consuming(self, *, instance: bool) -> None:
         consumers = list(self._service_consumers)
         self._service_consumers.clear()
-        if instance and self._instance_consumer is not None:
-            consumers.append(self._instance_consumer)
+        if instance:
+            # Closing the connection, which comes next, ends this consumer without a
+            # round trip that a stalled network would hold up.
             self._instance_consumer = None
-        for queue, tag in consumers:
-            with contextlib.suppress(Exception):
-                await queue.cancel(tag)
+        await asyncio.gather(*(_bounded(queue.cancel(tag)) for queue, tag in consumers))
 
     def _delivery_tasks(self) -> set[asyncio.Task[Any]]:
         # aiormq starts a task per delivery; the dispatcher tracks each once it runs.
@@ -202,5 +202,18 @@ class Bus(BaseBus):
 
     async def _close_transport(self) -> None:
         if self._connection is not None:
-            with contextlib.suppress(Exception):
-                await self._connection.close()
+            await _bounded(self._connection.close())
+
+
+async def _bounded(operation: Awaitable[Any]) -> None:
+    # Shutdown must not hang on a stalled network: each broker round trip gets a bound.
+    # A CancelledError from aiormq's dead channel is not ours unless our task is cancelled.
+    try:
+        async with asyncio.timeout(_SHUTDOWN_STEP_TIMEOUT):
+            await operation
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception as exc:  # the connection is going away anyway
+        _log.debug("shutdown step failed", error=repr(exc))

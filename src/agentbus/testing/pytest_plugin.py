@@ -13,8 +13,9 @@ Installed with agentbus as the pytest plugin ``agentbus`` (disable it with
   session's own, started from the installed ``rabbitmq-server`` (about 5-10 s).
 - ``private_broker``: the same node, brought back to serving before each test (a test
   that killed it or stopped its application, then failed, does not break the next).
-- ``chaos_proxy``: a ``ChaosProxy`` in front of ``private_broker``, healed and closed
-  after the test (needs pytest-asyncio).
+- ``chaos_proxy``: a ``ChaosProxy`` in front of ``private_broker``; healed as soon as the
+  test ends (before other fixtures close their buses), closed after it (needs
+  pytest-asyncio).
 - ``agent_process``: an ``AgentLauncher`` writing into ``tmp_path``; every process it
   started is stopped after the test.
 """
@@ -42,6 +43,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "chaos: a fault-injection test (private broker node, TCP proxy, processes)"
     )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Heal the test's ``chaos_proxy`` before any fixture is torn down.
+
+    A test that failed during a stall would otherwise leave its buses closing through a
+    stalled link: each close would wait for the heartbeat timeouts.
+    """
+    proxy = getattr(item, "funcargs", {}).get("chaos_proxy")
+    if isinstance(proxy, ChaosProxy):
+        proxy.heal()
 
 
 @pytest.fixture(scope="session")

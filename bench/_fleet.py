@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -97,3 +99,17 @@ def dump_logs(fleet: list[Proc]) -> None:
             text = proc.log.read()[-2000:].decode(errors="replace").strip()
             if text:
                 print(f"--- {proc.name} (exit {proc.popen.poll()}):\n{text}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Ignore Ctrl-C and SIGTERM for the block: a second Ctrl-C must not stop a cleanup."""
+    previous = (
+        signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.signal(signal.SIGTERM, signal.SIG_IGN),
+    )
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])

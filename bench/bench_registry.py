@@ -21,129 +21,30 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aio_pika
 import structlog
-from aio_pika.abc import AbstractExchange
 
+from _fleet import cpu_seconds, cpu_snapshot, shielded
+from _registry_sim import MISSED, SERVICES, Generator, make_agents
 from agentbus import Settings
 from agentbus._exceptions import AgentBusError
-from agentbus.agents import HEARTBEAT, AgentCard, AgentStatus, Heartbeat, SkillCard
 from agentbus.bus import Bus
-from agentbus.envelopes import BROADCAST, EventEnvelope, EventPayload, encode, utcnow
+from agentbus.envelopes import EventEnvelope
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
-MISSED = 3  # the registry's rule: offline after 3 silent intervals (receive time)
-SERVICES = 10
-CAPACITY = 8
 CPU_TARGET = 0.5  # of one core
 SWEEP_SLACK = 0.3  # s: the sweeper's 50 ms floor, delivery and event-loop jitter
+KEEP_UP = 0.95  # of the beats offered per second, sent in the window
 READY_TIMEOUT = 30.0
-HEARTBEAT_KEY = f"broadcast.event.{HEARTBEAT}"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
-SKILLS = [SkillCard(name=f"op{j}", parameters=SCHEMA, result={"type": "string"}) for j in range(3)]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+PROBE_EVERY = 1.0  # s: a list_agents round trip through the registry's own queue
 
 
 def host_busy_seconds() -> float:
     """CPU time all cores of the host spent busy (not idle nor iowait), from /proc/stat."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
-
-
-@dataclass(slots=True)
-class SimAgent:
-    id: str
-    first: dict[str, Any]  # heartbeat event_data with the full card
-    later: dict[str, Any]  # the card's digest only
-    beats: int = 0
-    last_sent: float = 0.0
-
-
-def make_agents(n: int, interval: float, run: str) -> list[SimAgent]:
-    started = utcnow()
-    agents = []
-    for i in range(n):
-        service = f"bench-svc-{i % SERVICES}"
-        agent_id = f"bench-{run}-{i:05d}"
-        card = AgentCard(
-            id=agent_id, name=service, description="simulated", skills=SKILLS, capacity=CAPACITY
-        )
-        beat = Heartbeat(
-            agent_id=agent_id,
-            service=service,
-            status=AgentStatus.READY,
-            in_flight=0,
-            capacity=CAPACITY,
-            interval=interval,
-            card_digest=card.digest(),
-            card=card,
-            started_at=started,
-        )
-        first = beat.model_dump(mode="json", exclude_none=True)
-        later = {key: value for key, value in first.items() if key != "card"}
-        agents.append(SimAgent(agent_id, first, later))
-    return agents
-
-
-@dataclass
-class Generator:
-    """Beats for every agent once per interval, spread evenly over it."""
-
-    exchange: AbstractExchange
-    agents: list[SimAgent]
-    interval: float
-    silenced: set[int] = field(default_factory=set)
-    sent: int = 0
-    max_lag: float = 0.0
-    started: float = 0.0  # wall clock
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        n = len(self.agents)
-        step = self.interval / n
-        start, self.started = loop.time(), time.time()
-        k = 0
-        while True:
-            now = loop.time()
-            while start + k * step <= now:
-                self.max_lag = max(self.max_lag, loop.time() - (start + k * step))
-                if k % n not in self.silenced:
-                    await self._beat(self.agents[k % n])
-                k += 1
-            await asyncio.sleep(max(start + k * step - loop.time(), 0.002))
-
-    async def _beat(self, agent: SimAgent) -> None:
-        in_flight = agent.beats % CAPACITY  # some variety, as real agents have
-        data = {**agent.later, "in_flight": in_flight} if agent.beats else agent.first
-        envelope = EventEnvelope(
-            sender_id=agent.id,
-            receiver_id=BROADCAST,
-            payload=EventPayload(event_name=HEARTBEAT, event_data=data),
-        )
-        message = aio_pika.Message(  # as agentbus's Publisher builds it for Agent.beat()
-            encode(envelope),
-            content_type="application/json",
-            message_id=envelope.message_id,
-            type=envelope.message_type,
-            timestamp=envelope.timestamp,
-            app_id="agentbus",
-            delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT,
-            expiration=self.interval * MISSED,
-        )
-        agent.last_sent = time.time()
-        await self.exchange.publish(message, HEARTBEAT_KEY, mandatory=False)
-        agent.beats += 1
-        self.sent += 1
+    return cpu_snapshot({})["host"]
 
 
 async def wait_for(check: Callable[[], bool], timeout: float) -> bool:
@@ -171,14 +72,51 @@ async def wait_ready(bus: Bus, registry_id: str, proc: subprocess.Popen[bytes]) 
     raise TimeoutError(f"the registry was not ready within {READY_TIMEOUT:g} s")
 
 
-async def count_known(bus: Bus, registry_id: str, ids: set[str]) -> int:
+async def count_known(bus: Bus, registry_id: str, ids: set[str]) -> int | None:
+    """How many simulated agents the registry lists; None if it does not answer in time."""
     known = 0
     for i in range(SERVICES):  # one service at a time keeps each reply far under 1 MiB
-        reply = await bus.request(
-            registry_id, "list_agents", {"service": f"bench-svc-{i}"}, timeout=10
-        )
+        try:
+            reply = await bus.request(
+                registry_id, "list_agents", {"service": f"bench-svc-{i}"}, timeout=10
+            )
+        except AgentBusError:
+            return None
         known += sum(row["agent_id"] in ids for row in reply.result)
     return known
+
+
+async def probe_lag(bus: Bus, registry_id: str, duration: float, timeout: float) -> list[float]:
+    """Round trips of a tiny request queued behind the heartbeats in the registry's queue.
+
+    A registry that keeps up answers in milliseconds; one that falls behind answers as
+    late as its backlog is long (``timeout`` is recorded when it does not answer at all).
+    """
+    lags: list[float] = []
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        start = time.monotonic()
+        try:
+            await bus.request(
+                registry_id, "list_agents", {"service": "bench-none"}, timeout=timeout
+            )
+            lags.append(time.monotonic() - start)
+        except AgentBusError:
+            lags.append(timeout)
+        await asyncio.sleep(max(min(start + PROBE_EVERY, end) - time.monotonic(), 0))
+    return lags
+
+
+async def ready_messages(connection: aio_pika.abc.AbstractConnection, queue: str) -> int:
+    """The fewest ready messages in ``queue`` over 3 looks 0.1 s apart: a backlog, not a blip."""
+    channel = await connection.channel()
+    counts = []
+    for _ in range(3):
+        declared = await channel.declare_queue(queue, passive=True)
+        counts.append(int(declared.declaration_result.message_count or 0))
+        await asyncio.sleep(0.1)
+    await channel.close()
+    return min(counts)
 
 
 async def bench(
@@ -221,13 +159,10 @@ async def bench(
             generator.max_lag = 0.0
             cpu0, wall0, sent0 = cpu_seconds(proc.pid), time.monotonic(), generator.sent
             host0, own0 = host_busy_seconds(), time.process_time()
-            await asyncio.sleep(args.duration)
+            lags = await probe_lag(bus, registry_id, args.duration, MISSED * interval)
             cpu1, wall1, sent1 = cpu_seconds(proc.pid), time.monotonic(), generator.sent
             host1, own1 = host_busy_seconds(), time.process_time()
-            probe = await connection.channel()
-            queue = await probe.declare_queue(
-                f"{args.exchange}.instance.{registry_id}", passive=True
-            )
+            backlog = await ready_messages(connection, f"{args.exchange}.instance.{registry_id}")
             beats = sent1 - sent0
             figures |= {
                 "window_s": wall1 - wall0,
@@ -235,7 +170,9 @@ async def bench(
                 "generator_max_lag_s": generator.max_lag,
                 "registry_cpu_cores": (cpu1 - cpu0) / (wall1 - wall0),
                 "cpu_per_heartbeat_us": (cpu1 - cpu0) / beats * 1e6,
-                "registry_backlog": queue.declaration_result.message_count,
+                "registry_backlog": backlog,
+                "queue_lag_p50_s": statistics.median(lags),
+                "queue_lag_max_s": max(lags),
                 "generator_cpu_cores": (own1 - own0) / (wall1 - wall0),
                 "host_busy_cores": (host1 - host0) / (wall1 - wall0),
                 "host_cores": os.cpu_count(),
@@ -272,6 +209,13 @@ async def bench(
         and bound <= latencies[0]
         and latencies[-1] <= bound + SWEEP_SLACK
     )
+    figures["keeps_up_pass"] = (  # every beat offered is sent, and the registry is not behind
+        figures["beats_achieved_per_s"] >= KEEP_UP * figures["beats_offered_per_s"]
+        and figures["registry_backlog"] == 0
+        and figures["queue_lag_max_s"] < interval
+        and figures["known_agents"] == args.agents
+        and figures["detect_target_pass"]
+    )
     return figures
 
 
@@ -292,6 +236,8 @@ def report(f: dict[str, Any]) -> None:
         ("CPU target", f"< {CPU_TARGET} core: {pass_cpu}"),
         ("CPU per heartbeat", f"{f['cpu_per_heartbeat_us']:.0f} µs"),
         ("registry backlog", f"{f['registry_backlog']} messages at window end"),
+        ("queue lag", f"p50 {f['queue_lag_p50_s'] * 1000:.1f} ms, max "
+         f"{f['queue_lag_max_s'] * 1000:.1f} ms (a request behind the heartbeats)"),
         ("host busy", f"{f['host_busy_cores']:.2f} of {f['host_cores']} cores "
          f"(generator + client {f['generator_cpu_cores']:.2f})"),
         ("known agents", f"{f['known_agents']} / {f['agents']}"),
@@ -304,6 +250,7 @@ def report(f: dict[str, Any]) -> None:
         ("  as received", seconds(f["detect_max_received_s"])),
         ("detection target", f"{MISSED} intervals to {f['detect_target_s']:.3f} s: "
          + verdict(f["detect_target_pass"])),
+        ("keeps up", verdict(f["keeps_up_pass"])),
     ]  # fmt: skip
     width = max(len(name) for name, _ in rows)
     print("\n".join(f"{name:<{width}}  {value}" for name, value in rows))
@@ -339,18 +286,12 @@ def registry_command(args: argparse.Namespace, registry_id: str) -> list[str]:
     ]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, default=1000, help="simulated agents [1000]")
-    parser.add_argument("--interval", type=float, default=1.0, help="heartbeat interval, s [1]")
-    parser.add_argument("--duration", type=float, default=20.0, help="CPU window, s [20]")
-    parser.add_argument("--kill", type=int, default=20, help="agents silenced at the end [20]")
-    parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
-    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    args = parser.parse_args()
-    if not 1 <= args.kill <= args.agents:
-        parser.error("--kill must be between 1 and --agents")
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+def run_case(args: argparse.Namespace) -> dict[str, Any]:
+    """One registry process on a throwaway exchange, ``args.agents`` simulated agents beating.
+
+    ``args``: agents, interval, duration, kill and url. Stops the registry and deletes the
+    exchange and queues it made, also on Ctrl-C.
+    """
     run = uuid.uuid4().hex[:8]
     args.exchange = f"bench-registry-{run}"
     registry_id = f"registry-{run}"
@@ -363,19 +304,38 @@ def main() -> int:
         )
         try:
             figures = asyncio.run(bench(args, run, registry_id, proc))
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
         except Exception:
             log.seek(0)
             sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
             raise
         finally:
-            stop(proc)
-            try:
-                asyncio.run(cleanup(args.url, args.exchange, [registry_id, f"bench-client-{run}"]))
-            except Exception as exc:
-                print(f"cleanup of {args.exchange!r} failed: {exc!r}", file=sys.stderr)
+            with shielded():
+                stop(proc)
+                try:
+                    ids = [registry_id, f"bench-client-{run}"]
+                    asyncio.run(cleanup(args.url, args.exchange, ids))
+                except Exception as exc:
+                    print(f"cleanup of {args.exchange!r} failed: {exc!r}", file=sys.stderr)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=1000, help="simulated agents [1000]")
+    parser.add_argument("--interval", type=float, default=1.0, help="heartbeat interval, s [1]")
+    parser.add_argument("--duration", type=float, default=20.0, help="CPU window, s [20]")
+    parser.add_argument("--kill", type=int, default=20, help="agents silenced at the end [20]")
+    parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args()
+    if not 1 <= args.kill <= args.agents:
+        parser.error("--kill must be between 1 and --agents")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        figures = run_case(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     report(figures)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")

@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     instance_queue_expires: float = Field(default=60.0, gt=0)
     connect_timeout: float = Field(default=10.0, gt=0)
     reconnect_interval: float = Field(default=1.0, gt=0)
-    heartbeat: int = Field(default=10, ge=0)
+    heartbeat: int = Field(default=5, ge=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
     queue_type: Literal["classic", "quorum"] = "classic"
     delivery_limit: int = Field(default=5, ge=1)

@@ -27,6 +27,8 @@ class Settings(BaseSettings):
     request_timeout: float = Field(default=30.0, gt=0)
     dedup_window: float = Field(default=600.0, ge=0)
     dedup_size: int = Field(default=100_000, ge=0)
+    dedup_path: str | None = None
+    """A SQLite file for de-duplication shared by the instances on one host; None: in memory."""
     instance_queue_expires: float = Field(default=60.0, gt=0)
     connect_timeout: float = Field(default=10.0, gt=0)
     reconnect_interval: float = Field(default=1.0, gt=0)

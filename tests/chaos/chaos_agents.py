@@ -1,8 +1,15 @@
-"""An agent for the process tests: ``agentbus run chaos_agents:Doubler`` (from this directory)."""
+"""Agents for the process tests: ``agentbus run chaos_agents:Doubler`` (from this directory)."""
 
 from __future__ import annotations
 
-from agentbus import Agent, skill
+import asyncio
+import os
+import signal
+from typing import Any
+
+from agentbus import Agent, current_request, skill
+from agentbus.envelopes import RequestEnvelope
+from agentbus.testing import Ledger
 
 
 class Doubler(Agent):
@@ -13,3 +20,51 @@ class Doubler(Agent):
     async def double(self, n: int) -> int:
         """Return twice ``n``."""
         return 2 * n
+
+
+def effect_key(request: RequestEnvelope) -> str:
+    """The key an effect is recorded under: a leader's ``plan_id/subtask_id``, else the id."""
+    extra = request.metadata.model_extra or {}
+    plan_id, subtask_id = extra.get("plan_id"), extra.get("subtask_id")
+    if isinstance(plan_id, str) and isinstance(subtask_id, str):
+        return f"{plan_id}/{subtask_id}"
+    return request.message_id
+
+
+class LedgerWorker(Agent):
+    """Does work whose effect is a row in the ledger (``$AGENTBUS_LEDGER``), before the ack."""
+
+    name = "ledger-worker"
+    description = "Works, records each effect in the test's ledger; fails or crashes on request"
+    concurrency = 4
+
+    def __init__(self, *, ledger: Ledger | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ledger = ledger or Ledger.from_env()
+
+    async def on_stop(self) -> None:
+        self.ledger.close()
+
+    @skill
+    async def work(self, seconds: float = 0.0, once: bool = False) -> dict[str, Any]:
+        """Work ``seconds``, then record the effect (with ``once``: unless recorded already)."""
+        await asyncio.sleep(seconds)
+        key = effect_key(current_request())
+        applied = True
+        if once:
+            applied = self.ledger.apply_once(key, self.id)
+        else:
+            self.ledger.record_effect(key, self.id)
+        return {"agent_id": self.id, "key": key, "applied": applied}
+
+    @skill
+    async def fail(self) -> None:
+        """Record the attempt as an effect, then raise: a handler that always fails."""
+        self.ledger.record_effect(current_request().message_id, self.id)
+        raise RuntimeError("this handler always fails")
+
+    @skill
+    async def crash(self) -> None:
+        """Record the attempt as an effect, then SIGKILL this process: a poison request."""
+        self.ledger.record_effect(current_request().message_id, self.id)
+        os.kill(os.getpid(), signal.SIGKILL)

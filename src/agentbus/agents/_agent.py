@@ -39,6 +39,9 @@ NOTIFY_START_AFTER: Final = 0.2
 
 _BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE})
 _HEARTBEAT_TTL_INTERVALS: Final = 3
+# A goodbye (the draining heartbeat, agent_offline) is best effort: on a stalled network
+# its confirm would otherwise be awaited for the whole request timeout.
+_GOODBYE_TIMEOUT: Final = 2.0
 
 _log = structlog.get_logger("agentbus.agents")
 _current_request: contextvars.ContextVar[RequestEnvelope] = contextvars.ContextVar(
@@ -223,8 +226,9 @@ class Agent:
             return
         self._draining = True
         bus = self._bus
-        with contextlib.suppress(AgentBusError):
-            await self.beat()
+        with contextlib.suppress(AgentBusError, TimeoutError):
+            async with asyncio.timeout(_GOODBYE_TIMEOUT):
+                await self.beat()
         await bus.drain(grace)
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
@@ -233,9 +237,10 @@ class Agent:
         await self.on_stop()
         notice = OfflineNotice(agent_id=self.id, service=self.name, reason="shutdown")
         try:
-            await bus.emit(AGENT_OFFLINE, notice.model_dump(mode="json"), mandatory=False)
-        except AgentBusError as exc:
-            self._log.warning("agent_offline not sent", error=str(exc))
+            async with asyncio.timeout(_GOODBYE_TIMEOUT):
+                await bus.emit(AGENT_OFFLINE, notice.model_dump(mode="json"), mandatory=False)
+        except (AgentBusError, TimeoutError) as exc:
+            self._log.warning("agent_offline not sent", error=str(exc) or type(exc).__name__)
         if self._owns_bus:
             await bus.aclose()
         self._log.info("agent stopped")

@@ -3,9 +3,11 @@
 from typing import TYPE_CHECKING
 
 from agentbus.bus._bus import Bus, connect
+from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import EventHandler, RequestHandler
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
+from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
 
@@ -13,9 +15,12 @@ __all__ = [
     "Bus",
     "BusState",
     "BusStats",
+    "DedupStore",
+    "DedupWindow",
     "EventHandler",
     "ProgressCallback",
     "RequestHandler",
+    "SqliteDedupStore",
     "Topology",
     "Transport",
     "connect",

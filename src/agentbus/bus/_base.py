@@ -22,9 +22,10 @@ from agentbus._exceptions import (
     RequestTimeout,
 )
 from agentbus._metrics import Metrics
-from agentbus.bus._dedup import DedupWindow
+from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, ReplyPublisher, RequestHandler
 from agentbus.bus._pending import PendingRequests, ProgressCallback
+from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology
 from agentbus.envelopes import (
@@ -72,6 +73,7 @@ class BaseBus(abc.ABC):
         agent_id: str | None = None,
         app_id: str = "agentbus",
         metrics: Metrics | None = None,
+        dedup: DedupStore | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.agent_id = agent_id or f"client-{uuid.uuid4().hex[:12]}"
@@ -85,7 +87,7 @@ class BaseBus(abc.ABC):
         self._app_id = app_id
         self._state = BusState.NEW
         self._pending = PendingRequests()
-        self._dedup = DedupWindow(self.settings.dedup_window, self.settings.dedup_size)
+        self._dedup = dedup if dedup is not None else _dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
@@ -357,7 +359,10 @@ class BaseBus(abc.ABC):
             await self._stop_consuming(instance=True)
         finally:
             self._pending.fail_all(BusClosed("the bus closed before the answer came"))
-            await self._close_transport()
+            try:
+                await self._close_transport()
+            finally:
+                self._dedup.close()
         _log.debug("bus closed", agent_id=self.agent_id)
 
     async def _drain(self, grace: float) -> None:
@@ -384,6 +389,12 @@ class BaseBus(abc.ABC):
         if not self._can_publish() or self._publisher is None:
             raise BusClosed(f"{self!r} is not open")
         return self._publisher
+
+
+def _dedup_store(settings: Settings) -> DedupStore:
+    if settings.dedup_path:
+        return SqliteDedupStore(settings.dedup_path, settings.dedup_window)
+    return DedupWindow(settings.dedup_window, settings.dedup_size)
 
 
 def _checked(value: str, what: str) -> str:

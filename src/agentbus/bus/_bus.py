@@ -19,6 +19,7 @@ from agentbus._config import Settings, mask_url
 from agentbus._exceptions import BusClosed
 from agentbus._metrics import Metrics
 from agentbus.bus._base import BaseBus
+from agentbus.bus._dedup import DedupStore
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
@@ -74,8 +75,9 @@ class Bus(BaseBus):
         agent_id: str | None = None,
         app_id: str = "agentbus",
         metrics: Metrics | None = None,
+        dedup: DedupStore | None = None,
     ) -> None:
-        super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics)
+        super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics, dedup=dedup)
         self._connection: AbstractRobustConnection | None = None
         self._instance_queue: AbstractQueue | None = None
         self._instance_consumer: tuple[AbstractQueue, str] | None = None

@@ -1,4 +1,4 @@
-"""A time- and size-bounded memory of request message ids already served."""
+"""Memories of request message ids already served: the seam, and the in-process default."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
 
-__all__ = ["DedupWindow", "Seen"]
+__all__ = ["DedupStore", "DedupWindow", "Seen"]
 
 Reply = ResponseEnvelope | ErrorEnvelope
 
@@ -23,8 +24,37 @@ class Seen:
     reply_to: str | None = None
 
 
+class DedupStore(Protocol):
+    """Where a bus's dispatcher remembers the requests it took, to serve each one once.
+
+    ``check_in`` when a request arrives; ``complete`` once its work is done (before the
+    reply goes out); ``forget`` when the work was abandoned and may run again. Calls are
+    synchronous and on the event loop: an implementation must be quick (memory, a local file).
+    """
+
+    def check_in(self, message_id: str) -> Seen | None:
+        """Return the earlier sighting of ``message_id``, or record this one and return None."""
+        ...
+
+    def complete(self, message_id: str, reply: Reply | None, reply_to: str | None) -> None:
+        """Keep the reply sent for ``message_id``, to answer a duplicate with it."""
+        ...
+
+    def forget(self, message_id: str) -> None:
+        """Drop ``message_id``: its work was not done and may run again."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds open (the bus is closing)."""
+        ...
+
+
 class DedupWindow:
-    """Remember request ids for ``window`` seconds, at most ``size`` of them."""
+    """Remember request ids for ``window`` seconds, at most ``size`` of them, in this process.
+
+    The default store: a request redelivered to this process is served once; one
+    redelivered to another instance is not seen here (see ``SqliteDedupStore``).
+    """
 
     def __init__(
         self, window: float, size: int, clock: Callable[[], float] = time.monotonic
@@ -61,6 +91,9 @@ class DedupWindow:
     def forget(self, message_id: str) -> None:
         """Drop ``message_id``: its work was not done and may run again."""
         self._seen.pop(message_id, None)
+
+    def close(self) -> None:
+        """Nothing to release: the memory goes with the process."""
 
     def _expire(self, now: float) -> None:
         horizon = now - self._window

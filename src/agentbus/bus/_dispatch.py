@@ -12,7 +12,7 @@ from typing import Any, Final, Protocol, TypeAlias
 import structlog
 
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
-from agentbus.bus._dedup import DedupWindow
+from agentbus.bus._dedup import DedupStore
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
@@ -89,7 +89,7 @@ class Dispatcher:
         agent_id: str,
         publisher: ReplyPublisher,
         pending: PendingRequests,
-        dedup: DedupWindow,
+        dedup: DedupStore,
         stats: BusStats,
         max_size: int,
     ) -> None:
@@ -220,6 +220,10 @@ class Dispatcher:
             seconds = time.perf_counter() - started
             self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
         reply_to = message.reply_to
+        # The work is done: remember its reply before sending it. If the channel closes
+        # now (this task is cancelled) the redelivered request is answered with it, not
+        # acked without an answer as if the work were still running.
+        self._dedup.complete(request.message_id, reply, reply_to)
         try:
             try:
                 await self._publisher.publish_reply(reply, reply_to)
@@ -227,17 +231,16 @@ class Dispatcher:
                 # The result cannot be sent (not JSON, or over the size cap): say so instead.
                 self._stats.handler_errors += 1
                 reply = request.error(exc.code, exc.message, sender_id=self.agent_id)
+                self._dedup.complete(request.message_id, reply, reply_to)
                 await self._publisher.publish_reply(reply, reply_to)
         except Unroutable:
             self._stats.replies_dropped += 1
             _log.info("reply dropped: the requester has gone", message_id=request.message_id)
         except AgentBusError as exc:
-            # Not answered: leave it to be redelivered; the duplicate is answered from memory.
-            self._dedup.complete(request.message_id, reply, reply_to)
+            # Not answered: leave it to be redelivered; the duplicate is answered from the store.
             _log.warning("reply not sent; request left for redelivery", error=str(exc))
             await self._settle(message, Settle.REQUEUE)
             return
-        self._dedup.complete(request.message_id, reply, reply_to)
         self._stats.requests_served += 1
         await self._settle(message, Settle.ACK)
 

@@ -136,8 +136,8 @@ class Publisher:
                 raise ConnectionLost(f"publish to {key!r} not confirmed in time") from exc
             except AgentBusError:
                 raise
-            except Exception as exc:
-                mapped = translate(exc)
+            except (Exception, asyncio.CancelledError) as exc:
+                mapped = _lost_under_us(exc) or translate(exc)
                 if mapped is None:
                     raise
                 if not isinstance(mapped, ConnectionLost) or loop.time() >= deadline:
@@ -158,3 +158,14 @@ class Publisher:
             self._stats.published += 1
             self._stats.published_by_type[message.type or "unknown"] += 1
             return
+
+
+def _lost_under_us(exc: BaseException) -> ConnectionLost | None:
+    # aiormq cancels the confirm future of a connection that dies under a publish: the
+    # CancelledError is not ours (this task is not being cancelled), the connection is lost.
+    if not isinstance(exc, asyncio.CancelledError):
+        return None
+    task = asyncio.current_task()
+    if task is None or task.cancelling():
+        return None
+    return ConnectionLost(f"the connection to the broker was lost during a publish: {exc!r}")

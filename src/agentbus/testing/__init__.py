@@ -13,7 +13,8 @@ For chaos tests on a real broker: ``PrivateBroker`` (a RabbitMQ node of the test
 to kill and restart), ``ChaosProxy`` (a TCP proxy that stalls, cuts, slows or refuses)
 and ``AgentLauncher`` (agents as OS processes, to SIGKILL, SIGTERM or SIGSTOP). The
 pytest plugin ``agentbus.testing.pytest_plugin`` offers them as the fixtures
-``private_broker``, ``chaos_proxy`` and ``agent_process``.
+``private_broker``, ``chaos_proxy`` and ``agent_process``. ``Ledger`` records what
+producers sent and what agents did, and reports what was lost or done twice.
 """
 
 from typing import TYPE_CHECKING
@@ -26,6 +27,14 @@ from agentbus.testing._chaos_broker import (
     find_rabbitmq,
 )
 from agentbus.testing._consumer import ConsumerState, MemoryConsumer, MemoryDelivery
+from agentbus.testing._ledger import (
+    LEDGER_ENV,
+    Ledger,
+    LedgerReport,
+    QueueDepth,
+    SendOutcome,
+    queue_depths,
+)
 from agentbus.testing._memory import MemoryBus
 from agentbus.testing._message import DeadLetter, DeadLetterReason, MemoryMessage
 from agentbus.testing._processes import AgentLauncher, AgentProcess
@@ -33,6 +42,7 @@ from agentbus.testing._proxy import ChaosProxy, ProxyState
 
 __all__ = [
     "DEFAULT_EXCHANGE",
+    "LEDGER_ENV",
     "AgentLauncher",
     "AgentProcess",
     "BrokerState",
@@ -40,6 +50,8 @@ __all__ = [
     "ConsumerState",
     "DeadLetter",
     "DeadLetterReason",
+    "Ledger",
+    "LedgerReport",
     "MemoryBroker",
     "MemoryBus",
     "MemoryConsumer",
@@ -48,7 +60,10 @@ __all__ = [
     "PrivateBroker",
     "PrivateBrokerError",
     "ProxyState",
+    "QueueDepth",
+    "SendOutcome",
     "find_rabbitmq",
+    "queue_depths",
 ]
 
 if TYPE_CHECKING:  # mypy proves the in-memory bus satisfies the transport seam.

@@ -229,8 +229,14 @@ class Dispatcher:
                 await self._publisher.publish_reply(reply, reply_to)
             except EnvelopeError as exc:
                 # The result cannot be sent (not JSON, or over the size cap): say so instead.
+                # The request was fine, so this is a processing failure, not a bad envelope.
                 self._stats.handler_errors += 1
-                reply = request.error(exc.code, exc.message, sender_id=self.agent_id)
+                code = exc.code if exc.code == ErrorCode.PAYLOAD_TOO_LARGE else None
+                reply = request.error(
+                    code or ErrorCode.PROCESSING_FAILED,
+                    f"the result cannot be sent: {exc.message}",
+                    sender_id=self.agent_id,
+                )
                 self._dedup.complete(request.message_id, reply, reply_to)
                 await self._publisher.publish_reply(reply, reply_to)
         except Unroutable:
@@ -290,7 +296,9 @@ class Dispatcher:
         message_type = raw.get("message_type", message.type)
         requester = raw.get("sender_id")
         requester = requester if is_valid_id(requester) else None
-        if message_type not in _NO_ANSWER_TYPES and (message.reply_to or requester):
+        # message_type may be any JSON value here (an object, an array): compare, not hash.
+        answerable = not (isinstance(message_type, str) and message_type in _NO_ANSWER_TYPES)
+        if answerable and (message.reply_to or requester):
             correlation = raw.get("message_id", message.message_id)
             valid = isinstance(correlation, str) and _AMQP_MESSAGE_ID.match(correlation)
             error = ErrorEnvelope(

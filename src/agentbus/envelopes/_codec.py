@@ -125,7 +125,7 @@ def _check_version(obj: dict[str, Any]) -> None:
     match = _VERSION_RE.fullmatch(version)
     if match is None:
         raise EnvelopeError(
-            f"protocol_version {version!r} is not MAJOR.MINOR",
+            f"protocol_version {_clip(version)} is not MAJOR.MINOR",
             details={"field": "protocol_version"},
             raw=obj,
         )
@@ -148,6 +148,12 @@ def _invalid(exc: ValidationError, obj: dict[str, Any]) -> EnvelopeError:
     if len(errors) > _MAX_REPORTED_ERRORS:
         summary += f"; and {len(errors) - _MAX_REPORTED_ERRORS} more"
     return EnvelopeError(f"invalid envelope: {summary}", details={"errors": errors}, raw=obj)
+
+
+def _clip(value: str, limit: int = 40) -> str:
+    # Error messages quote input; a huge value must not make the error reply too large.
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(value)} characters)"
 
 
 def _json_type(value: object) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -297,3 +298,38 @@ async def test_two_registries_give_the_same_answer(procs: Processes) -> None:
 
     assert summary(first) == summary(second)
     assert {agent_id: row["service"] for agent_id, row in first.items()} == expected
+
+
+async def test_frozen_agent_goes_offline_and_rejoins_when_thawed(procs: Processes) -> None:
+    """SIGSTOP: offline within 3 intervals; SIGCONT: online again, and it serves requests."""
+    expected = {"registry-1": "registry", "alpha-1": "alpha"}
+    started = [procs.registry("registry-1"), frozen := procs.agent("Alpha", "alpha-1")]
+    client = await procs.client()
+    inbox = await offline_inbox(procs)
+    online = Inbox()
+    await client.subscribe("broadcast.event.agent_online", online)
+    for process in started:
+        await process.started()
+    await poll(knows_all(client, expected), INTERVAL + SLACK, "both listed")
+
+    stopped = time.monotonic()
+    frozen.popen.send_signal(signal.SIGSTOP)
+    bound = MISSED * INTERVAL + SLACK
+    await within(
+        bound, lambda: bool(inbox.about("alpha-1", sender="registry-1")), "agent_offline alpha-1"
+    )
+    offline_at = inbox.about("alpha-1", sender="registry-1")[0][0]
+    rejoins_before = len(online.about("alpha-1", sender="registry-1"))
+    frozen.popen.send_signal(signal.SIGCONT)
+    await within(
+        INTERVAL + SLACK,
+        lambda: len(online.about("alpha-1", sender="registry-1")) > rejoins_before,
+        "agent_online alpha-1 after SIGCONT",
+    )
+    reply = await client.request("alpha", "double", {"n": 4}, timeout=10)
+
+    print(f"frozen agent offline {offline_at - stopped:.3f} s after SIGSTOP")
+    assert offline_at - stopped <= bound
+    assert reply.result == 8
+    rows = await list_agents(client)
+    assert rows["alpha-1"]["status"] == "ready"

@@ -113,3 +113,22 @@ def shielded() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
+
+
+def _status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak_rss(pid: int) -> int:
+    """Reset the process's peak RSS (VmHWM) to its RSS now, and return that RSS in bytes."""
+    with contextlib.suppress(OSError):  # no /proc/PID/clear_refs: the peak stays cumulative
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return _status_kb(pid, "VmRSS")
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak RSS since the last reset_peak_rss (VmHWM), in bytes."""
+    return _status_kb(pid, "VmHWM")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingM
 ROUTING_KEY = "raw.work.request"  # as _raw_worker.py binds it
 REPLY_PREFETCH = 512  # the agentbus instance queue's prefetch
 TIMEOUT = 30.0  # seconds per request, the default subtask timeout
+Request = Callable[[str, dict[str, Any], str], Awaitable[Any]]
 
 
 class RawLeader:
@@ -71,22 +73,8 @@ class RawLeader:
 
     async def request(self, action: str, parameters: dict[str, Any], subtask: str) -> Any:
         """Send one request with a confirm and return its result."""
-        message_id = str(uuid.uuid4())
-        now = datetime.now(UTC)
-        envelope = {  # the fields of an agentbus request envelope, metadata included
-            "protocol_version": "1.0",
-            "message_id": message_id,
-            "timestamp": now,
-            "sender_id": self.sender,
-            "receiver_id": "echo",
-            "metadata": {
-                "deadline": now + timedelta(seconds=TIMEOUT),
-                "plan_id": "raw-plan",
-                "subtask_id": subtask,
-            },
-            "message_type": "request",
-            "payload": {"action": action, "parameters": parameters},
-        }
+        envelope = request_envelope(self.sender, action, parameters, subtask)
+        message_id = envelope["message_id"]
         message = aio_pika.Message(
             orjson.dumps(envelope),
             content_type="application/json",
@@ -113,17 +101,44 @@ class RawLeader:
 
     async def run(self, n: int, window: int) -> dict[str, Any]:
         """N echoes with at most ``window`` in flight, then the fan-in; time it all."""
-        results: list[Any] = [None] * n
-        numbers = iter(range(n))
+        return await fan_out(self.request, n, window, "raw")
 
-        async def lane() -> None:
-            for i in numbers:
-                results[i] = await self.request("echo", {"n": i}, f"t{i}")
 
-        start = time.perf_counter()
-        await asyncio.gather(*(lane() for _ in range(min(window, n))))
-        total = await self.request("total", {"values": results}, "sum")
-        seconds = time.perf_counter() - start
-        if total != n * (n - 1) // 2:
-            raise RuntimeError(f"raw run wrong: sum={total}")
-        return {"seconds": seconds, "per_s": n / seconds}
+def request_envelope(
+    sender: str, action: str, parameters: dict[str, Any], subtask: str
+) -> dict[str, Any]:
+    """The fields of an agentbus request envelope for one subtask, metadata included."""
+    message_id = str(uuid.uuid4())
+    now = datetime.now(UTC)
+    return {
+        "protocol_version": "1.0",
+        "message_id": message_id,
+        "timestamp": now,
+        "sender_id": sender,
+        "receiver_id": "echo",
+        "metadata": {
+            "deadline": now + timedelta(seconds=TIMEOUT),
+            "plan_id": "raw-plan",
+            "subtask_id": subtask,
+        },
+        "message_type": "request",
+        "payload": {"action": action, "parameters": parameters},
+    }
+
+
+async def fan_out(request: Request, n: int, window: int, side: str) -> dict[str, Any]:
+    """N ``echo`` requests with at most ``window`` in flight, then the fan-in ``total``."""
+    results: list[Any] = [None] * n
+    numbers = iter(range(n))
+
+    async def lane() -> None:
+        for i in numbers:
+            results[i] = await request("echo", {"n": i}, f"t{i}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(min(window, n))))
+    total = await request("total", {"values": results}, "sum")
+    seconds = time.perf_counter() - start
+    if total != n * (n - 1) // 2:
+        raise RuntimeError(f"{side} run wrong: sum={total}")
+    return {"seconds": seconds, "per_s": n / seconds}

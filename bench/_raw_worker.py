@@ -23,21 +23,23 @@ from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
 ROUTING_KEY = "raw.work.request"
 
 
-def reply_envelope(request: dict[str, Any], sender: str, result: Any, error: Any) -> bytes:
+def reply_fields(request: dict[str, Any], sender: str, result: Any, error: Any) -> dict[str, Any]:
     """The response envelope's fields, as agentbus sends them, without the models."""
     status = "success" if error is None else "error"
-    return orjson.dumps(
-        {
-            "protocol_version": "1.0",
-            "message_id": str(uuid.uuid4()),
-            "timestamp": datetime.now(UTC),
-            "sender_id": sender,
-            "receiver_id": request["sender_id"],
-            "metadata": {"correlation_id": request["message_id"]},
-            "message_type": "response",
-            "payload": {"status": status, "result": result, "error": error},
-        }
-    )
+    return {
+        "protocol_version": "1.0",
+        "message_id": str(uuid.uuid4()),
+        "timestamp": datetime.now(UTC),
+        "sender_id": sender,
+        "receiver_id": request["sender_id"],
+        "metadata": {"correlation_id": request["message_id"]},
+        "message_type": "response",
+        "payload": {"status": status, "result": result, "error": error},
+    }
+
+
+def reply_envelope(request: dict[str, Any], sender: str, result: Any, error: Any) -> bytes:
+    return orjson.dumps(reply_fields(request, sender, result, error))
 
 
 def work(action: str, parameters: dict[str, Any]) -> tuple[Any, Any]:

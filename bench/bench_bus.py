@@ -84,19 +84,23 @@ class RawPeer:
     requests, confirmed replies before the ack, futures keyed by correlation id.
     """
 
-    def __init__(self, url: str, exchange: str) -> None:
+    def __init__(self, url: str, exchange: str, client_id: str = "") -> None:
         self.url = url
         self.exchange_name = exchange
         self.service_queue = f"{exchange}.echo"
-        self.reply_queue = f"{exchange}.reply"
+        self.reply_queue = f"{exchange}.reply{'.' if client_id else ''}{client_id}"
         self.sink_queue = f"{exchange}.sink"
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._connections: list[AbstractConnection] = []
 
     async def open(self) -> None:
+        await self.open_server()
+        await self.open_client()
+
+    async def open_server(self) -> None:
+        """The echo side: its own connection, exchange and service queue."""
         server = await aio_pika.connect_robust(self.url)
-        client = await aio_pika.connect_robust(self.url)
-        self._connections += [server, client]
+        self._connections.append(server)
         server_pub = await server.channel()
         await server_pub.declare_exchange(
             self.exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
@@ -107,14 +111,20 @@ class RawPeer:
         queue = await server_sub.declare_queue(self.service_queue, durable=True)
         await queue.bind(self.exchange_name, routing_key="raw.echo.request")
         await queue.consume(self._serve)
+
+    async def open_client(self, *, sink: bool = True) -> None:
+        """The requesting side, on its own connection; the exchange must exist."""
+        client = await aio_pika.connect_robust(self.url)
+        self._connections.append(client)
         client_pub = await client.channel()
         self.exchange: AbstractExchange = await client_pub.get_exchange(self.exchange_name)
         client_sub = await client.channel()
         await client_sub.set_qos(prefetch_count=512)
         replies = await client_sub.declare_queue(self.reply_queue, durable=False)
         await replies.consume(self._on_reply)
-        sink = await client_sub.declare_queue(self.sink_queue, durable=True)
-        await sink.bind(self.exchange_name, routing_key="raw.sink.event")
+        if sink:
+            queue = await client_sub.declare_queue(self.sink_queue, durable=True)
+            await queue.bind(self.exchange_name, routing_key="raw.sink.event")
 
     async def close(self) -> None:
         for connection in self._connections:
@@ -160,8 +170,8 @@ class RawPeer:
             raise RuntimeError(f"unroutable: {key}")
 
 
-async def sequential(call: Call, n: int) -> dict[str, float]:
-    for i in range(WARMUP):
+async def sequential(call: Call, n: int, warmup: int = WARMUP) -> dict[str, float]:
+    for i in range(warmup):
         await call(i)
     gc.collect()
     samples: list[int] = []

@@ -1,0 +1,160 @@
+"""Run every benchmark in one go: agentbus vs raw aio-pika vs FastStream, on one broker.
+
+.venv/bin/python bench/suite.py [--quick] [--out bench/results] [--only rr,fanout,...]
+
+Sections: request/response latency and throughput (rr), fan-out and fan-in of N subtasks
+through the leader with its memory (fanout), the registry under 100 to 5,000 simulated
+agents (registry), and the envelope codec (codec). Writes suite-<time>.json, .md and, with
+matplotlib installed (``pip install -e '.[bench]'``), .png to --out; prints the Markdown.
+Every process, queue and exchange a section starts is removed when it ends, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import signal
+import sys
+import time
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aio_pika
+import structlog
+
+try:
+    import faststream  # noqa: F401 -- a peer measured against: say how to get it
+except ImportError:
+    sys.exit("bench/suite.py needs FastStream: .venv/bin/pip install -e '.[bench]'")
+
+from _suite_codec import run_codec
+from _suite_fanout import run_fanout
+from _suite_report import chart, markdown, targets
+from _suite_rr import RRConfig, run_rr
+from bench_leader import interrupt
+from bench_registry import run_case
+
+DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
+SECTIONS = ("rr", "fanout", "registry", "codec")
+PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
+
+FULL = SimpleNamespace(
+    rr=RRConfig(requests=400, rounds=6, load_rounds=3, seconds=5.0),
+    fanout=SimpleNamespace(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
+    registry=SimpleNamespace(agents=[100, 1000, 5000], duration=15.0),
+)
+QUICK = SimpleNamespace(
+    rr=RRConfig(requests=150, rounds=4, load_rounds=2, seconds=2.0),
+    fanout=SimpleNamespace(sizes=[10, 100, 1000], rounds=2, workers=3, concurrency=64),
+    registry=SimpleNamespace(agents=[100, 1000], duration=4.0),
+)
+
+
+def package_versions() -> list[str]:
+    found = []
+    for package in PACKAGES:
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            found.append(f"{package} (not installed)")
+    return found
+
+
+async def broker_version(url: str) -> str:
+    async with await aio_pika.connect(url) as connection:
+        props = connection.transport.connection.server_properties if connection.transport else {}
+        return str(props.get("version", "?"))
+
+
+def meta(url: str) -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "broker": asyncio.run(broker_version(url)),
+        "packages": package_versions(),
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def run_registry(url: str, cfg: SimpleNamespace, say: Any) -> list[dict[str, Any]]:
+    cases = []
+    for agents in cfg.agents:
+        args = argparse.Namespace(
+            agents=agents, interval=1.0, duration=cfg.duration, kill=min(20, agents), url=url
+        )
+        cases.append(run_case(args))
+        f = cases[-1]
+        say(
+            f"registry {agents} agents: {f['beats_achieved_per_s']:.0f} beats/s sent, "
+            f"CPU {f['registry_cpu_cores']:.2f} core, backlog {f['registry_backlog']}, "
+            f"keeps up: {f['keeps_up_pass']}"
+        )
+    return cases
+
+
+def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"suite-{results['mode']}-{results['started'].replace(':', '').replace(' ', '-')}"
+    data, report = out / f"{stem}.json", out / f"{stem}.md"
+    data.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    image = chart(results, out / f"{stem}.png")
+    text = markdown(results)
+    if image is not None:
+        text += f"\n![fan-out latency, throughput and memory against N]({image.name})\n"
+    report.write_text(text)
+    return data, report, image
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
+    parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
+    args = parser.parse_args()
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    if unknown := set(only) - set(SECTIONS):
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    logging.basicConfig(level=logging.WARNING)
+    signal.signal(signal.SIGTERM, interrupt)  # clean up as on Ctrl-C
+    cfg = QUICK if args.quick else FULL
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - t0:7.1f} s] {text}", file=sys.stderr, flush=True)
+
+    started = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "started": started}
+    results["meta"] = meta(args.url)
+    try:
+        if "codec" in only:
+            say("codec")
+            results["codec"] = run_codec(args.quick)
+        if "rr" in only:
+            results["request_response"] = run_rr(args.url, cfg.rr, say)
+        if "fanout" in only:
+            results["fanout"] = run_fanout(args.url, cfg.fanout, say)
+        if "registry" in only:
+            results["registry"] = run_registry(args.url, cfg.registry, say)
+    except KeyboardInterrupt:
+        print("interrupted: processes stopped, queues and exchanges deleted", file=sys.stderr)
+        return 130
+    results["seconds"] = round(time.monotonic() - t0, 1)
+    results["targets"] = targets(results)
+    data, report, image = write(results, args.out)
+    print(report.read_text())
+    say(f"wrote {data}, {report}" + (f", {image}" if image else " (no matplotlib: no chart)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Helpers for integration tests: waiting on conditions, forcing disconnects."""
+"""Helpers for integration tests: bus factories, forcing disconnects, broker cleanup."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -19,15 +19,6 @@ from agentbus.bus import Topology
 
 class BusFactory(Protocol):
     async def __call__(self, agent_id: str | None = None, **settings: Any) -> Bus: ...
-
-
-async def wait_until(
-    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01
-) -> None:
-    """Wait until ``predicate()`` holds, polling; fail the test after ``timeout`` seconds."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - a condition on counters, not an event
-            await asyncio.sleep(interval)
 
 
 def _rabbitmqctl(*args: str) -> str:

@@ -22,10 +22,11 @@ from typing import Any, TypeVar
 
 import pytest
 import sample_agents
-from helpers import BusFactory, wait_until
+from helpers import BusFactory
 
 from agentbus import AgentBusError, Bus
 from agentbus.bus import Topology
+from waiting import wait_until
 
 T = TypeVar("T")
 

@@ -11,13 +11,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from helpers import BusFactory, wait_until
+from helpers import BusFactory
 
 from agentbus import (
     ConfigurationError,
     RequestEnvelope,
     RequestTimeout,
 )
+from waiting import wait_until
 
 
 async def echo(request: RequestEnvelope) -> dict[str, Any]:

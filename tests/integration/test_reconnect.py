@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from helpers import BusFactory, force_close, wait_until
+from helpers import BusFactory, force_close
 
 from agentbus import RequestEnvelope
 from agentbus.envelopes import EventEnvelope
+from waiting import wait_until
 
 
 async def test_consumers_come_back_after_forced_close(

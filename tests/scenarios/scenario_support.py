@@ -1,10 +1,9 @@
-"""Helpers for the shared scenarios: the transport factory's type, waiting, broker cleanup."""
+"""Helpers for the shared scenarios: the transport factory's type, broker cleanup."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import aio_pika
@@ -14,15 +13,6 @@ from agentbus.bus import Topology, Transport
 
 class TransportFactory(Protocol):
     async def __call__(self, agent_id: str | None = None, **settings: Any) -> Transport: ...
-
-
-async def wait_until(
-    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01
-) -> None:
-    """Wait until ``predicate()`` holds, polling; fail the test after ``timeout`` seconds."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - a condition on counters, not an event
-            await asyncio.sleep(interval)
 
 
 async def delete_topology(

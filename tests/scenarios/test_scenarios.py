@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from scenario_support import TransportFactory, wait_until
+from scenario_support import TransportFactory
 
 from agentbus import (
     BusClosed,
@@ -18,6 +18,7 @@ from agentbus import (
     Unroutable,
 )
 from agentbus.envelopes import BROADCAST, EventEnvelope, RequestPayload
+from waiting import wait_until
 
 
 async def echo(request: RequestEnvelope) -> dict[str, Any]:

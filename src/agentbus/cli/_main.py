@@ -175,29 +175,28 @@ def _metrics(port: int | None) -> Metrics | None:
     return metrics
 
 
+def _serve_agent(
+    ctx: click.Context, cls: type[Agent], options: dict[str, Any], **extra: Any
+) -> None:
+    # The options every agent command shares (see _agent_options), then its own.
+    agent = cls(
+        agent_id=options["agent_id"],
+        concurrency=options["concurrency"],
+        heartbeat_interval=options["heartbeat"],
+        settings=_settings(ctx),
+        metrics=_metrics(options["metrics_port"]),
+        **extra,
+    )
+    asyncio.run(run_until_signalled(agent, grace=options["grace"]))
+
+
 @cli.command()
 @click.argument("target", metavar="MODULE:CLASS")
 @_agent_options
 @click.pass_context
-def run(
-    ctx: click.Context,
-    target: str,
-    agent_id: str | None,
-    concurrency: int | None,
-    heartbeat: float,
-    grace: float | None,
-    metrics_port: int | None,
-) -> None:
+def run(ctx: click.Context, /, target: str, **options: Any) -> None:
     """Run the agent class MODULE:CLASS until SIGTERM or Ctrl-C, then drain it."""
-    cls = _load_agent_class(target)
-    agent = cls(
-        agent_id=agent_id,
-        concurrency=concurrency,
-        heartbeat_interval=heartbeat,
-        settings=_settings(ctx),
-        metrics=_metrics(metrics_port),
-    )
-    asyncio.run(run_until_signalled(agent, grace=grace))
+    _serve_agent(ctx, _load_agent_class(target), options)
 
 
 @cli.command()
@@ -210,25 +209,9 @@ def run(
     help="Missed heartbeat intervals before an agent is offline.",
 )
 @click.pass_context
-def registry(
-    ctx: click.Context,
-    agent_id: str | None,
-    concurrency: int | None,
-    heartbeat: float,
-    grace: float | None,
-    metrics_port: int | None,
-    missed: int,
-) -> None:
+def registry(ctx: click.Context, /, missed: int, **options: Any) -> None:
     """Run a registry agent: tracks live agents, answers discovery requests."""
-    agent = Registry(
-        agent_id=agent_id,
-        concurrency=concurrency,
-        heartbeat_interval=heartbeat,
-        settings=_settings(ctx),
-        missed_intervals=missed,
-        metrics=_metrics(metrics_port),
-    )
-    asyncio.run(run_until_signalled(agent, grace=grace))
+    _serve_agent(ctx, Registry, options, missed_intervals=missed)
 
 
 @cli.command()
@@ -241,25 +224,9 @@ def registry(
     help="The registry service asked who offers a skill.",
 )
 @click.pass_context
-def leader(
-    ctx: click.Context,
-    agent_id: str | None,
-    concurrency: int | None,
-    heartbeat: float,
-    grace: float | None,
-    metrics_port: int | None,
-    registry_service: str,
-) -> None:
+def leader(ctx: click.Context, /, registry_service: str, **options: Any) -> None:
     """Run a leader agent: its run_plan action runs a plan and answers with the aggregate."""
-    agent = Leader(
-        agent_id=agent_id,
-        concurrency=concurrency,
-        heartbeat_interval=heartbeat,
-        settings=_settings(ctx),
-        registry=registry_service,
-        metrics=_metrics(metrics_port),
-    )
-    asyncio.run(run_until_signalled(agent, grace=grace))
+    _serve_agent(ctx, Leader, options, registry=registry_service)
 
 
 @cli.group()

@@ -23,7 +23,7 @@ from agentbus import Bus, EventEnvelope
 SKILLS = {
     "alpha": ["double", "slow"],
     "beta": ["shout"],
-    "registry": ["find_skill", "get_card", "list_agents"],
+    "registry": ["find_skill", "get_card", "list_agents", "stats"],
 }
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-from typing import Any
+import time
+from collections.abc import Coroutine, Mapping
+from datetime import datetime
+from typing import Any, Final
 
+import orjson
 from pydantic import ValidationError
 
 from agentbus._exceptions import AgentBusError
@@ -13,12 +18,12 @@ from agentbus.agents import (
     AGENT_OFFLINE,
     AGENT_ONLINE,
     ANNOUNCE,
-    HEARTBEAT,
     Agent,
     AgentCard,
     Heartbeat,
     skill,
 )
+from agentbus.bus import Bus
 from agentbus.envelopes import (
     BROADCAST,
     ErrorCode,
@@ -26,9 +31,16 @@ from agentbus.envelopes import (
     RequestEnvelope,
     RequestPayload,
 )
+from agentbus.registry._feed import HEARTBEAT_KEY, HeartbeatFeed
 from agentbus.registry._table import AgentInfo, LivenessTable, Record, Transition
 
 __all__ = ["Registry"]
+
+_METRICS_EVERY: Final = 1.0  # s: the agent gauges are rebuilt at most this often
+_CARD_RETRY_FIRST: Final = 1.0  # s after a failed card fetch; doubles up to:
+_CARD_RETRY_MAX: Final = 60.0
+_LAG_SAMPLE_EVERY: Final = 64  # beats: how often a beat's age on arrival is measured
+_LAG_WINDOW: Final = 10.0  # s of samples in stats()
 
 
 class Registry(Agent):
@@ -47,12 +59,22 @@ class Registry(Agent):
     ) -> None:
         super().__init__(**kwargs)
         self.table = LivenessTable(missed=missed_intervals, forget_after=forget_after)
+        self._feed: HeartbeatFeed | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._card_fetches: dict[str, asyncio.Task[None]] = {}
+        self._card_retry: dict[str, tuple[float, float]] = {}  # agent id: (not before, delay)
+        self._background: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self._metrics_at = 0.0
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._lags: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
 
     async def on_start(self) -> None:
-        await self.bus.subscribe(f"broadcast.event.{HEARTBEAT}", self._on_heartbeat)
+        if isinstance(self.bus, Bus):
+            self._feed = HeartbeatFeed(self.bus.settings, self.id, self._on_beat_body)
+            await self._feed.open()
+        else:  # the in-memory bus: beats come as events like any other
+            await self.bus.subscribe(HEARTBEAT_KEY, self._on_heartbeat)
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_goodbye)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         # A fresh registry knows nobody: ask every agent to beat now.
@@ -64,7 +86,9 @@ class Registry(Agent):
         await self.bus.publish(announce, persistent=False, mandatory=False)
 
     async def on_stop(self) -> None:
-        tasks = [self._sweeper, *self._card_fetches.values()]
+        if self._feed is not None:
+            await self._feed.aclose()
+        tasks = [self._sweeper, *self._card_fetches.values(), *self._background]
         for task in tasks:
             if task is not None:
                 task.cancel()
@@ -105,22 +129,86 @@ class Registry(Agent):
             )
         return record.card
 
-    async def _on_heartbeat(self, event: EventEnvelope) -> None:
+    @skill
+    async def stats(self) -> dict[str, Any]:
+        """Count heartbeats heard and agents known; how late beats arrive (last 10 s)."""
+        now = time.monotonic()
+        lags = sorted(lag for at, lag in self._lags if now - at <= _LAG_WINDOW)
+        return dict(self._counts) | {
+            "agents": len(self.table),
+            "online": sum(record.online for record in self.table.records()),
+            "beat_lag_p50_s": lags[len(lags) // 2] if lags else None,
+            "beat_lag_max_s": lags[-1] if lags else None,
+        }
+
+    def _on_beat_body(self, body: bytes) -> None:
+        """Take a raw heartbeat message: the common beat costs a JSON parse and a dict look."""
+        counts = self._counts
+        counts["heartbeats"] += 1
         try:
-            beat = Heartbeat.model_validate(event.payload.event_data)
-        except ValidationError as exc:
-            self._log.warning(
-                "malformed heartbeat ignored", sender_id=event.sender_id, error=str(exc)
-            )
+            envelope = orjson.loads(body)
+            data = envelope["payload"]["event_data"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            data = None
+        if not isinstance(data, dict):
+            counts["malformed"] += 1
+            self._log.warning("malformed heartbeat ignored", error="not an event envelope")
             return
-        record, transition = self.table.observe(beat)
-        if record.card is None and record.agent_id not in self._card_fetches:
-            task = asyncio.create_task(self._fetch_card(record.agent_id))
-            self._card_fetches[record.agent_id] = task
-            task.add_done_callback(lambda _: self._card_fetches.pop(record.agent_id, None))
+        if counts["heartbeats"] % _LAG_SAMPLE_EVERY == 0:
+            self._sample_lag(envelope.get("timestamp"))
+        refreshed = self.table.refresh(data)
+        if refreshed is None:
+            self._observe(data, envelope.get("sender_id"))
+        else:
+            counts["fast"] += 1
+            self._after_beat(*refreshed)
+
+    async def _on_heartbeat(self, event: EventEnvelope) -> None:
+        self._counts["heartbeats"] += 1
+        data = event.payload.event_data
+        refreshed = self.table.refresh(data)
+        if refreshed is None:
+            self._observe(data, event.sender_id)
+        else:
+            self._after_beat(*refreshed)
+
+    def _observe(self, data: Mapping[str, Any], sender_id: object) -> None:
+        try:
+            beat = Heartbeat.model_validate(data)
+        except ValidationError as exc:
+            self._counts["malformed"] += 1
+            self._log.warning("malformed heartbeat ignored", sender_id=sender_id, error=str(exc))
+            return
+        self._after_beat(*self.table.observe(beat))
+
+    def _after_beat(self, record: Record, transition: Transition | None) -> None:
+        if record.card is None:
+            self._maybe_fetch_card(record.agent_id)
         if transition is Transition.ONLINE:
             self._wake.set()
-            await self._announce_transition(AGENT_ONLINE, record, reason="heartbeat")
+            self._spawn(self._announce_transition(AGENT_ONLINE, record, reason="heartbeat"))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _sample_lag(self, timestamp: object) -> None:
+        if not isinstance(timestamp, str):
+            return
+        with contextlib.suppress(ValueError):
+            sent = datetime.fromisoformat(timestamp).timestamp()
+            self._lags.append((time.monotonic(), time.time() - sent))
+
+    def _maybe_fetch_card(self, agent_id: str) -> None:
+        if agent_id in self._card_fetches:
+            return
+        retry = self._card_retry.get(agent_id)
+        if retry is not None and time.monotonic() < retry[0]:
+            return  # the last fetch failed: wait, not ask again at every beat
+        task = asyncio.create_task(self._fetch_card(agent_id))
+        self._card_fetches[agent_id] = task
+        task.add_done_callback(lambda _: self._card_fetches.pop(agent_id, None))
 
     async def _on_goodbye(self, event: EventEnvelope) -> None:
         agent_id = event.payload.event_data.get("agent_id")
@@ -141,10 +229,15 @@ class Registry(Agent):
                 await self._announce_transition(AGENT_OFFLINE, record, reason="timeout")
             self._export_metrics()
 
-    def _export_metrics(self) -> None:
-        # At most once per sweep (about a second), whatever the heartbeat rate.
+    def _export_metrics(self, *, now: bool = False) -> None:
+        # Rebuilding the gauges visits every agent: at most once a second, whatever
+        # the heartbeat rate and however often the sweeper wakes.
         if self.metrics is None:
             return
+        moment = time.monotonic()
+        if not now and moment - self._metrics_at < _METRICS_EVERY:
+            return
+        self._metrics_at = moment
         live = [record for record in self.table.records() if record.online]
         self.metrics.set_agents(
             ((record.service, record.status) for record in live),
@@ -160,7 +253,7 @@ class Registry(Agent):
             "agent_id": record.agent_id,
             "service": record.service,
             "reason": reason,
-            "last_seen": record.last_seen_at.isoformat(),
+            "last_seen": self.table.seen_at(record).isoformat(),
             "reported_by": self.id,
         }
         try:
@@ -174,3 +267,8 @@ class Registry(Agent):
             self.table.set_card(agent_id, AgentCard.model_validate(reply.result))
         except (AgentBusError, ValidationError) as exc:
             self._log.info("card not fetched", subject=agent_id, error=str(exc))
+            retry = self._card_retry.get(agent_id)
+            delay = _CARD_RETRY_FIRST if retry is None else min(retry[1] * 2, _CARD_RETRY_MAX)
+            self._card_retry[agent_id] = (time.monotonic() + delay, delay)
+        else:
+            self._card_retry.pop(agent_id, None)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any, Final
 
 from pydantic import BaseModel
 
@@ -16,6 +18,7 @@ from agentbus.envelopes import utcnow
 __all__ = ["AgentInfo", "LivenessTable", "Record", "Transition"]
 
 OFFLINE = "offline"
+_STATUSES: Final = frozenset(status.value for status in AgentStatus)
 
 
 class Transition(enum.Enum):
@@ -52,8 +55,7 @@ class Record:
     interval: float
     card_digest: str
     card: AgentCard | None
-    last_seen: float
-    last_seen_at: datetime
+    last_seen: float  # the table's monotonic clock
     online: bool = True
 
     @property
@@ -64,7 +66,7 @@ class Record:
     def load(self) -> float:
         return self.in_flight / self.capacity
 
-    def info(self, now: float) -> AgentInfo:
+    def info(self, now: float, wall_now: datetime) -> AgentInfo:
         return AgentInfo(
             agent_id=self.agent_id,
             service=self.service,
@@ -73,14 +75,19 @@ class Record:
             capacity=self.capacity,
             skills=self.skills,
             interval=self.interval,
-            last_seen=self.last_seen_at,
+            last_seen=wall_now - timedelta(seconds=now - self.last_seen),
             age=round(now - self.last_seen, 3),
             card_digest=self.card_digest,
         )
 
 
 class LivenessTable:
-    """Agents by id; offline once ``missed`` of their own intervals pass without a beat."""
+    """Agents by id; offline once ``missed`` of their own intervals pass without a beat.
+
+    Live agents are kept per heartbeat interval in the order they last beat, so the
+    ones that could be late are always at the front: a sweep looks at those alone,
+    not at every agent, and a beat moves its agent to the back.
+    """
 
     def __init__(
         self,
@@ -93,6 +100,8 @@ class LivenessTable:
         self._forget_after = forget_after
         self._clock = clock
         self._records: dict[str, Record] = {}
+        self._live: dict[float, OrderedDict[str, Record]] = {}  # by interval, oldest beat first
+        self._offline: OrderedDict[str, Record] = OrderedDict()  # in the order they went
 
     def __len__(self) -> int:
         return len(self._records)
@@ -106,9 +115,36 @@ class LivenessTable:
     def get(self, agent_id: str) -> Record | None:
         return self._records.get(agent_id)
 
+    def seen_at(self, record: Record) -> datetime:
+        """The wall-clock time of the agent's last beat."""
+        return utcnow() - timedelta(seconds=self._clock() - record.last_seen)
+
+    def refresh(self, data: Mapping[str, Any]) -> tuple[Record, Transition | None] | None:
+        """Record the common beat, a known agent's with its card unchanged, from raw data.
+
+        Returns None when the beat is anything else (a new agent, a card, a changed
+        digest, service, interval or capacity, a value out of the ordinary): such a
+        beat is validated in full and given to ``observe``.
+        """
+        record = self._records.get(data.get("agent_id"))  # type: ignore[arg-type]
+        if (
+            record is None
+            or "card" in data
+            or data.get("card_digest") != record.card_digest
+            or data.get("service") != record.service
+            or data.get("interval") != record.interval
+            or data.get("capacity") != record.capacity
+        ):
+            return None
+        status, in_flight = data.get("status"), data.get("in_flight")
+        if status not in _STATUSES or type(in_flight) is not int or in_flight < 0:
+            return None
+        record.status = status
+        record.in_flight = in_flight
+        return record, self._touch(record)
+
     def observe(self, beat: Heartbeat) -> tuple[Record, Transition | None]:
         """Record a heartbeat; say whether the agent just came online."""
-        now = self._clock()
         record = self._records.get(beat.agent_id)
         card = beat.card
         if record is None:
@@ -121,26 +157,56 @@ class LivenessTable:
                 interval=beat.interval,
                 card_digest=beat.card_digest,
                 card=card,
-                last_seen=now,
-                last_seen_at=utcnow(),
+                last_seen=self._clock(),
             )
             self._records[beat.agent_id] = record
+            self._lane(record.interval)[record.agent_id] = record
             return record, Transition.ONLINE
-        transition = None if record.online else Transition.ONLINE
+        if record.online and beat.interval != record.interval:
+            self._unlist(record)  # from the lane of its old interval to the new one's
+            record.interval, record.last_seen = beat.interval, self._clock()
+            self._lane(record.interval)[record.agent_id] = record
+            transition = None
+        else:
+            transition = self._touch(record, interval=beat.interval)
         record.service = beat.service
         record.status = beat.status.value
         record.in_flight = beat.in_flight
         record.capacity = beat.capacity
-        record.interval = beat.interval
-        record.last_seen = now
-        record.last_seen_at = utcnow()
-        record.online = True
         if card is not None:
             record.card = card
         elif beat.card_digest != record.card_digest:
             record.card = None  # changed; to be fetched again
         record.card_digest = beat.card_digest
         return record, transition
+
+    def _touch(self, record: Record, *, interval: float | None = None) -> Transition | None:
+        record.last_seen = self._clock()
+        if interval is not None:
+            record.interval = interval
+        if record.online:
+            self._live[record.interval].move_to_end(record.agent_id)
+            return None
+        record.online = True
+        self._offline.pop(record.agent_id, None)
+        self._lane(record.interval)[record.agent_id] = record
+        return Transition.ONLINE
+
+    def _lane(self, interval: float) -> OrderedDict[str, Record]:
+        lane = self._live.get(interval)
+        if lane is None:
+            lane = self._live[interval] = OrderedDict()
+        return lane
+
+    def _unlist(self, record: Record) -> None:
+        lane = self._live[record.interval]
+        del lane[record.agent_id]
+        if not lane:
+            del self._live[record.interval]
+
+    def _went_offline(self, record: Record) -> None:
+        record.online = False
+        self._offline[record.agent_id] = record
 
     def set_card(self, agent_id: str, card: AgentCard) -> None:
         record = self._records.get(agent_id)
@@ -153,40 +219,48 @@ class LivenessTable:
         record = self._records.get(agent_id)
         if record is None or not record.online:
             return None
-        record.online = False
+        self._unlist(record)
+        self._went_offline(record)
         return record
 
     def sweep(self, *, alive: str | None = None) -> list[Record]:
         """Mark agents whose beats stopped offline; return those that just went.
 
         ``alive`` is an agent known to be alive whatever its beats say: the registry
-        itself, whose own beats wait in the same queue as everyone's.
+        itself, whose own beats may wait behind everyone's.
         """
         now = self._clock()
         gone: list[Record] = []
-        forget: list[str] = []
-        for record in self._records.values():
-            if record.agent_id == alive:
-                record.last_seen = now
-                continue
-            silent = now - record.last_seen
-            if record.online and silent > self.missed * record.interval:
-                record.online = False
+        for interval, lane in list(self._live.items()):
+            limit = now - self.missed * interval
+            while lane:
+                record = next(iter(lane.values()))
+                if record.last_seen >= limit:
+                    break
+                if record.agent_id == alive:
+                    record.last_seen = now
+                    lane.move_to_end(record.agent_id)
+                    continue
+                del lane[record.agent_id]
+                self._went_offline(record)
                 gone.append(record)
-            elif not record.online and silent > self._forget_after:
-                forget.append(record.agent_id)
-        for agent_id in forget:
-            del self._records[agent_id]
+            if not lane:
+                del self._live[interval]
+        while self._offline:
+            record = next(iter(self._offline.values()))
+            if now - record.last_seen <= self._forget_after:
+                break
+            del self._offline[record.agent_id]
+            del self._records[record.agent_id]
         return gone
 
     def next_sweep_in(self) -> float:
         """How long until the earliest agent could go offline (at least 50 ms, at most 1 s)."""
         now = self._clock()
         soonest = 1.0
-        for record in self._records.values():
-            if record.online:
-                due = record.last_seen + self.missed * record.interval - now
-                soonest = min(soonest, due)
+        for interval, lane in self._live.items():
+            oldest = next(iter(lane.values()))
+            soonest = min(soonest, oldest.last_seen + self.missed * interval - now)
         return max(soonest, 0.05)
 
     def query(
@@ -197,24 +271,24 @@ class LivenessTable:
         skill: str | None = None,
         include_offline: bool = False,
     ) -> list[AgentInfo]:
-        now = self._clock()
+        now, wall_now = self._clock(), utcnow()
         found = []
         for record in self._select(service=service, skill=skill, include_offline=include_offline):
-            info = record.info(now)
+            info = record.info(now, wall_now)
             if status is None or info.status == status:
                 found.append(info)
         return sorted(found, key=lambda info: (info.service, info.agent_id))
 
     def capable(self, skill: str) -> list[AgentInfo]:
         """Live agents offering ``skill``: ready before busy, least loaded first."""
-        now = self._clock()
+        now, wall_now = self._clock(), utcnow()
         live = [
             record
             for record in self._select(skill=skill)
             if record.status != AgentStatus.DRAINING.value
         ]
         live.sort(key=lambda r: (r.status != AgentStatus.READY.value, r.load, r.agent_id))
-        return [record.info(now) for record in live]
+        return [record.info(now, wall_now) for record in live]
 
     def _select(
         self,

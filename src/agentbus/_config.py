@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     max_message_size: int = Field(default=DEFAULT_MAX_SIZE, gt=0)
     prefetch: int = Field(default=32, gt=0, le=65535)
     request_timeout: float = Field(default=30.0, gt=0)
+    max_outstanding: int = Field(default=1000, gt=0)
+    """Requests awaiting an answer, and publishes awaiting a confirm, at most (each);
+    further callers wait for a slot (backpressure, within their own timeout)."""
     dedup_window: float = Field(default=600.0, ge=0)
     dedup_size: int = Field(default=100_000, ge=0)
     dedup_path: str | None = None
@@ -36,6 +39,9 @@ class Settings(BaseSettings):
     shutdown_grace: float = Field(default=10.0, ge=0)
     queue_type: Literal["classic", "quorum"] = "classic"
     delivery_limit: int = Field(default=5, ge=1)
+    verify_sender: bool = False
+    """Set the AMQP user_id (the connection's user) on every publish, and refuse deliveries
+    without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``)."""
 
 
 def mask_url(url: str) -> str:

@@ -87,6 +87,10 @@ class BaseBus(abc.ABC):
         self._app_id = app_id
         self._state = BusState.NEW
         self._pending = PendingRequests()
+        # Backpressure: callers past the cap wait for a slot. Requests and publishes have
+        # a cap each, so requests waiting on slow answers never hold up heartbeats.
+        self._request_slots = asyncio.Semaphore(self.settings.max_outstanding)
+        self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else _dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
         self._dispatcher: Dispatcher | None = None
@@ -112,6 +116,14 @@ class BaseBus(abc.ABC):
     def in_flight(self) -> int:
         """How many requests this bus is waiting on."""
         return len(self._pending)
+
+    @property
+    def outstanding(self) -> int:
+        """How many requests are out (sent or being sent), at most ``max_outstanding``.
+
+        Unlike ``in_flight``, callers still waiting for a slot are not counted.
+        """
+        return self.settings.max_outstanding - self._request_slots._value
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -157,6 +169,7 @@ class BaseBus(abc.ABC):
             dedup=self._dedup,
             stats=self.stats,
             max_size=self.settings.max_message_size,
+            verify_sender=self.settings.verify_sender,
         )
         return self._dispatcher
 
@@ -189,6 +202,7 @@ class BaseBus(abc.ABC):
         _checked(service, "service name")
         if service == self.agent_id:
             raise ConfigurationError("a service name must differ from the instance id")
+        dispatcher.service = service  # before consuming: admission checks requests against it
         await self._declare_service(service, prefetch or self.settings.prefetch)
         self.service = service
 
@@ -222,14 +236,16 @@ class BaseBus(abc.ABC):
             PublishFailed: the broker refused the message.
             PayloadTooLarge: the encoded envelope is over the size cap.
         """
-        await self._require_publisher().publish(
-            envelope,
-            reply_to=reply_to,
-            persistent=persistent,
-            ttl=ttl,
-            timeout=timeout,
-            mandatory=mandatory,
-        )
+        publisher = self._require_publisher()
+        async with self._publish_slots:
+            await publisher.publish(
+                envelope,
+                reply_to=reply_to,
+                persistent=persistent,
+                ttl=ttl,
+                timeout=timeout,
+                mandatory=mandatory,
+            )
 
     async def request(
         self,
@@ -277,7 +293,7 @@ class BaseBus(abc.ABC):
         started = time.perf_counter()
         outcome = "success"
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout), self._request_slots:
                 await publisher.publish(envelope, ttl=timeout, timeout=timeout)
                 reply = await future
             if isinstance(reply, ErrorEnvelope):

@@ -49,6 +49,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 with _fuzzkit.instrumented():
     from agentbus import Agent, ConnectionLost, Unroutable, current_request, skill
+    from agentbus.bus._admission import refusal
     from agentbus.bus._dedup import DedupWindow
     from agentbus.bus._dispatch import Dispatcher, _fallback_id
     from agentbus.bus._pending import PendingRequests
@@ -144,6 +145,8 @@ class Delivery:
     routing_key: str | None
     type: str | None
     settles: list[tuple[str, bool]] = field(default_factory=list)
+    headers: dict[str, Any] | None = None
+    user_id: str | None = None
 
     async def ack(self) -> None:
         self.settles.append(("ack", False))
@@ -256,6 +259,7 @@ def new_dispatcher(case: Case) -> tuple[Dispatcher, Replies, BusStats]:
         max_size=MAX_SIZE,
     )
     dispatcher.request_handler = agent._handle
+    dispatcher.service = agent.name
     dispatcher.accepting = case.accepting
     return dispatcher, replies, stats
 
@@ -295,6 +299,19 @@ async def check_async(data: bytes) -> None:
         return
     # Without any id (body nor AMQP properties), each delivery gets a fresh random one.
     has_id = fallback is not None or "message_id" in orjson.loads(data)
+    admission = refusal(
+        first,
+        envelope,
+        agent_id=agent.id,
+        service=agent.name,
+        shared=case.shared,
+        verify_sender=False,
+    )
+    if admission is not None:
+        # Addressed elsewhere than the delivery's routing key: refused, dead-lettered, no effect.
+        if first.settles != [("reject", False)] or EFFECTS or stats.refused != 1:
+            raise violation(f"refused ({admission}) but ran or not dead-lettered once")
+        return
     if isinstance(envelope, RequestEnvelope):
         check_request(case, envelope, first, replies, stats, has_id)
         if case.accepting:

@@ -18,6 +18,7 @@ from aio_pika.abc import (
 from agentbus._config import Settings, mask_url
 from agentbus._exceptions import BusClosed
 from agentbus._metrics import Metrics
+from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
@@ -136,6 +137,7 @@ class Bus(BaseBus):
                 default_timeout=self.settings.request_timeout,
                 stats=self.stats,
                 is_open=self._can_publish,
+                user_id=publisher_user_id(self.settings, self.agent_id),
             )
         )
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)

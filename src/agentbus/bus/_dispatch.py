@@ -6,17 +6,19 @@ import asyncio
 import enum
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol, TypeAlias
 
 import structlog
 
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
+from agentbus.bus._admission import Refusal, refusal
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
 from agentbus.envelopes import (
+    Envelope,
     ErrorCode,
     ErrorEnvelope,
     ErrorPayload,
@@ -60,6 +62,10 @@ class IncomingMessage(Protocol):
     def routing_key(self) -> str | None: ...
     @property
     def type(self) -> str | None: ...
+    @property
+    def headers(self) -> Mapping[str, object] | None: ...
+    @property
+    def user_id(self) -> str | None: ...
 
     async def ack(self) -> None: ...
 
@@ -92,8 +98,11 @@ class Dispatcher:
         dedup: DedupStore,
         stats: BusStats,
         max_size: int,
+        verify_sender: bool = False,
     ) -> None:
         self.agent_id = agent_id
+        self.service: str | None = None
+        self.verify_sender = verify_sender
         self.request_handler: RequestHandler | None = None
         self.event_handlers: list[tuple[str, EventHandler]] = []
         self._publisher = publisher
@@ -137,6 +146,17 @@ class Dispatcher:
         except EnvelopeError as exc:
             self._stats.consumed_by[("invalid", exc.code)] += 1
             await self._refuse(message, exc)
+            return
+        reason = refusal(
+            message,
+            envelope,
+            agent_id=self.agent_id,
+            service=self.service,
+            shared=shared,
+            verify_sender=self.verify_sender,
+        )
+        if reason is not None:
+            await self._refuse_admission(message, envelope, reason)
             return
         if isinstance(envelope, RequestEnvelope):
             if self.accepting:
@@ -308,6 +328,33 @@ class Dispatcher:
                 metadata=Metadata(correlation_id=correlation if valid else None),
             )
             self._stats.errors_sent[exc.code] += 1
+            await self._try_reply(error, message.reply_to)
+        await self._settle(message, Settle.DEAD_LETTER)
+
+    async def _refuse_admission(
+        self, message: IncomingMessage, envelope: Envelope, reason: Refusal
+    ) -> None:
+        # No handler runs. A request is told why: at its reply_to, or at its sender's
+        # reply key unless the sender's identity is what is in doubt.
+        self._stats.refused += 1
+        self._stats.refused_by[reason] += 1
+        self._stats.consumed_by[(envelope.message_type, "refused")] += 1
+        _log.warning(
+            "delivery refused",
+            reason=reason.value,
+            routing_key=message.routing_key,
+            sender_id=envelope.sender_id,
+            receiver_id=envelope.receiver_id,
+            user_id=message.user_id,
+        )
+        if isinstance(envelope, RequestEnvelope) and (message.reply_to or not reason.is_identity):
+            error = envelope.error(
+                ErrorCode.UNAUTHORIZED,
+                f"refused: {reason.explanation}",
+                sender_id=self.agent_id,
+                details={"reason": reason.value},
+            )
+            self._stats.errors_sent[ErrorCode.UNAUTHORIZED] += 1
             await self._try_reply(error, message.reply_to)
         await self._settle(message, Settle.DEAD_LETTER)
 

@@ -37,8 +37,10 @@ class Publisher:
         default_timeout: float,
         stats: BusStats,
         is_open: Callable[[], bool],
+        user_id: str | None = None,
     ) -> None:
         self._channel = channel
+        self._user_id = user_id  # the broker checks it is this connection's user
         self._exchange = exchange
         self._app_id = app_id
         self._max_size = max_size
@@ -103,6 +105,7 @@ class Publisher:
             type=envelope.message_type,
             timestamp=envelope.timestamp,
             app_id=self._app_id,
+            user_id=self._user_id,
             delivery_mode=(
                 aio_pika.DeliveryMode.PERSISTENT
                 if persistent

@@ -45,11 +45,15 @@ class BusStats:
     expired_requests: int = 0
     dead_lettered: int = 0
     settle_failures: int = 0
+    refused: int = 0
+    """Deliveries refused by admission (CC/BCC, routing key, receiver, sender identity)."""
     published_by_type: Counter[str] = field(default_factory=Counter)
     consumed_by: Counter[tuple[str, str]] = field(default_factory=Counter)
     """Deliveries by (message type, outcome)."""
     errors_sent: Counter[str] = field(default_factory=Counter)
     errors_received: Counter[str] = field(default_factory=Counter)
+    refused_by: Counter[str] = field(default_factory=Counter)
+    """Refused deliveries by reason (``agentbus.bus._admission.Refusal``)."""
     observer: LatencyObserver | None = None
 
     def as_dict(self) -> dict[str, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import structlog
@@ -80,6 +80,16 @@ class MemoryDelivery:
     def type(self) -> str | None:
         """The AMQP ``type`` property."""
         return self._queued.message.type
+
+    @property
+    def headers(self) -> Mapping[str, object] | None:
+        """The AMQP ``headers`` table."""
+        return self._queued.message.headers
+
+    @property
+    def user_id(self) -> str | None:
+        """The AMQP ``user_id`` property."""
+        return self._queued.message.user_id
 
     @property
     def routing_key(self) -> str:

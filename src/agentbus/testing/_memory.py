@@ -11,6 +11,7 @@ from agentbus._config import Settings
 from agentbus._exceptions import BusClosed
 from agentbus._metrics import Metrics
 from agentbus.bus import BusState
+from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._base import BaseBus
 from agentbus.testing._broker import MemoryBroker
 from agentbus.testing._consumer import MemoryConsumer
@@ -64,6 +65,7 @@ class MemoryBus(BaseBus):
                 max_size=self.settings.max_message_size,
                 stats=self.stats,
                 is_open=self._can_publish,
+                user_id=publisher_user_id(self.settings, self.agent_id),
             )
         )
         queue = self.topology.instance_queue(self.agent_id)

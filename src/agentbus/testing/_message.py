@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, TypeAlias
@@ -29,6 +30,8 @@ class MemoryMessage:
     persistent: bool = False
     expiration: float | None = None
     """Per-message TTL in seconds, counted from the publish (AMQP ``expiration``)."""
+    user_id: str | None = None
+    headers: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,10 @@ class MemoryPublisher:
         max_size: int,
         stats: BusStats,
         is_open: Callable[[], bool],
+        user_id: str | None = None,
     ) -> None:
         self._broker = broker
+        self._user_id = user_id
         self._exchange = exchange
         self._app_id = app_id
         self._max_size = max_size
@@ -91,6 +93,7 @@ class MemoryPublisher:
             timestamp=envelope.timestamp,
             persistent=persistent,
             expiration=max(ttl, 0.001) if ttl is not None else None,
+            user_id=self._user_id,
         )
 
     async def _send(

@@ -1,0 +1,157 @@
+"""Admission: refuse a delivery that is not what it claims to be, before anything runs.
+
+The broker enforces who may publish which routing key (topic permissions) and that an
+AMQP ``user_id`` is the publishing connection's user. It does not check the envelope
+inside, and on RabbitMQ 3.x a ``CC`` / ``BCC`` header carries a copy of a message to
+routing keys the publisher may not use. So a receiver refuses:
+
+- a delivery with a ``CC`` or ``BCC`` header (RabbitMQ strips ``BCC`` before delivery;
+  its copies are caught by the next two rules);
+- a request or event whose routing key is not the one the contract gives its envelope;
+- a request addressed to somebody else: on a service queue, not to the service; on an
+  instance queue, not to the instance or to ``broadcast``;
+- with ``verify_sender``: a delivery without ``user_id``, or whose envelope ``sender_id``
+  does not belong to it: ``sender_id`` is the user name, or the user name followed by
+  ``-`` and an instance suffix (user ``billing`` sends as ``billing`` or ``billing-2``).
+
+Each check is a header or property lookup and a string comparison: cheap on the hot path.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Final, Protocol
+from urllib.parse import unquote, urlsplit
+
+from agentbus._config import Settings
+from agentbus._exceptions import ConfigurationError
+from agentbus.bus._topology import routing_key
+from agentbus.envelopes import BROADCAST, Envelope
+
+__all__ = ["Admissible", "Refusal", "connection_user", "publisher_user_id", "refusal", "sent_by"]
+
+_DEFAULT_USER = "guest"  # what aio-pika logs in as when the URL names no user
+
+
+class Refusal(enum.StrEnum):
+    """Why a delivery was refused; the ``reason`` in logs and in ``BusStats.refused_by``."""
+
+    CARBON_COPY = "carbon_copy"
+    """A ``CC`` or ``BCC`` header: a copy may have gone where its publisher may not send."""
+    ROUTING_KEY = "routing_key"
+    """The routing key is not the envelope's own (``agent.<receiver>.<type>``, ...)."""
+    RECEIVER = "receiver"
+    """A request addressed to another receiver than this queue's."""
+    MISSING_USER_ID = "missing_user_id"
+    """``verify_sender`` is on and the message has no AMQP ``user_id``."""
+    SENDER_MISMATCH = "sender_mismatch"
+    """``verify_sender`` is on and ``sender_id`` does not belong to the ``user_id``."""
+
+    @property
+    def explanation(self) -> str:
+        """Say what was wrong, for the error envelope sent back."""
+        return _EXPLANATIONS[self]
+
+    @property
+    def is_identity(self) -> bool:
+        """Whether the sender's identity is in doubt (so its ``sender_id`` is no address)."""
+        return self in (Refusal.MISSING_USER_ID, Refusal.SENDER_MISMATCH)
+
+
+_EXPLANATIONS: Final = {
+    Refusal.CARBON_COPY: "messages with a CC or BCC header are not accepted",
+    Refusal.ROUTING_KEY: "the routing key is not the one the envelope must be sent with",
+    Refusal.RECEIVER: "the request is addressed to another receiver",
+    Refusal.MISSING_USER_ID: "the message has no AMQP user_id",
+    Refusal.SENDER_MISMATCH: "sender_id does not belong to the AMQP user_id",
+}
+
+
+class Admissible(Protocol):
+    """The parts of a delivery admission reads: aio-pika's, or the in-memory broker's."""
+
+    @property
+    def headers(self) -> Mapping[str, object] | None: ...
+    @property
+    def user_id(self) -> str | None: ...
+    @property
+    def routing_key(self) -> str | None: ...
+
+
+def refusal(
+    message: Admissible,
+    envelope: Envelope,
+    *,
+    agent_id: str,
+    service: str | None,
+    shared: bool,
+    verify_sender: bool,
+) -> Refusal | None:
+    """Return why ``message`` (decoded to ``envelope``) must be refused, or ``None``.
+
+    Args:
+        message: The delivery.
+        envelope: Its decoded envelope.
+        agent_id: This instance's id.
+        service: The service this instance serves, if any.
+        shared: Whether it came from the service queue (else the instance queue).
+        verify_sender: Whether to require ``user_id`` and a ``sender_id`` of that user.
+    """
+    headers = message.headers
+    if headers and ("CC" in headers or "BCC" in headers):
+        return Refusal.CARBON_COPY
+    if verify_sender:
+        user = message.user_id
+        if not user:
+            return Refusal.MISSING_USER_ID
+        if not sent_by(envelope.sender_id, user):
+            return Refusal.SENDER_MISMATCH
+    kind = envelope.message_type
+    if kind == "request" or kind == "event":
+        # Replies come through reply_to queues (the default exchange): no contract key.
+        if message.routing_key != routing_key(envelope):
+            return Refusal.ROUTING_KEY
+        if kind == "request":
+            receiver = envelope.receiver_id
+            mine = receiver == service if shared else receiver in (agent_id, BROADCAST)
+            if not mine:
+                return Refusal.RECEIVER
+    return None
+
+
+def sent_by(sender_id: str, user: str) -> bool:
+    """Tell whether ``sender_id`` belongs to broker user ``user``: ``user`` or ``user-<suffix>``.
+
+    Agent ids have no dots, so ``-`` is the separator; a user whose name extends another
+    user's with ``-`` (``billing`` and ``billing-eu``) could send as the other's instances:
+    do not name users that way.
+    """
+    if sender_id == user:
+        return True
+    cut = len(user)
+    return len(sender_id) > cut + 1 and sender_id[cut] == "-" and sender_id.startswith(user)
+
+
+def connection_user(url: str) -> str:
+    """Return the user name a connection to ``url`` logs in as (AMQP PLAIN)."""
+    name = urlsplit(url).username
+    return unquote(name) if name else _DEFAULT_USER
+
+
+def publisher_user_id(settings: Settings, agent_id: str) -> str | None:
+    """Return the AMQP ``user_id`` a bus sets on what it publishes: with ``verify_sender`` only.
+
+    Raises:
+        ConfigurationError: ``verify_sender`` is on and ``agent_id`` does not belong to
+            the connection's user, so every receiver would refuse this bus's messages.
+    """
+    if not settings.verify_sender:
+        return None
+    user = connection_user(settings.url)
+    if not sent_by(agent_id, user):
+        raise ConfigurationError(
+            f"agent id {agent_id!r} does not belong to broker user {user!r}: with "
+            f"verify_sender, use {user!r} or {user + '-<suffix>'!r}"
+        )
+    return user

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -118,3 +119,72 @@ def _template() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 TEMPLATE, PAYLOAD = _template()
+
+
+class Senders:
+    """Beats for ``agents`` from ``count`` child processes, so one core's worth of Python
+    is not the limit: each child runs a Generator for its share and reports its counts."""
+
+    def __init__(
+        self, url: str, exchange: str, agents: list[SimAgent], interval: float, count: int
+    ):
+        context = multiprocessing.get_context("spawn")
+        self._sent = [context.Value("q", 0) for _ in range(count)]
+        self._lag = [context.Value("d", 0.0) for _ in range(count)]
+        self._procs = [
+            context.Process(
+                target=run_sender,
+                args=(url, exchange, agents[i::count], interval, self._sent[i], self._lag[i]),
+                daemon=True,
+            )
+            for i in range(count)
+        ]
+
+    def start(self) -> None:
+        for proc in self._procs:
+            proc.start()
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            proc.terminate()
+        for proc in self._procs:
+            proc.join(timeout=10)
+
+    @property
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self._procs if proc.pid is not None]
+
+    @property
+    def sent(self) -> int:
+        return sum(int(value.value) for value in self._sent)
+
+    @property
+    def max_lag(self) -> float:
+        return max((float(value.value) for value in self._lag), default=0.0)
+
+    @max_lag.setter
+    def max_lag(self, value: float) -> None:
+        for shared in self._lag:
+            shared.value = value
+
+
+def run_sender(
+    url: str, exchange: str, agents: list[SimAgent], interval: float, sent: Any, lag: Any
+) -> None:
+    """A child process's life: beat for ``agents`` until terminated."""
+    asyncio.run(_send(url, exchange, agents, interval, sent, lag))
+
+
+async def _send(
+    url: str, exchange: str, agents: list[SimAgent], interval: float, sent: Any, lag: Any
+) -> None:
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel(publisher_confirms=False)
+    generator = Generator(await channel.get_exchange(exchange), agents, interval)
+    task = asyncio.create_task(generator.run())
+    while not task.done():
+        await asyncio.sleep(0.2)
+        sent.value = generator.sent
+        lag.value = max(lag.value, generator.max_lag)
+        generator.max_lag = 0.0
+    await task  # raises what stopped it

@@ -28,7 +28,7 @@ import aio_pika
 import structlog
 
 from _fleet import cpu_seconds, cpu_snapshot, shielded
-from _registry_sim import MISSED, SERVICES, Generator, make_agents
+from _registry_sim import MISSED, SERVICES, Generator, Senders, make_agents
 from agentbus import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus.bus import Bus
@@ -163,22 +163,32 @@ async def bench(
         await bus.subscribe("broadcast.event.agent_online", on_online)
         await bus.subscribe("broadcast.event.agent_offline", on_offline)
         await wait_ready(bus, registry_id, proc)
+        victims = range(0, args.agents, max(args.agents // args.kill, 1))[: args.kill]
+        victim_agents = [agents[i] for i in victims]
+        # With senders, child processes beat for all but the victims; this one for those.
+        own = victim_agents if args.senders else agents
+        others = [agent for i, agent in enumerate(agents) if i not in set(victims)]
+        senders = Senders(args.url, args.exchange, others, interval, args.senders)
         channel = await connection.channel(publisher_confirms=False)
-        generator = Generator(await channel.get_exchange(args.exchange), agents, interval)
+        generator = Generator(await channel.get_exchange(args.exchange), own, interval)
         task = asyncio.create_task(generator.run())
+        senders.start()
+        figures: dict[str, Any] = {"agents": args.agents, "interval_s": interval}
+        figures["senders"] = args.senders
         try:
-            figures: dict[str, Any] = {"agents": args.agents, "interval_s": interval}
             figures["beats_offered_per_s"] = args.agents / interval
             if await wait_for(lambda: ids <= online.keys(), 10 * interval + 10):
                 figures["time_to_know_all_s"] = max(online.values()) - generator.started
             await asyncio.sleep(interval)  # let the agent_online burst settle
 
-            generator.max_lag = 0.0
+            generator.max_lag = senders.max_lag = 0.0
             stats0 = await registry_stats(bus, registry_id) or {}
-            cpu0, wall0, sent0 = cpu_seconds(proc.pid), time.monotonic(), generator.sent
+            cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+            sent0, gen0 = generator.sent + senders.sent, sum(map(cpu_seconds, senders.pids))
             host0, own0 = host_busy_seconds(), time.process_time()
             lags, samples = await probe(bus, registry_id, args.duration, MISSED * interval)
-            cpu1, wall1, sent1 = cpu_seconds(proc.pid), time.monotonic(), generator.sent
+            cpu1, wall1 = cpu_seconds(proc.pid), time.monotonic()
+            sent1, gen1 = generator.sent + senders.sent, sum(map(cpu_seconds, senders.pids))
             host1, own1 = host_busy_seconds(), time.process_time()
             stats1 = await registry_stats(bus, registry_id) or {}
             backlog = await ready_messages(connection, f"{args.exchange}.instance.{registry_id}")
@@ -189,7 +199,7 @@ async def bench(
                 "window_s": wall1 - wall0,
                 "beats_achieved_per_s": beats / (wall1 - wall0),
                 "beats_processed_per_s": heard / (wall1 - wall0),
-                "generator_max_lag_s": generator.max_lag,
+                "generator_max_lag_s": max(generator.max_lag, senders.max_lag),
                 "registry_cpu_cores": (cpu1 - cpu0) / (wall1 - wall0),
                 "cpu_per_heartbeat_us": (cpu1 - cpu0) / max(heard, 1) * 1e6,
                 "fast_path_share": (stats1.get("fast", 0) - stats0.get("fast", 0)) / max(heard, 1),
@@ -205,15 +215,13 @@ async def bench(
                     }
                     for s in samples
                 ],
-                "generator_cpu_cores": (own1 - own0) / (wall1 - wall0),
+                "generator_cpu_cores": (own1 - own0 + gen1 - gen0) / (wall1 - wall0),
                 "host_busy_cores": (host1 - host0) / (wall1 - wall0),
                 "host_cores": os.cpu_count(),
                 "known_agents": await count_known(bus, registry_id, ids),
             }
 
-            victims = range(0, args.agents, max(args.agents // args.kill, 1))[: args.kill]
-            generator.silenced.update(victims)
-            victim_agents = [agents[i] for i in victims]
+            generator.silenced.update(range(len(own)) if args.senders else victims)
             victim_ids = {agent.id for agent in victim_agents}
             # Offline before the silence is a false alarm; only what follows it is detection.
             early = set(offline)
@@ -222,6 +230,7 @@ async def bench(
             await wait_for(lambda: victim_ids <= offline.keys(), 2 * MISSED * interval + 5)
             await asyncio.sleep(interval)  # a last chance for false alarms to show
         finally:
+            senders.stop()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -380,6 +389,9 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="CPU window, s [20]")
     parser.add_argument("--kill", type=int, default=20, help="agents silenced at the end [20]")
     parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
+    parser.add_argument(
+        "--senders", type=int, default=0, help="child processes sending the beats [0: this one]"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--profile", metavar="FILE", help="run the registry under cProfile")
     args = parser.parse_args()

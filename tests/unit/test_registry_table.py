@@ -161,3 +161,94 @@ def test_the_registry_never_sweeps_itself_offline() -> None:
     gone = table.sweep(alive="registry-1")
     assert [record.agent_id for record in gone] == ["other"]
     assert [info.agent_id for info in table.query()] == ["registry-1"]
+
+
+def common_beat(agent_id: str, **changes: object) -> dict[str, object]:
+    """A beat's event_data as it comes off the wire: the digest, not the card."""
+    data = beat(agent_id, with_card=False).model_dump(mode="json", exclude_none=True)
+    return data | changes
+
+
+def test_refresh_takes_a_known_agents_common_beat() -> None:
+    """A known agent's beat with the same card digest updates status, load and receive time."""
+    clock = FakeClock()
+    table = LivenessTable(clock=clock)
+    table.observe(beat("a-1"))
+    clock.now += 2
+
+    refreshed = table.refresh(common_beat("a-1", status="busy", in_flight=4))
+
+    assert refreshed is not None
+    record, transition = refreshed
+    assert transition is None
+    assert (record.status, record.in_flight, record.last_seen) == ("busy", 4, clock.now)
+    assert record.card is not None  # kept
+
+
+def test_refresh_leaves_anything_unusual_to_full_validation() -> None:
+    """New agents, cards, changed digests or settings and odd values are not taken raw."""
+    table = LivenessTable(clock=FakeClock())
+    table.observe(beat("a-1"))
+    with_card = beat("a-1").model_dump(mode="json", exclude_none=True)
+
+    for data in (
+        common_beat("unknown"),
+        with_card,
+        common_beat("a-1", card_digest="other"),
+        common_beat("a-1", service="elsewhere"),
+        common_beat("a-1", interval=1.0),
+        common_beat("a-1", capacity=9),
+        common_beat("a-1", status="asleep"),
+        common_beat("a-1", in_flight=-1),
+        common_beat("a-1", in_flight="3"),
+        common_beat("a-1", in_flight=True),
+    ):
+        assert table.refresh(data) is None, data
+
+
+def test_refresh_brings_an_offline_agent_back_online() -> None:
+    """A common beat from an agent declared offline is an online transition."""
+    clock = FakeClock()
+    table = LivenessTable(clock=clock)
+    table.observe(beat("a-1", interval=1.0))
+    clock.now += 5
+    assert [r.agent_id for r in table.sweep()] == ["a-1"]
+
+    refreshed = table.refresh(common_beat("a-1", interval=1.0))
+
+    assert refreshed is not None
+    assert refreshed[1] is Transition.ONLINE
+    clock.now += 2.9
+    assert table.sweep() == []
+    clock.now += 0.2
+    assert [r.agent_id for r in table.sweep()] == ["a-1"]
+
+
+def test_a_changed_interval_is_judged_by_the_new_interval() -> None:
+    """An agent that slows its beat is given 3 of its new intervals, not its old ones."""
+    clock = FakeClock()
+    table = LivenessTable(missed=3, clock=clock)
+    table.observe(beat("a-1", interval=1.0))
+    table.observe(beat("a-1", interval=10.0))
+    clock.now += 29
+    assert table.sweep() == []
+    assert abs(table.next_sweep_in() - 1.0) < 1e-9
+    clock.now += 2
+    assert [r.agent_id for r in table.sweep()] == ["a-1"]
+
+
+def test_sweep_reports_every_silent_agent_whatever_order_they_beat_in() -> None:
+    """Agents beating again are kept; the silent ones go offline, each once."""
+    clock = FakeClock()
+    table = LivenessTable(missed=3, clock=clock)
+    for n in range(6):
+        table.observe(beat(f"a-{n}", interval=1.0))
+        clock.now += 0.1
+    for n in (4, 0, 2):  # beat again, out of their first order
+        assert table.refresh(common_beat(f"a-{n}", interval=1.0)) is not None
+    clock.now += 2.95  # 3 intervals after the first beats, not after the second ones
+
+    gone = table.sweep()
+
+    assert sorted(r.agent_id for r in gone) == ["a-1", "a-3", "a-5"]
+    assert [i.agent_id for i in table.query()] == ["a-0", "a-2", "a-4"]

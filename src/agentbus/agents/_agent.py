@@ -129,6 +129,7 @@ class Agent:
         self._draining = False
         self._started_at = utcnow()
         self._heartbeat_task: asyncio.Task[None] | None = None
+        self._notices: set[asyncio.Task[None]] = set()  # start notices being sent
         self._card: AgentCard | None = None
         self._log = _log.bind(agent_id=self.id)
         self._builtins: dict[str, Callable[[RequestEnvelope], Awaitable[Any]]] = {
@@ -230,6 +231,8 @@ class Agent:
             async with asyncio.timeout(_GOODBYE_TIMEOUT):
                 await self.beat()
         await bus.drain(grace)
+        for sending in list(self._notices):
+            sending.cancel()
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -305,7 +308,10 @@ class Agent:
             self._work[request.message_id] = work
             notice = None
             if (request.metadata.model_extra or {}).get(NOTIFY_START) is True:
-                notice = asyncio.create_task(self._notify_start(request, task))
+                # A timer, not a task: most work ends before it fires and cancels it.
+                notice = asyncio.get_running_loop().call_later(
+                    NOTIFY_START_AFTER, self._notify_start, request, task
+                )
             try:
                 result = await task
             except asyncio.CancelledError:
@@ -315,17 +321,20 @@ class Agent:
                 raise
             finally:
                 self._work.pop(request.message_id, None)
-                if notice is not None and not notice.done():
+                if notice is not None:
                     notice.cancel()
         return spec.dump(result)
 
-    async def _notify_start(self, request: RequestEnvelope, work: asyncio.Task[Any]) -> None:
+    def _notify_start(self, request: RequestEnvelope, work: asyncio.Task[Any]) -> None:
         # Tells the requester which instance holds the work, so it can move the work on
         # at once if this instance is reported offline. Only work still running after a
         # moment is worth a message: quick answers say who did them themselves.
-        await asyncio.sleep(NOTIFY_START_AFTER)
-        if work.done():
-            return
+        if not work.done():
+            notice = asyncio.create_task(self._send_start_notice(request))
+            self._notices.add(notice)
+            notice.add_done_callback(self._notices.discard)
+
+    async def _send_start_notice(self, request: RequestEnvelope) -> None:
         started = request.response(
             {"agent_id": self.id, "state": "started"},
             sender_id=self.id,

@@ -8,7 +8,8 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import structlog
@@ -63,19 +64,65 @@ _TERMINAL: Final = frozenset(
 _log = structlog.get_logger("agentbus.leader")
 
 
-class _HolderOffline(Exception):
-    pass
+# Every field of an outcome is given when the aggregate is built: one shared set for all.
+_OUTCOME_FIELDS: Final = set(SubtaskOutcome.model_fields)
+
+
+@dataclass(slots=True)
+class _State:
+    """A subtask's state during the run; the pydantic ``SubtaskOutcome`` comes at the end.
+
+    Times are ``time.time()`` floats: a third of a datetime's memory, per subtask.
+    """
+
+    id: str
+    skill: str
+    status: SubtaskStatus = SubtaskStatus.PENDING
+    result: Any = None
+    error: dict[str, Any] | None = None
+    attempts: int = 0
+    agents: list[str] | None = None
+    started: float | None = None
+    ended: float | None = None
+
+    def add_agent(self, agent_id: str) -> None:
+        if self.agents is None:
+            self.agents = [agent_id]
+        elif agent_id not in self.agents:
+            self.agents.append(agent_id)
+
+    def outcome(self) -> SubtaskOutcome:
+        # Built by the runner from known-valid values: no validation needed.
+        started = _datetime(self.started)
+        ended = _datetime(self.ended)
+        duration = None
+        if self.started is not None and self.ended is not None:
+            duration = round(self.ended - self.started, 6)
+        return SubtaskOutcome.model_construct(
+            _fields_set=_OUTCOME_FIELDS,
+            id=self.id,
+            skill=self.skill,
+            status=self.status,
+            result=self.result,
+            error=self.error,
+            attempts=self.attempts,
+            agents=self.agents or [],
+            started_at=started,
+            ended_at=ended,
+            duration=duration,
+        )
 
 
 class _Attempt:
-    """One request in flight for a subtask: who holds it, and a signal if they vanish."""
+    """One request in flight for a subtask: who holds it, and whether they vanished."""
 
-    __slots__ = ("holder", "message_id", "offline")
+    __slots__ = ("holder", "message_id", "offline", "task")
 
-    def __init__(self, message_id: str) -> None:
+    def __init__(self, message_id: str, task: asyncio.Task[Any] | None) -> None:
         self.message_id = message_id
         self.holder: str | None = None
-        self.offline: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.offline = False
+        self.task = task
 
 
 class PlanRunner:
@@ -100,7 +147,7 @@ class PlanRunner:
         self._retry_cap = retry_cap
         self._rng = rng or random.Random()
         self._by_id = {subtask.id: subtask for subtask in plan.subtasks}
-        self._outcomes = {s.id: SubtaskOutcome(id=s.id, skill=s.skill) for s in plan.subtasks}
+        self._states = {s.id: _State(s.id, s.skill) for s in plan.subtasks}
         self._results: dict[str, Any] = {}
         self._attempts: dict[str, _Attempt] = {}
         self._held_by: dict[str, set[str]] = {}
@@ -116,8 +163,12 @@ class PlanRunner:
         self._directory.forget(agent_id)
         for message_id in self._held_by.pop(agent_id, set()):
             attempt = self._attempts.get(message_id)
-            if attempt is not None and not attempt.offline.done():
-                attempt.offline.set_result(None)
+            if attempt is not None and not attempt.offline and attempt.task is not None:
+                # The attempt's task waits on the reply: cancelled, it sees ``offline`` and
+                # moves on. (A reply already in and not yet taken is lost with it, as is
+                # one still on its way: the subtask is tried again.)
+                attempt.offline = True
+                attempt.task.cancel()
 
     async def run(self) -> Aggregate:
         """Run the plan to its end and return the aggregate."""
@@ -166,7 +217,7 @@ class PlanRunner:
                 # ``running``, and the others that finished with it must still be handled.
                 ended = [running.pop(task) for task in done if task in running]
                 for subtask_id in ended:
-                    outcome = self._outcomes[subtask_id]
+                    outcome = self._states[subtask_id]
                     if outcome.status is SubtaskStatus.SUCCEEDED:
                         for child in dependents[subtask_id]:
                             waiting[child] -= 1
@@ -182,7 +233,7 @@ class PlanRunner:
         except asyncio.CancelledError:
             await self._cancel(running, reason="the leader is stopping")
             raise
-        for outcome in self._outcomes.values():
+        for outcome in self._states.values():
             if outcome.status not in _TERMINAL:
                 await self._finish(
                     outcome,
@@ -195,7 +246,7 @@ class PlanRunner:
         stack = list(dependents[failed])
         while stack:
             subtask_id = stack.pop()
-            outcome = self._outcomes[subtask_id]
+            outcome = self._states[subtask_id]
             if outcome.status is SubtaskStatus.PENDING:
                 message = f"dependency {failed!r} did not succeed"
                 await self._finish(
@@ -209,7 +260,7 @@ class PlanRunner:
         # Each cancelled attempt sends its own cancel request before it ends.
         await asyncio.gather(*running, return_exceptions=True)
         for subtask_id in running.values():
-            outcome = self._outcomes[subtask_id]
+            outcome = self._states[subtask_id]
             if outcome.status not in _TERMINAL:
                 await self._finish(
                     outcome,
@@ -220,10 +271,12 @@ class PlanRunner:
     async def _send_cancel(self, attempt: _Attempt) -> None:
         # To the instance holding the work when known, else to everyone: whoever has it stops.
         receiver = attempt.holder or BROADCAST
-        cancel = RequestEnvelope(
+        cancel = RequestEnvelope.model_construct(
             sender_id=self._bus.agent_id,
             receiver_id=receiver,
-            payload=RequestPayload(action="cancel", parameters={"message_id": attempt.message_id}),
+            payload=RequestPayload.model_construct(
+                action="cancel", parameters={"message_id": attempt.message_id}
+            ),
         )
         try:
             await self._bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
@@ -236,7 +289,7 @@ class PlanRunner:
         return max((self._deadline - utcnow()).total_seconds(), 0.0)
 
     async def _execute(self, subtask: Subtask) -> None:
-        outcome = self._outcomes[subtask.id]
+        outcome = self._states[subtask.id]
         try:
             parameters = {
                 **subtask.parameters,
@@ -248,16 +301,15 @@ class PlanRunner:
             await self._finish(outcome, SubtaskStatus.FAILED, error=missing)
             return
         outcome.status = SubtaskStatus.RUNNING
-        outcome.started_at = utcnow()
+        outcome.started = time.time()
         self._emit_nowait(outcome, "started")
         tried: set[str] = set()
         while True:
             outcome.attempts += 1
             reply, error, offline = await self._attempt(subtask, parameters, outcome, tried)
             if reply is not None:
-                self._results[subtask.id] = reply.result
-                outcome.result = reply.result
-                _add(outcome.agents, reply.sender_id)
+                self._results[subtask.id] = outcome.result = reply.payload.result
+                outcome.add_agent(reply.sender_id)
                 await self._finish(outcome, SubtaskStatus.SUCCEEDED)
                 return
             assert error is not None
@@ -278,7 +330,7 @@ class PlanRunner:
         self,
         subtask: Subtask,
         parameters: dict[str, Any],
-        outcome: SubtaskOutcome,
+        outcome: _State,
         tried: set[str],
     ) -> tuple[ResponseEnvelope | None, dict[str, Any] | None, bool]:
         timeout = subtask.timeout
@@ -291,68 +343,59 @@ class PlanRunner:
             receiver = await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
             return None, {"code": exc.code, "message": exc.message}, False
-        metadata = Metadata.model_validate(
-            {
-                "deadline": utcnow() + timedelta(seconds=timeout),
-                NOTIFY_START: True,
-                "plan_id": self.plan.id,
-                "subtask_id": subtask.id,
-            }
-        )
-        request = RequestEnvelope(
+        # Built from known-valid values (ids from the validated plan, the bus's own id):
+        # no validation on the way out.
+        extra: dict[str, Any] = {NOTIFY_START: True, "plan_id": self.plan.id}
+        extra["subtask_id"] = subtask.id
+        metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
+        request = RequestEnvelope.model_construct(
             sender_id=self._bus.agent_id,
             receiver_id=receiver,
-            payload=RequestPayload(action=subtask.skill, parameters=parameters),
+            payload=RequestPayload.model_construct(action=subtask.skill, parameters=parameters),
             metadata=metadata,
         )
-        attempt = _Attempt(request.message_id)
-        self._attempts[request.message_id] = attempt
+        message_id = request.message_id
+        attempt = _Attempt(message_id, asyncio.current_task())
+        self._attempts[message_id] = attempt
 
         def on_start(notice: ResponseEnvelope) -> None:
             holder = notice.sender_id
             if attempt.holder is not None and attempt.holder != holder:
                 outcome.attempts += 1  # the broker redelivered it to another instance
                 # The old holder no longer has it: its agent_offline must not move it on.
-                self._held_by.get(attempt.holder, set()).discard(request.message_id)
+                self._held_by.get(attempt.holder, set()).discard(message_id)
             attempt.holder = holder
             tried.add(holder)
-            _add(outcome.agents, holder)
-            self._held_by.setdefault(holder, set()).add(request.message_id)
+            outcome.add_agent(holder)
+            self._held_by.setdefault(holder, set()).add(message_id)
             self._emit_nowait(outcome, "running", agent_id=holder)
 
-        sending = asyncio.ensure_future(
-            self._bus.send_request(request, timeout=timeout, on_progress=on_start)
-        )
         try:
-            waiters: list[asyncio.Future[Any]] = [sending, attempt.offline]
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            if not sending.done():
-                sending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, AgentBusError):
-                    await sending
-                await self._send_cancel(attempt)
-                message = f"agent {attempt.holder} went offline while holding the subtask"
-                code = ErrorCode.AGENT_UNAVAILABLE.value
-                return None, {"code": code, "message": message}, True
-            return sending.result(), None, False
+            # Awaited in this task, no second one: agent_offline cancels this task.
+            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_start)
+            return reply, None, False
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
-            _add(outcome.agents, exc.envelope.sender_id)
+            outcome.add_agent(exc.envelope.sender_id)
             error = {"code": exc.code, "message": exc.message, "details": exc.details}
             return None, error, False
         except AgentBusError as exc:
             return None, {"code": exc.code, "message": exc.message}, False
         except asyncio.CancelledError:
+            task = attempt.task
+            if attempt.offline and task is not None and task.uncancel() == 0:
+                # Cancelled by agent_offline alone: tell the holder to stop, move on.
+                await self._send_cancel(attempt)
+                message = f"agent {attempt.holder} went offline while holding the subtask"
+                code = ErrorCode.AGENT_UNAVAILABLE.value
+                return None, {"code": code, "message": message}, True
             # The plan is stopping: tell whoever holds the work to stop too.
-            sending.cancel()
             await asyncio.shield(self._send_cancel(attempt))
             raise
         finally:
-            if not sending.done():
-                sending.cancel()
-            self._attempts.pop(request.message_id, None)
+            self._attempts.pop(message_id, None)
             if attempt.holder is not None:
-                self._held_by.get(attempt.holder, set()).discard(request.message_id)
+                self._held_by.get(attempt.holder, set()).discard(message_id)
 
     async def _receiver(self, subtask: Subtask, tried: set[str]) -> str:
         if subtask.service is not None:
@@ -372,22 +415,20 @@ class PlanRunner:
 
     async def _finish(
         self,
-        outcome: SubtaskOutcome,
+        outcome: _State,
         status: SubtaskStatus,
         *,
         error: dict[str, Any] | None = None,
     ) -> None:
         outcome.status = status
         outcome.error = error
-        outcome.ended_at = utcnow()
-        if outcome.started_at is not None:
-            outcome.duration = (outcome.ended_at - outcome.started_at).total_seconds()
+        outcome.ended = time.time()
         self._done += 1
         await self._emit(outcome, status.value, error=error)
 
     async def _emit(
         self,
-        outcome: SubtaskOutcome,
+        outcome: _State,
         transition: str,
         *,
         agent_id: str | None = None,
@@ -397,7 +438,7 @@ class PlanRunner:
 
     def _emit_nowait(
         self,
-        outcome: SubtaskOutcome,
+        outcome: _State,
         transition: str,
         *,
         agent_id: str | None = None,
@@ -406,7 +447,7 @@ class PlanRunner:
         if self._sink is None:
             return
         self._progress.append(
-            Progress(
+            Progress.model_construct(
                 plan_id=self.plan.id,
                 subtask_id=outcome.id,
                 skill=outcome.skill,
@@ -415,7 +456,7 @@ class PlanRunner:
                 agent_id=agent_id,
                 error=error,
                 done=self._done,
-                total=len(self._outcomes),
+                total=len(self._states),
             )
         )
         if len(self._progress) >= _PROGRESS_BATCH:
@@ -440,37 +481,42 @@ class PlanRunner:
                 return
 
     def _aggregate(self, started_at: datetime, wall_time: float, error: str | None) -> Aggregate:
-        outcomes = list(self._outcomes.values())
         counts = dict.fromkeys(SubtaskStatus, 0)
-        agents: list[str] = []
-        for outcome in outcomes:
-            counts[outcome.status] += 1
-            for agent in outcome.agents:
-                _add(agents, agent)
-        # Skipped work is partial; a critical subtask that failed (or a deadline) is failure.
-        failed_critical = error is not None or any(
-            self._by_id[o.id].critical
-            and o.status in (SubtaskStatus.FAILED, SubtaskStatus.CANCELLED)
-            for o in outcomes
-        )
+        agents: set[str] = set()
+        attempts = 0
+        failed_critical = error is not None
+        outcomes: list[SubtaskOutcome] = []
+        states = self._states
+        # Each state makes way for its outcome as the list grows: the two never both
+        # hold every subtask at once.
+        for subtask_id in list(states):
+            state = states.pop(subtask_id)
+            counts[state.status] += 1
+            attempts += state.attempts
+            if state.agents:
+                agents.update(state.agents)
+            # Skipped work is partial; a critical subtask that failed (or a deadline) is failure.
+            if state.status in (SubtaskStatus.FAILED, SubtaskStatus.CANCELLED):
+                failed_critical = failed_critical or self._by_id[subtask_id].critical
+            outcomes.append(state.outcome())
         if failed_critical:
             status = PlanStatus.FAILED
         elif counts[SubtaskStatus.SUCCEEDED] < len(outcomes):
             status = PlanStatus.PARTIAL
         else:
             status = PlanStatus.COMPLETED
-        return Aggregate(
+        return Aggregate.model_construct(
             plan_id=self.plan.id,
             status=status,
             description=self.plan.description,
             subtasks=outcomes,
-            totals=Totals(
+            totals=Totals.model_construct(
                 subtasks=len(outcomes),
                 succeeded=counts[SubtaskStatus.SUCCEEDED],
                 failed=counts[SubtaskStatus.FAILED],
                 skipped=counts[SubtaskStatus.SKIPPED],
                 cancelled=counts[SubtaskStatus.CANCELLED],
-                attempts=sum(o.attempts for o in outcomes),
+                attempts=attempts,
                 wall_time=round(wall_time, 6),
                 agents_used=sorted(agents),
             ),
@@ -480,6 +526,5 @@ class PlanRunner:
         )
 
 
-def _add(items: list[str], item: str) -> None:
-    if item not in items:
-        items.append(item)
+def _datetime(timestamp: float | None) -> datetime | None:
+    return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import aio_pika
 import aiormq.abc
+import aiormq.exceptions
 import structlog
 from aio_pika.abc import AbstractExchange, AbstractRobustChannel
+from pamqp.commands import Basic
 
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
 from agentbus.bus._errors import translate
@@ -19,6 +20,7 @@ from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 __all__ = ["DIRECT_REPLY_TO", "Publisher"]
 
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
+_DEFAULT_EXCHANGE = ""
 _RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.5)
 
 _log = structlog.get_logger("agentbus.bus")
@@ -61,9 +63,10 @@ class Publisher:
         """Publish ``envelope`` on the topic exchange with its contract routing key."""
         body = encode(envelope, max_size=self._max_size)
         await self._send(
-            self._exchange,
+            self._exchange.name,
             routing_key(envelope),
-            self._message(envelope, body, reply_to=reply_to, persistent=persistent, ttl=ttl),
+            body,
+            self._properties(envelope, reply_to=reply_to, persistent=persistent, ttl=ttl),
             mandatory=mandatory,
             timeout=timeout,
         )
@@ -77,49 +80,51 @@ class Publisher:
             Unroutable: nobody is there to receive it (the requester has gone).
         """
         body = encode(reply, max_size=self._max_size)
-        message = self._message(reply, body, reply_to=None, persistent=False, ttl=None)
+        properties = self._properties(reply, reply_to=None, persistent=False, ttl=None)
         if reply_to:
             # Direct reply-to on RabbitMQ 3.x returns a mandatory reply even when it was
             # delivered, so replies to it go without the mandatory flag.
             mandatory = not reply_to.startswith(DIRECT_REPLY_TO)
-            exchange = self._channel.default_exchange
-            await self._send(exchange, reply_to, message, mandatory=mandatory, timeout=None)
+            await self._send(
+                _DEFAULT_EXCHANGE, reply_to, body, properties, mandatory=mandatory, timeout=None
+            )
         else:
             key = reply_routing_key(reply.receiver_id)
-            await self._send(self._exchange, key, message, mandatory=True, timeout=None)
+            await self._send(
+                self._exchange.name, key, body, properties, mandatory=True, timeout=None
+            )
 
-    def _message(
+    def _properties(
         self,
         envelope: Envelope,
-        body: bytes,
         *,
         reply_to: str | None,
         persistent: bool,
         ttl: float | None,
-    ) -> aio_pika.Message:
-        return aio_pika.Message(
-            body,
-            content_type="application/json",
-            message_id=envelope.message_id,
-            correlation_id=envelope.metadata.correlation_id,
-            type=envelope.message_type,
-            timestamp=envelope.timestamp,
+    ) -> Basic.Properties:
+        # The AMQP properties aio_pika.Message would make, built directly: a Message costs
+        # about ten times as much (every attribute set goes through a lock check).
+        return Basic.Properties(
             app_id=self._app_id,
-            user_id=self._user_id,
-            delivery_mode=(
-                aio_pika.DeliveryMode.PERSISTENT
-                if persistent
-                else aio_pika.DeliveryMode.NOT_PERSISTENT
-            ),
-            expiration=max(ttl, 0.001) if ttl is not None else None,
+            content_type="application/json",
+            correlation_id=envelope.metadata.correlation_id,
+            delivery_mode=2 if persistent else 1,
+            expiration=None if ttl is None else str(int(max(ttl, 0.001) * 1000)),
+            headers={},
+            message_id=envelope.message_id,
+            message_type=envelope.message_type,
+            priority=0,
             reply_to=reply_to,
+            timestamp=envelope.timestamp,
+            user_id=self._user_id,
         )
 
     async def _send(
         self,
-        exchange: AbstractExchange,
+        exchange: str,
         key: str,
-        message: aio_pika.Message,
+        body: bytes,
+        properties: Basic.Properties,
         *,
         mandatory: bool,
         timeout: float | None,
@@ -131,9 +136,18 @@ class Publisher:
             if not self._is_open():
                 raise BusClosed("the bus is closed")
             try:
+                # What aio-pika's Exchange.publish does, without its Message object.
+                if self._channel.is_closed:
+                    raise aiormq.exceptions.ChannelInvalidStateError(f"{self._channel!r} is closed")
+                channel = await self._channel.get_underlay_channel()
                 # aiormq bounds the confirm wait itself; no second timer on the hot path.
-                result = await exchange.publish(
-                    message, key, mandatory=mandatory, timeout=max(deadline - loop.time(), 0.001)
+                result = await channel.basic_publish(
+                    body,
+                    exchange=exchange,
+                    routing_key=key,
+                    properties=properties,
+                    mandatory=mandatory,
+                    timeout=max(deadline - loop.time(), 0.001),
                 )
             except TimeoutError as exc:
                 raise ConnectionLost(f"publish to {key!r} not confirmed in time") from exc
@@ -159,7 +173,7 @@ class Publisher:
                     details={"routing_key": key},
                 )
             self._stats.published += 1
-            self._stats.published_by_type[message.type or "unknown"] += 1
+            self._stats.published_by_type[properties.message_type or "unknown"] += 1
             return
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._codes import PROTOCOL_MAJOR, MessageType
@@ -17,6 +18,7 @@ from agentbus.envelopes._models import (
     EventEnvelope,
     RequestEnvelope,
     ResponseEnvelope,
+    _WireModel,
     new_message_id,
     utcnow,
 )
@@ -38,8 +40,43 @@ _MAX_REPORTED_ERRORS: Final = 5
 _MESSAGE_TYPES: Final = frozenset(MessageType)
 
 
+_ExcludeIf = tuple[tuple[str, Callable[[Any], bool]], ...]
+_EXCLUDE_IF: dict[type[BaseModel], _ExcludeIf] = {}
+
+
 def _unserializable(value: object) -> Any:
+    # orjson writes what it knows natively; a pydantic model in a payload (a handler's
+    # result, say) is written as its model_dump, as model_dump of the envelope would.
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, tuple):  # a named tuple: orjson writes only plain tuples
+        return list(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _wire_fields(model: _WireModel) -> dict[str, Any]:
+    # What model_dump() gives, but shallow: field values go in by reference (orjson walks
+    # them), so a 1 MB payload is not copied first. Nested wire models (metadata, payload)
+    # become dicts the same way; unknown fields the model kept go last, as model_dump does.
+    fields = dict(model.__dict__)
+    cls = type(model)
+    exclude_if = _EXCLUDE_IF.get(cls)
+    if exclude_if is None:
+        exclude_if = _EXCLUDE_IF[cls] = tuple(
+            (name, info.exclude_if)
+            for name, info in cls.model_fields.items()
+            if info.exclude_if is not None
+        )
+    for name, excluded in exclude_if:
+        if excluded(fields[name]):
+            del fields[name]
+    for name, value in fields.items():
+        if isinstance(value, _WireModel):
+            fields[name] = _wire_fields(value)
+    extra = model.__pydantic_extra__
+    if extra:
+        fields.update(extra)
+    return fields
 
 
 def encode(envelope: Envelope, *, max_size: int | None = DEFAULT_MAX_SIZE) -> bytes:
@@ -54,7 +91,7 @@ def encode(envelope: Envelope, *, max_size: int | None = DEFAULT_MAX_SIZE) -> by
         PayloadTooLarge: The encoded envelope is larger than ``max_size``.
     """
     try:
-        data = orjson.dumps(envelope.model_dump(), default=_unserializable, option=_DUMPS_OPTIONS)
+        data = orjson.dumps(_wire_fields(envelope), default=_unserializable, option=_DUMPS_OPTIONS)
     except TypeError as exc:
         raise EnvelopeError(f"cannot encode envelope: {exc}") from exc
     if max_size is not None and len(data) > max_size:

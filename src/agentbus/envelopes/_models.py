@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -39,9 +39,15 @@ __all__ = [
 ]
 
 
+_UUID_VARIANT: Final = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
 def new_message_id() -> str:
     """Return a fresh message id (a UUID4 string)."""
-    return str(uuid.uuid4())
+    # str(uuid.uuid4()) from the same 16 bytes of os.urandom, formatted without the UUID
+    # object: a third of the cost, and every envelope sent needs one.
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_UUID_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
 def utcnow() -> datetime:
@@ -170,10 +176,7 @@ class RequestEnvelope(_EnvelopeBase):
         )
 
     def _reply_metadata(self) -> Metadata:
-        metadata = Metadata(correlation_id=self.message_id)
-        if self.metadata.trace is not None:
-            metadata.trace = self.metadata.trace
-        return metadata
+        return Metadata(correlation_id=self.message_id, trace=self.metadata.trace)
 
 
 class ResponseEnvelope(_EnvelopeBase):

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import aio_pika
@@ -17,6 +18,7 @@ from helpers import BusFactory
 
 from agentbus import RequestEnvelope
 from agentbus.bus import Topology
+from agentbus.envelopes import DEFAULT_MAX_SIZE
 
 
 async def counting_echo_server(make_bus: BusFactory, service: str, **settings: Any) -> list[str]:
@@ -104,7 +106,95 @@ async def test_bad_bytes_get_an_error_reply_and_are_dead_lettered_once(
     code: str,
 ) -> None:
     """Bytes that are no envelope get an error envelope, land in the DLQ once, serving goes on."""
-    runs = await counting_echo_server(make_bus, "svc", max_message_size=4096)
+    await refused_once(make_bus, raw_channel, exchange_name, body, code, max_message_size=4096)
+
+
+def _request_body(parameters: bytes, message_id: str | None = None) -> bytes:
+    """A request envelope to ``svc`` whose parameters are the raw JSON ``parameters``."""
+    head = b'{"protocol_version": "1.0", "sender_id": "raw", "receiver_id": "svc", '
+    if message_id is not None:
+        head += b'"message_id": "' + message_id.encode() + b'", '
+    kind = b'"message_type": "request", "payload": {"action": "echo", "parameters": '
+    return head + kind + parameters + b"}}"
+
+
+HUGE = 20 * 1024 * 1024  # RabbitMQ 3.10 takes up to 128 MiB (max_message_size 134217728)
+DEEP = 100_000  # nested arrays; orjson refuses JSON deeper than 1,024 levels
+
+
+def _huge() -> bytes:
+    return _request_body(b'{"pad": "' + b"x" * HUGE + b'"}')
+
+
+def _deep() -> bytes:
+    return _request_body(b'{"deep": ' + b"[" * DEEP + b"]" * DEEP + b"}")
+
+
+@pytest.mark.parametrize(
+    ("build", "code"),
+    [
+        pytest.param(_huge, "payload_too_large", id="huge-20MB"),
+        pytest.param(_deep, "invalid_envelope", id="deep-100000"),
+    ],
+)
+async def test_huge_or_deep_payloads_get_an_error_reply_and_are_dead_lettered_once(
+    make_bus: BusFactory,
+    raw_channel: aio_pika.abc.AbstractChannel,
+    exchange_name: str,
+    build: Callable[[], bytes],
+    code: str,
+) -> None:
+    """A 20 MB request, or one nested 100,000 deep, at the default cap: refused once, clearly."""
+    body = build()
+    error = await refused_once(make_bus, raw_channel, exchange_name, body, code)
+    if code == "payload_too_large":
+        assert error["payload"]["details"] == {"size": len(body), "max_size": DEFAULT_MAX_SIZE}
+    else:
+        assert "depth limit exceeded" in error["payload"]["message"]
+
+
+async def test_request_whose_echo_cannot_be_encoded_gets_a_clear_error_reply(
+    make_bus: BusFactory, raw_channel: aio_pika.abc.AbstractChannel, exchange_name: str
+) -> None:
+    """Parameters 500 deep decode (orjson reads 1,024) but their echo cannot be encoded (254)."""
+    runs = await counting_echo_server(make_bus, "svc")
+    client = await make_bus()
+    replies = await reply_queue(raw_channel)
+    exchange = await raw_channel.get_exchange(exchange_name)
+    message_id = f"deep-echo-{uuid.uuid4()}"
+    body = _request_body(b'{"deep": ' + b"[" * 500 + b"]" * 500 + b"}", message_id)
+
+    await exchange.publish(
+        aio_pika.Message(body, reply_to=replies.name), routing_key="agent.svc.request"
+    )
+    [error] = await next_bodies(replies)
+
+    assert error["message_type"] == "error"
+    assert error["metadata"]["correlation_id"] == message_id
+    assert error["payload"]["code"] == "processing_failed"
+    assert "the result cannot be sent" in error["payload"]["message"]
+    assert "Recursion limit" in error["payload"]["message"]
+    assert runs == [message_id], "the handler ran once"
+    # The request itself was valid: answered and acked, not dead-lettered.
+    dead = await raw_channel.declare_queue(Topology(exchange_name).dead_letter_queue, passive=True)
+    assert await dead.get(fail=False) is None
+    reply = await client.request("svc", "after", {"n": 2}, timeout=10)
+    assert reply.result == {"echo": {"n": 2}}
+
+
+async def refused_once(
+    make_bus: BusFactory,
+    raw_channel: aio_pika.abc.AbstractChannel,
+    exchange_name: str,
+    body: bytes,
+    code: str,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Publish ``body`` raw to ``svc``: check the error reply, one dead letter, serving goes on.
+
+    Returns the error envelope received.
+    """
+    runs = await counting_echo_server(make_bus, "svc", **settings)
     client = await make_bus()
     replies = await reply_queue(raw_channel)
     exchange = await raw_channel.get_exchange(exchange_name)
@@ -131,6 +221,7 @@ async def test_bad_bytes_get_an_error_reply_and_are_dead_lettered_once(
     reply = await client.request("svc", "after", {"n": 1}, timeout=10)
     assert reply.result == {"echo": {"n": 1}}
     assert len(runs) == 1
+    return error
 
 
 async def test_bad_bytes_without_a_reply_address_are_only_dead_lettered(

@@ -8,10 +8,11 @@ on SIGTERM. Per-message access logs are off (``logger=None``): the other peers l
 only.
 
 Two ways to ask: ``FastStreamClient`` is FastStream's own ``broker.request`` (direct reply-to;
-FastStream holds a lock around it, so one request per broker is in flight at a time), and
-``FastStreamRequester`` publishes with ``reply_to`` a standing reply queue its subscriber
-consumes, matching replies by correlation id: what a FastStream "leader" does to keep a window
-of requests in flight.
+FastStream holds a lock around it, so one request per broker is in flight at a time, however
+many are gathered), and ``FastStreamRequester`` publishes with ``reply_to`` a standing reply
+queue its subscriber consumes, matching replies by correlation id: what a FastStream "leader"
+has to hand-roll to keep a window of requests in flight. suite.py's fan-out reports both:
+``faststream`` and ``faststream-rq``.
 """
 
 from __future__ import annotations
@@ -135,18 +136,37 @@ class FastStreamClient:
         if self._broker is not None:
             await self._broker.stop()
 
-    async def ping(self, i: int) -> Any:
+    async def call(self, envelope: dict[str, Any]) -> Any:
         assert self._broker is not None
-        envelope = ping_envelope(self.sender, i)
         reply = await self._broker.request(
             envelope,
             queue=self.queue,
             persist=True,
+            mandatory=True,
             timeout=TIMEOUT,
             message_id=envelope["message_id"],
             expiration=TIMEOUT,
         )
         return await reply.decode()
+
+    async def ping(self, i: int) -> Any:
+        return await self.call(ping_envelope(self.sender, i))
+
+    async def request(self, action: str, parameters: dict[str, Any], subtask: str) -> Any:
+        """One subtask of the fan-out through ``broker.request``, as RawLeader.request."""
+        reply = await self.call(request_envelope(self.sender, action, parameters, subtask))
+        payload = reply["payload"]
+        if payload["status"] != "success":
+            raise RuntimeError(f"faststream {action} failed: {payload['error']}")
+        return payload["result"]
+
+    async def run(self, n: int, window: int) -> dict[str, Any]:
+        """N echoes gathered ``window`` at a time over ``broker.request``, then the fan-in.
+
+        As a FastStream user fans out: ``asyncio.gather`` over ``broker.request``. FastStream
+        lets one request per broker be in flight (its RPC lock); the rest wait their turn.
+        """
+        return await fan_out(self.request, n, window, "faststream")
 
 
 async def serve(url: str, queue: str, prefetch: int, worker_id: str) -> None:

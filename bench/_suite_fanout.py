@@ -1,9 +1,19 @@
 """Fan-out and fan-in of N subtasks for suite.py: the leader vs raw aio-pika vs FastStream.
 
 bench_leader.py's fleet (a registry, W ``Echo`` workers and a leader as ``agentbus``
-processes, W raw aio-pika workers) plus W FastStream workers. For each N the three sides run
-in turn, the same plan each: N ``echo`` subtasks at most ``W x concurrency`` in flight, then a
+processes, W raw aio-pika workers) plus W FastStream workers. For each N the sides run in
+turn, the same plan each: N ``echo`` subtasks at most ``W x concurrency`` in flight, then a
 ``total`` fan-in over all their results. The raw and FastStream "leaders" run in this process.
+
+FastStream is asked two ways, the same FastStream workers answering both (same work, same
+message count, persistent requests, mandatory, confirmed):
+
+- ``faststream``: FastStream's own request API as its user fans out, ``asyncio.gather`` over
+  ``broker.request`` with ``W x concurrency`` lanes; FastStream's RPC lock lets one request
+  per broker be in flight, so the lanes take turns.
+- ``faststream-rq``: the stronger hand-rolled variant, a FastStream publisher with ``reply_to``
+  a standing reply queue its subscriber consumes, replies matched by correlation id, up to
+  ``W x concurrency`` in flight.
 
 Memory, leader side: the peak RSS of the leader process during each timed run (VmHWM, reset
 before each run: this process for raw and FastStream), and, untimed, the tracemalloc peak
@@ -26,7 +36,7 @@ from typing import Any
 
 import aio_pika
 
-from _faststream_side import FastStreamRequester
+from _faststream_side import FastStreamClient, FastStreamRequester
 from _fleet import (
     BENCH_DIR,
     Proc,
@@ -46,7 +56,7 @@ from agentbus.bus import Bus
 from bench_bus import delete_all
 from bench_leader import READY_TIMEOUT, WARMUP, Names, cleanup, leader_run, start_fleet, wait_ready
 
-SIDES = ("agentbus", "aio-pika", "faststream")
+SIDES = ("agentbus", "aio-pika", "faststream", "faststream-rq")
 BIG_CAP = 16 * 1024 * 1024
 CAP_NOTE = (
     "AGENTBUS_MAX_MESSAGE_SIZE=16777216 for the leader, the workers and the client: a "
@@ -89,12 +99,14 @@ async def measure(
     ex, max_parallel = names.exchange, cfg.workers * cfg.concurrency
     raw = RawLeader(url, f"{ex}.raw", f"{ex}.raw.work")
     requester = FastStreamRequester(url, fs.queue, fs.reply)
+    fs_client = FastStreamClient(url, fs.queue)
     leader_pid = next(proc.popen.pid for proc in fleet if proc.role == "leader")
     timed: dict[str, dict[str, list[dict[str, Any]]]] = {side: {} for side in SIDES}
     tracemalloc_peak: dict[str, dict[str, int]] = {side: {} for side in SIDES[1:]}
     async with Bus(Settings(url=url, exchange=ex), agent_id=names.client) as bus:
         await raw.open(f"{ex}.raw.reply")
         await requester.open()
+        await fs_client.open()
         try:
             await wait_ready(bus, names, raw, fleet)
             await wait_fs(url, fs.queue, len(fs.workers), fleet)
@@ -102,7 +114,8 @@ async def measure(
             sides: dict[str, tuple[Run, int]] = {
                 "agentbus": (lambda n: leader_run(client, n, max_parallel), leader_pid),
                 "aio-pika": (lambda n: raw.run(n, max_parallel), os.getpid()),
-                "faststream": (lambda n: requester.run(n, max_parallel), os.getpid()),
+                "faststream": (lambda n: fs_client.run(n, max_parallel), os.getpid()),
+                "faststream-rq": (lambda n: requester.run(n, max_parallel), os.getpid()),
             }
             for run, _ in sides.values():  # warm up connections, caches and the directory
                 await run(min(WARMUP, max(cfg.sizes)))
@@ -121,6 +134,7 @@ async def measure(
                     tracemalloc_peak[side][str(n)] = await traced(sides[side][0], n)
                     say(f"fan-out memory N={n} {side}: {tracemalloc_peak[side][str(n)]} B")
         finally:
+            await fs_client.close()
             await requester.close()
             await raw.close()
     return {"timed": timed, "tracemalloc": tracemalloc_peak, "broker": raw.broker_version}

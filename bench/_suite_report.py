@@ -13,7 +13,12 @@ FANOUT_VS_FASTSTREAM = 2.0
 MEMORY_SLOPE = 2048  # bytes per extra pending subtask
 MEMORY_LINEAR = 1.5  # the slope at the top may grow at most this much over the one below
 REGISTRY_AGENTS = 5000
-COLORS = {"agentbus": "tab:blue", "aio-pika": "tab:green", "faststream": "tab:red"}
+COLORS = {
+    "agentbus": "tab:blue",
+    "aio-pika": "tab:green",
+    "faststream": "tab:red",
+    "faststream-rq": "tab:orange",
+}
 
 
 def _n(value: float) -> str:
@@ -46,7 +51,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if fan := results.get("fanout"):
         top = str(max(fan["params"]["sizes"]))
         per_s = {side: fan["summary"][side][top]["per_s"] for side in fan["summary"]}
-        for peer, goal in (("aio-pika", FANOUT_VS_RAW), ("faststream", FANOUT_VS_FASTSTREAM)):
+        peers = [("aio-pika", FANOUT_VS_RAW), ("faststream", FANOUT_VS_FASTSTREAM)]
+        peers += [("faststream-rq", FANOUT_VS_FASTSTREAM)] if "faststream-rq" in per_s else []
+        for peer, goal in peers:
             ratio = per_s["agentbus"]["best"] / per_s[peer]["best"]
             medians = per_s["agentbus"]["median"] / per_s[peer]["median"]
             detail = f"N={int(top):,}: {_n(per_s['agentbus']['best'])} vs "
@@ -174,6 +181,10 @@ def markdown(results: dict[str, Any]) -> str:
             "a tracemalloc-traced run of their in-process leader on the broker. RSS growth: the "
             "leader process's VmHWM over its RSS before the run (median; this process for "
             "aio-pika and faststream).",
+            "faststream: FastStream's own `broker.request`, gathered over the same window "
+            "(its RPC lock lets one request per broker be in flight); faststream-rq: a "
+            "FastStream publisher with a standing reply queue and correlation ids, the window "
+            "in flight. Same FastStream workers, messages and durability for both.",
         ]
         if fan["cap_note"]:
             lines.append(f"Message cap: {fan['cap_note']}.")

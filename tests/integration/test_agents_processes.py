@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from helpers import queues_with_prefix
 from processes import INTERVAL, MISSED, SLACK, Processes, poll, since, within
 
 from agentbus import Bus, EventEnvelope
@@ -228,6 +229,34 @@ async def test_cli_request_reports_bad_parameters_and_unknown_actions(procs: Pro
     assert "triple" in error["payload"]["message"]
     assert "double, slow" in error["payload"]["message"]
     assert {"double", "slow", "ping", "describe"} <= set(error["payload"]["details"]["available"])
+
+
+async def test_one_shot_cli_leaves_no_queue_behind(procs: Processes) -> None:
+    """`agentbus request`'s instance queue goes seconds after it exits, not a minute."""
+    alpha = procs.agent("Alpha", "alpha-1")
+    await alpha.started()
+    prefix = f"{procs.exchange}.instance.client-"
+
+    async def client_queues() -> list[str]:
+        return await asyncio.to_thread(queues_with_prefix, procs.url, prefix)
+
+    call = asyncio.create_task(
+        procs.cli("request", "alpha", "slow", "--params", '{"seconds": 4}', "--result")
+    )
+    async with asyncio.timeout(30):
+        while not (seen := await client_queues()):  # noqa: ASYNC110 - polling the broker
+            await asyncio.sleep(0.2)
+    done = await call
+    exited = time.monotonic()
+    async with asyncio.timeout(30):
+        while await client_queues():  # noqa: ASYNC110 - polling the broker
+            await asyncio.sleep(0.5)
+    gone_after = time.monotonic() - exited
+
+    print(f"one-shot client queue {seen} gone {gone_after:.1f} s after exit")
+    assert (done.returncode, done.stdout.strip()) == (0, '"slept 4s"'), done.stderr
+    assert len(seen) == 1
+    assert gone_after < 30
 
 
 async def test_sigterm_drains_work_in_flight_and_says_goodbye(procs: Processes) -> None:

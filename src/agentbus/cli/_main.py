@@ -33,6 +33,8 @@ __all__ = ["cli", "main"]
 
 P = ParamSpec("P")
 _SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo"})
+_EXPIRES_ENV = "AGENTBUS_INSTANCE_QUEUE_EXPIRES"
+_CLIENT_QUEUE_EXPIRES = 5.0
 _PLAN_EXIT = {PlanStatus.COMPLETED: 0, PlanStatus.PARTIAL: 1, PlanStatus.FAILED: 2}
 T = TypeVar("T")
 
@@ -45,6 +47,16 @@ def plan_schema() -> dict[str, Any]:
 def _settings(ctx: click.Context) -> Settings:
     settings: Settings = ctx.obj
     return settings
+
+
+def _client_settings(ctx: click.Context) -> Settings:
+    # A one-shot command's instance queue needs to outlive a reconnect, not the process
+    # by a minute: unless it is set explicitly, it goes a few seconds after we close.
+    settings = _settings(ctx)
+    if _EXPIRES_ENV in os.environ:
+        return settings
+    expires = min(settings.instance_queue_expires, _CLIENT_QUEUE_EXPIRES)
+    return settings.model_copy(update={"instance_queue_expires": expires})
 
 
 def _async(func: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
@@ -263,7 +275,7 @@ async def plan_run(
     except ValidationError as exc:
         raise _CouldNotRun(f"invalid plan: {_first_error(exc)}") from exc
     try:
-        async with Bus(_settings(ctx)) as bus:
+        async with Bus(_client_settings(ctx)) as bus:
             client = PlanClient(bus, leader=leader_service)
             progress = None if quiet else _show_progress
             aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
@@ -346,7 +358,7 @@ async def agents(
     parameters: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
     if include_offline or status == "offline":
         parameters["include_offline"] = True
-    async with Bus(_settings(ctx)) as bus:
+    async with Bus(_client_settings(ctx)) as bus:
         reply = await bus.request("registry", "list_agents", parameters, timeout=timeout)
     rows: list[dict[str, Any]] = reply.result
     if as_json:
@@ -378,7 +390,7 @@ async def request(
     parameters = _load_json(params, "--params")
     if parameters is not None and not isinstance(parameters, dict):
         raise click.BadParameter("--params must be a JSON object")
-    async with Bus(_settings(ctx)) as bus:
+    async with Bus(_client_settings(ctx)) as bus:
         try:
             reply = await bus.request(receiver, action, parameters, timeout=timeout)
         except RemoteError as exc:
@@ -404,7 +416,7 @@ async def publish(
     """Publish the event EVENT_NAME, or a raw envelope with --raw; print what was sent."""
     if (event_name is None) == (raw is None):
         raise click.UsageError("give either EVENT_NAME or --raw FILE")
-    async with Bus(_settings(ctx)) as bus:
+    async with Bus(_client_settings(ctx)) as bus:
         if raw is not None:
             source = sys.stdin.buffer.read() if raw == "-" else _read_bytes(raw)
             try:

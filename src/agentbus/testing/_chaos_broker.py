@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
+from urllib.parse import quote
 
 __all__ = ["BrokerState", "PrivateBroker", "PrivateBrokerError", "find_rabbitmq"]
 
@@ -289,6 +290,40 @@ class PrivateBroker:
                 f"{(done.stderr or done.stdout).strip()[-800:]}"
             )
         return done.stdout
+
+    def add_user(
+        self,
+        name: str,
+        password: str,
+        *,
+        configure: str = ".*",
+        write: str = ".*",
+        read: str = ".*",
+    ) -> str:
+        """Create broker user ``name`` with these permissions on ``/``; return its AMQP URL.
+
+        The patterns are RabbitMQ's resource regular expressions (``""``: nothing).
+        """
+        self.rabbitmqctl("add_user", name, password)
+        self.rabbitmqctl("set_permissions", "-p", "/", name, configure, write, read)
+        return self.url_for(name, password)
+
+    def set_topic_permissions(
+        self, name: str, exchange: str, *, write: str, read: str = ".*"
+    ) -> None:
+        """Restrict the routing keys ``name`` may publish (``write``) and bind (``read``) on
+        topic ``exchange``; ``{username}`` in a pattern stands for the user's name."""
+        self.rabbitmqctl("set_topic_permissions", "-p", "/", name, exchange, write, read)
+
+    def delete_user(self, name: str) -> None:
+        """Delete broker user ``name``; its connections are closed."""
+        self.rabbitmqctl("delete_user", name)
+
+    def url_for(self, user: str, password: str) -> str:
+        """The AMQP URL of the node for another user than ``guest``."""
+        if not self.port:
+            raise PrivateBrokerError(f"{self!r} has not been started")
+        return f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@127.0.0.1:{self.port}/"
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the node's standard output and log file, for failure reports."""

@@ -23,6 +23,7 @@ in-memory bus), a traced run on the broker for raw and FastStream.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import os
@@ -171,7 +172,7 @@ def run_fanout(url: str, cfg: SimpleNamespace, say: Callable[[str], None]) -> di
     if capped:
         os.environ["AGENTBUS_MAX_MESSAGE_SIZE"] = str(BIG_CAP)
     try:
-        start_fleet(SimpleNamespace(url=url, concurrency=cfg.concurrency), names, fleet)
+        start_fleet(argparse.Namespace(url=url, concurrency=cfg.concurrency), names, fleet)
         script = str(BENCH_DIR / "_faststream_side.py")
         for worker in fs.workers:
             argv = [sys.executable, script, url, fs.queue, str(cfg.concurrency), worker]

@@ -22,16 +22,23 @@ import statistics
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import aio_pika
 import structlog
 
-from _fleet import Proc, cpu_seconds, dump_logs, shielded, spawn, stop_fleet
+from _fleet import CLK_TCK, Proc, dump_logs, shielded, spawn, stop_fleet
 from _rr_sides import Names, client, consumers
 from bench_bus import DEFAULT_URL, delete_all, summary
 
 SIDES = ("agentbus", "aio-pika")
 RR_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rr_sides.py")
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 async def wait_ready(url: str, names: Names, fleet: list[Proc]) -> None:
@@ -63,7 +70,7 @@ async def measure(
             for side, call in calls.items():
                 gc.collect()
                 samples: list[int] = []
-                server0, cpu0 = cpu_seconds(pids[side]), time.process_time()
+                server0, times0 = cpu_split(pids[side]), os.times()
                 if profiles:
                     profiles[side].enable()
                 for i in range(args.requests):
@@ -72,10 +79,14 @@ async def measure(
                     samples.append(time.perf_counter_ns() - start)
                 if profiles:
                     profiles[side].disable()
-                cpu, server = time.process_time() - cpu0, cpu_seconds(pids[side]) - server0
+                times1, server1 = os.times(), cpu_split(pids[side])
+                per = 1e6 / args.requests
+                user, system = times1.user - times0.user, times1.system - times0.system
                 row = {
-                    "client_us": cpu / args.requests * 1e6,
-                    "server_us": server / args.requests * 1e6,
+                    "client_us": (user + system) * per,
+                    "server_us": (sum(server1) - sum(server0)) * per,
+                    "client_user_us": user * per,
+                    "server_user_us": (server1[0] - server0[0]) * per,
                     "p50_us": summary(samples)["p50_us"],
                 }
                 rows[side].append(row)
@@ -124,18 +135,13 @@ def main() -> None:
     for side in SIDES:
         medians[side]["total_us"] = medians[side]["client_us"] + medians[side]["server_us"]
     print("\nmedian over rounds, us per request")
-    print(f"{'':<10}{'client':>9}{'server':>9}{'total':>9}{'p50':>9}")
+    keys = ("client_us", "server_us", "total_us", "client_user_us", "server_user_us", "p50_us")
+    print(f"{'':<10}{'client':>9}{'server':>9}{'total':>9}{'cl.user':>9}{'sv.user':>9}{'p50':>9}")
     for side in SIDES:
         m = medians[side]
-        print(
-            f"{side:<10}"
-            + "".join(f"{m[k]:>9.1f}" for k in ("client_us", "server_us", "total_us", "p50_us"))
-        )
+        print(f"{side:<10}" + "".join(f"{m[k]:>9.1f}" for k in keys))
     ratio = {k: medians["agentbus"][k] / medians["aio-pika"][k] for k in medians["agentbus"]}
-    print(
-        f"{'bus/raw':<10}"
-        + "".join(f"{ratio[k]:>9.2f}" for k in ("client_us", "server_us", "total_us", "p50_us"))
-    )
+    print(f"{'bus/raw':<10}" + "".join(f"{ratio[k]:>9.2f}" for k in keys))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"rounds": rows, "medians": medians, "ratios": ratio}, handle, indent=2)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import enum
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -9,6 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
+from pydantic import BaseModel
 
 from agentbus.envelopes import (
     DEFAULT_MAX_SIZE,
@@ -30,6 +34,7 @@ from agentbus.envelopes import (
     UnsupportedVersion,
     decode,
     encode,
+    new_message_id,
 )
 
 SENT_AT = datetime(2024, 5, 1, 12, 30, 15, 250_000, tzinfo=UTC)
@@ -547,6 +552,84 @@ def test_encode_of_a_non_json_result_raises_envelope_error(result: object) -> No
     assert type(info.value) is EnvelopeError
     assert info.value.code == "invalid_envelope"
     assert isinstance(info.value.__cause__, TypeError)
+
+
+class Point(BaseModel):
+    """A handler's own result model."""
+
+    x: int
+    at: datetime | None = None
+
+
+@dataclasses.dataclass
+class Pair:
+    left: int
+    right: str
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+Span = collections.namedtuple("Span", "start end")
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        Point(x=1, at=SENT_AT),
+        {"points": [Point(x=2)], "pair": Pair(1, "a")},
+        Pair(3, "b"),
+        Colour.RED,
+        uuid.UUID(REQUEST_ID),
+        Span(Point(x=4), [Pair(5, "c")]),
+        (1, "two", None),
+        datetime(2024, 5, 1, 12, 0),
+        {"big": "x" * 100_000, "nested": {"deep": [[[1.5]]]}},
+    ],
+    ids=["model", "nested", "dataclass", "enum", "uuid", "named-tuple", "tuple", "naive", "large"],
+)
+def test_encode_of_python_values_matches_model_dump(result: object) -> None:
+    """Values in a payload are written as pydantic's model_dump of the envelope writes them."""
+    envelope = ResponseEnvelope(
+        sender_id="a",
+        receiver_id="b",
+        payload=ResponsePayload(result=result),
+        metadata=full_metadata(tenant="acme"),
+    )
+
+    expected = orjson.dumps(envelope.model_dump(), option=orjson.OPT_UTC_Z)
+
+    assert encode(envelope, max_size=None) == expected
+
+
+def test_encode_leaves_the_envelope_unchanged() -> None:
+    """encode does not alter the envelope or the payload objects it writes by reference."""
+    parameters = {"items": [{"n": 1}], "note": "x"}
+    envelope = RequestEnvelope(
+        sender_id="a",
+        receiver_id="b",
+        payload=RequestPayload(action="go", parameters=parameters),
+        metadata=full_metadata(tenant="acme"),
+    )
+    before = envelope.model_copy(deep=True)
+
+    encode(envelope)
+
+    assert envelope == before
+    assert envelope.payload.parameters == {"items": [{"n": 1}], "note": "x"}
+    assert envelope.metadata.model_extra == {"tenant": "acme"}
+
+
+def test_new_message_ids_are_uuid4_strings() -> None:
+    """new_message_id returns distinct canonical UUID4 strings."""
+    ids = [new_message_id() for _ in range(2000)]
+
+    parsed = [uuid.UUID(value) for value in ids]
+
+    assert len(set(ids)) == len(ids)
+    assert all(u.version == 4 and u.variant == uuid.RFC_4122 for u in parsed)
+    assert [str(u) for u in parsed] == ids
 
 
 # -- bad input, one test per class ----------------------------------------------------------

@@ -278,3 +278,12 @@ def test_valid_envelopes_round_trip_exactly(envelope: Envelope) -> None:
     assert type(decoded) is type(envelope)
     assert decoded == envelope
     assert encode(decoded, max_size=None) == data
+
+
+@fast(150)
+@given(envelopes())
+def test_encode_writes_what_model_dump_would(envelope: Envelope) -> None:
+    """encode's shallow walk writes the very bytes of orjson over model_dump, extras included."""
+    assert encode(envelope, max_size=None) == orjson.dumps(
+        envelope.model_dump(), option=orjson.OPT_UTC_Z
+    )

@@ -11,7 +11,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
-from agentbus.envelopes._codes import PROTOCOL_MAJOR, MessageType
+from agentbus.envelopes._codes import PROTOCOL_MAJOR, PROTOCOL_VERSION, MessageType
 from agentbus.envelopes._models import (
     Envelope,
     ErrorEnvelope,
@@ -40,8 +40,8 @@ _MAX_REPORTED_ERRORS: Final = 5
 _MESSAGE_TYPES: Final = frozenset(MessageType)
 
 
-_ExcludeIf = tuple[tuple[str, Callable[[Any], bool]], ...]
-_EXCLUDE_IF: dict[type[BaseModel], _ExcludeIf] = {}
+_Plan = tuple[tuple[tuple[str, Callable[[Any], bool]], ...], tuple[str, ...]]
+_PLANS: dict[type[BaseModel], _Plan] = {}
 
 
 def _unserializable(value: object) -> Any:
@@ -54,23 +54,34 @@ def _unserializable(value: object) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def _plan(cls: type[BaseModel]) -> _Plan:
+    # Per model class: the fields left out when their exclude_if says so, and the fields
+    # holding a nested wire model (metadata, payload).
+    excluded = tuple(
+        (name, info.exclude_if)
+        for name, info in cls.model_fields.items()
+        if info.exclude_if is not None
+    )
+    nested = tuple(
+        name
+        for name, info in cls.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, _WireModel)
+    )
+    plan = _PLANS[cls] = (excluded, nested)
+    return plan
+
+
 def _wire_fields(model: _WireModel) -> dict[str, Any]:
     # What model_dump() gives, but shallow: field values go in by reference (orjson walks
     # them), so a 1 MB payload is not copied first. Nested wire models (metadata, payload)
     # become dicts the same way; unknown fields the model kept go last, as model_dump does.
-    fields = dict(model.__dict__)
-    cls = type(model)
-    exclude_if = _EXCLUDE_IF.get(cls)
-    if exclude_if is None:
-        exclude_if = _EXCLUDE_IF[cls] = tuple(
-            (name, info.exclude_if)
-            for name, info in cls.model_fields.items()
-            if info.exclude_if is not None
-        )
-    for name, excluded in exclude_if:
-        if excluded(fields[name]):
+    fields = model.__dict__.copy()
+    excluded, nested = _PLANS.get(type(model)) or _plan(type(model))
+    for name, exclude_if in excluded:
+        if exclude_if(fields[name]):
             del fields[name]
-    for name, value in fields.items():
+    for name in nested:
+        value = fields[name]
         if isinstance(value, _WireModel):
             fields[name] = _wire_fields(value)
     extra = model.__pydantic_extra__
@@ -146,13 +157,15 @@ def decode(
         obj["timestamp"] = received_at or utcnow()
     try:
         # message_type is checked above: validate with that kind's model, not the union.
-        return _MODELS[obj["message_type"]].model_validate(obj)
+        return _MODELS[message_type].__pydantic_validator__.validate_python(obj)  # type: ignore[no-any-return]
     except ValidationError as exc:
         raise _invalid(exc, obj) from exc
 
 
 def _check_version(obj: dict[str, Any]) -> None:
     version = obj.get("protocol_version")
+    if version == PROTOCOL_VERSION:  # the common case, without the regex
+        return
     if not isinstance(version, str):
         raise EnvelopeError(
             "protocol_version is missing or not a string",

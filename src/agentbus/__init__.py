@@ -6,6 +6,7 @@ Agents share one topic exchange and speak one versioned JSON envelope
 
 from agentbus._config import Settings
 from agentbus._exceptions import (
+    AccessRefused,
     AgentBusError,
     BrokerUnavailable,
     BusClosed,
@@ -40,6 +41,7 @@ from agentbus.envelopes import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessRefused",
     "Agent",
     "AgentBusError",
     "AgentCard",

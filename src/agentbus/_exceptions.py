@@ -14,6 +14,7 @@ envelope and a caller can act on the code it received::
     │   ├── BrokerUnavailable         cannot connect (names the URL, without password)
     │   ├── ConnectionLost            the connection dropped during an operation
     │   ├── PublishFailed             the broker refused (nacked) a publish
+    │   ├── AccessRefused             unauthorized: the broker's permissions refused it
     │   └── BusClosed                 the bus is closed or closing
     ├── Unroutable                    agent_unavailable: nobody is bound to the receiver
     ├── UnknownAction                 unknown_action: the agent has no such skill
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from agentbus.envelopes._models import ErrorEnvelope
 
 __all__ = [
+    "AccessRefused",
     "AgentBusError",
     "BrokerUnavailable",
     "BusClosed",
@@ -119,6 +121,12 @@ class ConnectionLost(TransportError):
 
 class PublishFailed(TransportError):
     """The broker did not accept a publish (negative confirm)."""
+
+
+class AccessRefused(TransportError):
+    """The broker refused an operation for this user: a forbidden routing key, say (403)."""
+
+    code: str = "unauthorized"
 
 
 class BusClosed(TransportError):

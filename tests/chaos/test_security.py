@@ -20,10 +20,9 @@ from chaos_support import until
 from fault_support import SERVICE, Producer, Team
 
 import agentbus
-from agentbus import Settings
+from agentbus import AccessRefused, Settings
 from agentbus.bus import Topology
 from agentbus.bus._admission import Refusal
-from agentbus.bus._errors import AccessRefused
 from agentbus.envelopes import (
     ErrorEnvelope,
     Metadata,

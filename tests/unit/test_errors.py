@@ -8,6 +8,7 @@ from pamqp.commands import Basic as _Basic
 
 import agentbus
 from agentbus import (
+    AccessRefused,
     AgentBusError,
     BrokerUnavailable,
     ConfigurationError,
@@ -15,7 +16,7 @@ from agentbus import (
     PublishFailed,
     TransportError,
 )
-from agentbus.bus._errors import AccessRefused, map_connect_errors, map_transport_errors, translate
+from agentbus.bus._errors import map_connect_errors, map_transport_errors, translate
 
 CASES = [
     pytest.param(

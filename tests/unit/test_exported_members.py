@@ -9,6 +9,7 @@ import pytest
 import agentbus
 
 EXPECTED_TOP_LEVEL = [
+    "AccessRefused",
     "Agent",
     "AgentBusError",
     "AgentCard",

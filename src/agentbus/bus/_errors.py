@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import aiormq.exceptions
 
 from agentbus._exceptions import (
+    AccessRefused,
     AgentBusError,
     BrokerUnavailable,
     ConfigurationError,
@@ -17,12 +18,6 @@ from agentbus._exceptions import (
 )
 
 __all__ = ["map_connect_errors", "map_transport_errors"]
-
-
-class AccessRefused(TransportError):
-    """The broker refused an operation for this user (permissions)."""
-
-    code: str = "unauthorized"
 
 
 def translate(exc: BaseException) -> AgentBusError | None:

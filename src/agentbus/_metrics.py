@@ -178,6 +178,11 @@ class _BusCollector(Collector):
             name: CounterMetricFamily(f"agentbus_{name}", text, labels=["agent_id"])
             for name, text in simple.items()
         }
+        refused = CounterMetricFamily(
+            "agentbus_refused",
+            "Deliveries refused unread (CC/BCC, off-contract key, sender identity), by reason.",
+            labels=["agent_id", "reason"],
+        )
         in_flight = GaugeMetricFamily(
             "agentbus_in_flight", "Requests waiting for an answer.", labels=["agent_id"]
         )
@@ -196,9 +201,12 @@ class _BusCollector(Collector):
                 errors.add_metric([agent, code, "received"], total)
             for name, family in families.items():
                 family.add_metric([agent], getattr(stats, name))
+            for reason, count in stats.refused_by.items():
+                refused.add_metric([agent, reason], count)
             in_flight.add_metric([agent], bus.in_flight)
         yield published
         yield consumed
         yield errors
         yield from families.values()
+        yield refused
         yield in_flight

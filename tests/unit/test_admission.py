@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from agentbus import ConfigurationError, Settings
+from agentbus._metrics import Metrics
 from agentbus.bus._admission import (
     Refusal,
     connection_user,
@@ -197,7 +198,9 @@ async def test_a_refused_request_is_answered_unauthorized_dead_lettered_and_not_
         ran.append(request.message_id)
         return "ok"
 
+    metrics = Metrics()
     async with MemoryBus(broker, agent_id="svc-1") as server, MemoryBus(broker) as client:
+        metrics.attach(server)
         await server.serve(handler, service="svc")
         copied = _request(sender=client.agent_id)
         message = MemoryMessage(
@@ -215,6 +218,8 @@ async def test_a_refused_request_is_answered_unauthorized_dead_lettered_and_not_
     assert server.stats.consumed_by[("request", "refused")] == 1
     assert server.stats.errors_sent["unauthorized"] == 1
     assert [letter.message.message_id for letter in broker.dead_letters] == [copied.message_id]
+    labels = {"agent_id": "svc-1", "reason": Refusal.CARBON_COPY.value}
+    assert metrics.registry.get_sample_value("agentbus_refused_total", labels) == 1
 
 
 async def test_verify_sender_on_the_memory_bus_sets_and_checks_user_id() -> None:

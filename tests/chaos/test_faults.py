@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ from agentbus.agents.leader import Leader, Plan, PlanClient, PlanStatus, Progres
 from agentbus.bus import Topology
 from agentbus.registry import Registry
 from agentbus.testing import (
-    LEDGER_ENV,
     AgentLauncher,
     AgentProcess,
     ChaosProxy,
@@ -57,15 +56,6 @@ HERE = Path(__file__).resolve().parent
 RECONNECT = 0.5  # the reconnect interval of every bus here
 FAST = {"reconnect_interval": RECONNECT}
 BACK_WITHIN = RECONNECT + 5  # consumers must be back this soon after a fault ends
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
-    """The test's ledger; agent processes find it through ``$AGENTBUS_LEDGER``."""
-    path = tmp_path / "ledger.db"
-    monkeypatch.setenv(LEDGER_ENV, str(path))
-    with Ledger(path) as ledger:
-        yield ledger
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from fault_support import SERVICE, Producer, consumers_back, steady_traffic, wai
 from agentbus.agents.leader import Aggregate, Plan, PlanClient, PlanStatus, SubtaskStatus
 from agentbus.bus import Topology
 from agentbus.testing import (
-    LEDGER_ENV,
     AgentLauncher,
     AgentProcess,
     Ledger,
@@ -40,15 +38,6 @@ pytestmark = pytest.mark.chaos
 HERE = Path(__file__).resolve().parent
 FAST: dict[str, Any] = {"reconnect_interval": 0.5}
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
-    """The test's ledger; agent processes find it through ``$AGENTBUS_LEDGER``."""
-    path = tmp_path / "ledger.db"
-    monkeypatch.setenv(LEDGER_ENV, str(path))
-    with Ledger(path) as ledger:
-        yield ledger
 
 
 def _worker(

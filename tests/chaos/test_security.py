@@ -34,7 +34,7 @@ from agentbus.envelopes import (
     decode,
     encode,
 )
-from agentbus.testing import LEDGER_ENV, Ledger, PrivateBroker, SendOutcome
+from agentbus.testing import Ledger, PrivateBroker, SendOutcome
 
 pytestmark = pytest.mark.chaos
 
@@ -47,15 +47,6 @@ class User:
 
     name: str
     url: str
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
-    """The test's ledger."""
-    path = tmp_path / "ledger.db"
-    monkeypatch.setenv(LEDGER_ENV, str(path))
-    with Ledger(path) as ledger:
-        yield ledger
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ Installed with agentbus as the pytest plugin ``agentbus`` (disable it with
   pytest-asyncio).
 - ``agent_process``: an ``AgentLauncher`` writing into ``tmp_path``; every process it
   started is stopped after the test.
+- ``ledger``: a ``Ledger`` in ``tmp_path``; agent processes the test starts find it
+  through ``$AGENTBUS_LEDGER`` and record their effects in it.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from typing import Any
 import pytest
 
 from agentbus.testing._chaos_broker import PrivateBroker, PrivateBrokerError, find_rabbitmq
+from agentbus.testing._ledger import LEDGER_ENV, Ledger
 from agentbus.testing._processes import AgentLauncher
 from agentbus.testing._proxy import ChaosProxy
 
-__all__ = ["agent_process", "chaos_proxy", "private_broker", "private_broker_node"]
+__all__ = ["agent_process", "chaos_proxy", "ledger", "private_broker", "private_broker_node"]
 
 _HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 
@@ -116,3 +119,12 @@ def agent_process(tmp_path: Path) -> Iterator[AgentLauncher]:
         launcher.close()
         if launcher.processes:
             print(launcher.report())  # shown by pytest when the test failed
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
+    """The test's ledger; agent processes find it through ``$AGENTBUS_LEDGER``."""
+    path = tmp_path / "ledger.db"
+    monkeypatch.setenv(LEDGER_ENV, str(path))
+    with Ledger(path) as book:
+        yield book

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
+from agentbus._exceptions import EnvelopeError
+from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
 __all__ = ["DedupStore", "DedupWindow", "Seen"]
 
@@ -22,6 +23,23 @@ class Seen:
     at: float
     reply: Reply | None = None
     reply_to: str | None = None
+
+
+@dataclass(slots=True)
+class _Entry:
+    # A reply is kept encoded: a few hundred bytes instead of 3 KiB of models, for up to
+    # dedup_size of them. It is decoded again only for a duplicate, which is rare.
+    at: float
+    reply: bytes | Reply | None = None
+    reply_to: str | None = None
+
+    def seen(self) -> Seen:
+        reply = self.reply
+        if isinstance(reply, bytes):
+            decoded = decode(reply, max_size=None)
+            assert isinstance(decoded, ResponseEnvelope | ErrorEnvelope)
+            reply = decoded
+        return Seen(at=self.at, reply=reply, reply_to=self.reply_to)
 
 
 class DedupStore(Protocol):
@@ -62,7 +80,7 @@ class DedupWindow:
         self._window = window
         self._size = size
         self._clock = clock
-        self._seen: OrderedDict[str, Seen] = OrderedDict()
+        self._seen: OrderedDict[str, _Entry] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -73,20 +91,25 @@ class DedupWindow:
             return None
         now = self._clock()
         self._expire(now)
-        seen = self._seen.get(message_id)
-        if seen is not None:
-            return seen
-        self._seen[message_id] = Seen(at=now)
+        entry = self._seen.get(message_id)
+        if entry is not None:
+            return entry.seen()
+        self._seen[message_id] = _Entry(at=now)
         if len(self._seen) > self._size:
             self._seen.popitem(last=False)
         return None
 
     def complete(self, message_id: str, reply: Reply | None, reply_to: str | None) -> None:
         """Keep the reply sent for ``message_id``, to answer a duplicate with it."""
-        seen = self._seen.get(message_id)
-        if seen is not None:
-            seen.reply = reply
-            seen.reply_to = reply_to
+        entry = self._seen.get(message_id)
+        if entry is not None:
+            try:
+                # Copied: orjson's output keeps a 4 KiB buffer however short the JSON is.
+                body = None if reply is None else bytes(memoryview(encode(reply, max_size=None)))
+                entry.reply = body
+            except EnvelopeError:  # not JSON: the dispatcher answers with an error instead
+                entry.reply = reply
+            entry.reply_to = reply_to
 
     def forget(self, message_id: str) -> None:
         """Drop ``message_id``: its work was not done and may run again."""

@@ -955,3 +955,28 @@ def test_envelope_error_raw_holds_the_parsed_object(obj: dict[str, Any]) -> None
     assert info.value.raw is not None
     assert info.value.raw["message_id"] == "m-1"
     assert info.value.raw["sender_id"] == obj["sender_id"]
+
+
+def _nested_in_an_unknown_field(depth: int) -> bytes:
+    # One level is the envelope object itself: the field's value adds depth - 1.
+    inner = b"[" * (depth - 1) + b"]" * (depth - 1)
+    return raw(wire())[:-1] + b', "deep": ' + inner + b"}"
+
+
+@pytest.mark.parametrize("as_type", [bytes, bytearray, memoryview, lambda b: b.decode()])
+def test_nesting_that_cannot_be_written_back_is_invalid_envelope(as_type: Any) -> None:
+    """254 levels (what orjson writes) round-trip; 255 (orjson reads up to 1,024) is refused."""
+    deepest = decode(as_type(_nested_in_an_unknown_field(254)))
+    error = assert_invalid(as_type(_nested_in_an_unknown_field(255)))
+
+    assert decode(encode(deepest)) == deepest
+    assert error.code == "invalid_envelope"
+    assert "nested deeper than 254 levels" in error.message
+
+
+def test_many_brackets_that_are_not_deep_are_accepted() -> None:
+    """The depth check looks at nesting, not at how many arrays and objects there are."""
+    envelope = decode(raw(wire(payload={"action": "go", "parameters": {"rows": [{}] * 5_000}})))
+
+    assert isinstance(envelope, RequestEnvelope)
+    assert len(envelope.payload.parameters["rows"]) == 5_000

@@ -37,6 +37,7 @@ _MODELS: Final[dict[str, type[Envelope]]] = {
 _VERSION_RE: Final = re.compile(r"^([0-9]{1,9})\.([0-9]{1,9})$")
 _DUMPS_OPTIONS: Final = orjson.OPT_UTC_Z
 _MAX_REPORTED_ERRORS: Final = 5
+_MAX_DEPTH: Final = 254  # orjson.dumps refuses deeper nesting ("Recursion limit reached")
 _MESSAGE_TYPES: Final = frozenset(MessageType)
 
 
@@ -140,6 +141,7 @@ def decode(
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise EnvelopeError(f"not valid UTF-8 JSON: {exc}") from exc
+    _check_writable(data, obj)
     if not isinstance(obj, dict):
         raise EnvelopeError(f"an envelope is a JSON object, not {_json_type(obj)}")
     _check_version(obj)
@@ -160,6 +162,27 @@ def decode(
         return _MODELS[message_type].__pydantic_validator__.validate_python(obj)  # type: ignore[no-any-return]
     except ValidationError as exc:
         raise _invalid(exc, obj) from exc
+
+
+def _check_writable(data: bytes | bytearray | memoryview | str, obj: Any) -> None:
+    # orjson reads JSON nested up to 1,024 levels but writes only up to 254: an envelope
+    # read must be writable again (a reply, a stored copy, a forward). Only JSON with
+    # that many brackets can be that deep; counting them costs little, writing it more.
+    text = data.tobytes() if isinstance(data, memoryview) else data
+    brackets = (
+        text.count("[") + text.count("{")
+        if isinstance(text, str)
+        else (text.count(b"[") + text.count(b"{"))
+    )
+    if brackets <= _MAX_DEPTH:
+        return
+    try:
+        orjson.dumps(obj)
+    except orjson.JSONEncodeError as exc:
+        raise EnvelopeError(
+            f"JSON nested deeper than {_MAX_DEPTH} levels cannot be written back: {exc}",
+            details={"max_depth": _MAX_DEPTH},
+        ) from exc
 
 
 def _check_version(obj: dict[str, Any]) -> None:

@@ -32,10 +32,13 @@ _log = structlog.get_logger("agentbus.registry")
 class HeartbeatFeed:
     """Consumes heartbeat bodies from the registry's own queue, without acks.
 
-    ``on_body`` runs synchronously for each message, in the order they came.
+    ``on_body`` runs synchronously for each message, in the order they came, with the
+    message's AMQP ``user_id`` (``None`` if it has none).
     """
 
-    def __init__(self, settings: Settings, agent_id: str, on_body: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, settings: Settings, agent_id: str, on_body: Callable[[bytes, str | None], None]
+    ) -> None:
         self._settings = settings
         self._agent_id = agent_id
         self._on_body = on_body
@@ -99,6 +102,6 @@ class HeartbeatFeed:
 
     async def _deliver(self, message: DeliveredMessage) -> None:
         try:
-            self._on_body(message.body)
+            self._on_body(message.body, message.header.properties.user_id)
         except Exception:
             _log.exception("heartbeat not handled")

@@ -24,6 +24,7 @@ from agentbus.agents import (
     skill,
 )
 from agentbus.bus import Bus
+from agentbus.bus._admission import sent_by
 from agentbus.envelopes import (
     BROADCAST,
     ErrorCode,
@@ -141,7 +142,7 @@ class Registry(Agent):
             "beat_lag_max_s": lags[-1] if lags else None,
         }
 
-    def _on_beat_body(self, body: bytes) -> None:
+    def _on_beat_body(self, body: bytes, user_id: str | None = None) -> None:
         """Take a raw heartbeat message: the common beat costs a JSON parse and a dict look."""
         counts = self._counts
         counts["heartbeats"] += 1
@@ -153,6 +154,10 @@ class Registry(Agent):
         if not isinstance(data, dict):
             counts["malformed"] += 1
             self._log.warning("malformed heartbeat ignored", error="not an event envelope")
+            return
+        if self.bus.settings.verify_sender and not self._beat_is_own(
+            data, envelope.get("sender_id"), user_id
+        ):
             return
         if counts["heartbeats"] % _LAG_SAMPLE_EVERY == 0:
             self._sample_lag(envelope.get("timestamp"))
@@ -166,11 +171,33 @@ class Registry(Agent):
     async def _on_heartbeat(self, event: EventEnvelope) -> None:
         self._counts["heartbeats"] += 1
         data = event.payload.event_data
+        # The bus admitted the sender (verify_sender): the beat must be about the sender.
+        if self.bus.settings.verify_sender and data.get("agent_id") != event.sender_id:
+            self._refuse_beat(event.sender_id, "the heartbeat is about another agent")
+            return
         refreshed = self.table.refresh(data)
         if refreshed is None:
             self._observe(data, event.sender_id)
         else:
             self._after_beat(*refreshed)
+
+    def _beat_is_own(self, data: Mapping[str, Any], sender_id: object, user_id: str | None) -> bool:
+        # The feed bypasses the bus's admission: with verify_sender on, a beat must carry
+        # the broker user, come from an agent id of that user, and be about that agent.
+        if user_id is None:
+            self._refuse_beat(sender_id, "no user_id")
+            return False
+        if not isinstance(sender_id, str) or not sent_by(sender_id, user_id):
+            self._refuse_beat(sender_id, f"sender_id is not user {user_id!r}'s")
+            return False
+        if data.get("agent_id") != sender_id:
+            self._refuse_beat(sender_id, "the heartbeat is about another agent")
+            return False
+        return True
+
+    def _refuse_beat(self, sender_id: object, reason: str) -> None:
+        self._counts["refused"] += 1
+        self._log.warning("heartbeat refused", sender_id=sender_id, reason=reason)
 
     def _observe(self, data: Mapping[str, Any], sender_id: object) -> None:
         try:

@@ -294,7 +294,14 @@ class BaseBus(abc.ABC):
         outcome = "success"
         try:
             async with asyncio.timeout(timeout), self._request_slots:
-                await publisher.publish(envelope, ttl=timeout, timeout=timeout)
+                # Replies come straight to this instance's queue (the default exchange),
+                # not through the topic exchange's bindings: one less routing step.
+                await publisher.publish(
+                    envelope,
+                    reply_to=self.topology.instance_queue(self.agent_id),
+                    ttl=timeout,
+                    timeout=timeout,
+                )
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code

@@ -147,6 +147,7 @@ class Delivery:
     settles: list[tuple[str, bool]] = field(default_factory=list)
     headers: dict[str, Any] | None = None
     user_id: str | None = None
+    redelivered: bool = False
 
     async def ack(self) -> None:
         self.settles.append(("ack", False))

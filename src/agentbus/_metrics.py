@@ -168,6 +168,7 @@ class _BusCollector(Collector):
         )
         simple = {
             "dead_lettered": "Deliveries dead-lettered (rejected without requeue).",
+            "poison_dead_lettered": "Deliveries dead-lettered past the classic delivery limit.",
             "late_replies": "Replies that came after their request gave up.",
             "duplicates": "Redelivered requests answered without running again.",
             "replies_dropped": "Replies nobody was there to receive.",

@@ -19,6 +19,7 @@ import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -580,19 +581,24 @@ async def test_handler_that_always_raises_answers_once_and_traffic_flows(
     _assert_whole(report, producer)
 
 
-async def test_poison_request_crashing_its_worker_is_dead_lettered_by_the_quorum_queue(
-    private_broker: PrivateBroker,
-    agent_process: AgentLauncher,
-    open_bus: BusOpener,
-    chaos_exchange: str,
-    ledger: Ledger,
-    dedup_path: str,
-) -> None:
-    """A request that kills each worker taking it: dead-lettered after the delivery limit."""
-    url = private_broker.url
-    limit = 2
-    agent_process.env.update({"AGENTBUS_QUEUE_TYPE": "quorum", "AGENTBUS_DELIVERY_LIMIT": "2"})
-    workers = [_worker(agent_process, f"worker-{n}", url, chaos_exchange) for n in range(2)]
+@dataclass(frozen=True, slots=True)
+class PoisonRun:
+    """What became of a request that SIGKILLs every worker taking it, amid steady traffic."""
+
+    poison: str
+    letter: aio_pika.abc.AbstractIncomingMessage
+    attempts: int
+    report: LedgerReport
+    others: int
+    restarts: int
+    seconds: float
+
+
+async def _poison_crashing_workers(
+    agent_process: AgentLauncher, open_bus: BusOpener, url: str, exchange: str, ledger: Ledger
+) -> PoisonRun:
+    # Two workers, restarted by a supervisor as they die; one poison among steady requests.
+    workers = [_worker(agent_process, f"worker-{n}", url, exchange) for n in range(2)]
     await asyncio.gather(*(worker.started() for worker in workers))
     restarts = 0
 
@@ -602,15 +608,13 @@ async def test_poison_request_crashing_its_worker_is_dead_lettered_by_the_quorum
             for n, worker in enumerate(workers):
                 if not worker.is_running:
                     restarts += 1
-                    workers[n] = _worker(
-                        agent_process, f"worker-{n}-{restarts}", url, chaos_exchange
-                    )
+                    workers[n] = _worker(agent_process, f"worker-{n}-{restarts}", url, exchange)
             await asyncio.sleep(0.1)
 
     supervisor = asyncio.create_task(supervise())
     client = await open_bus(url, **FAST)
     producer = Producer(client, ledger)
-    topology = Topology(chaos_exchange)
+    topology = Topology(exchange)
     dead_letters = topology.dead_letter_queue
     try:
         async with steady_traffic(
@@ -622,29 +626,76 @@ async def test_poison_request_crashing_its_worker_is_dead_lettered_by_the_quorum
             while (await queue_depths(url, [dead_letters]))[dead_letters].messages == 0:
                 assert time.monotonic() - began < 60, "the poison was not dead-lettered"
                 await asyncio.sleep(0.2)
-            dead_lettered = time.monotonic() - began
+            seconds = time.monotonic() - began
             await _more(ended, 5, 30)
     finally:
         supervisor.cancel()
     letter = await _get_one(url, dead_letters)
-    attempts = len(ledger.effects(poison))
     report = await ledger.check(url=url, queues=[topology.service_queue(SERVICE)])
-
-    _show(
-        "poison, quorum",
-        report,
-        attempts=attempts,
-        worker_restarts=restarts,
-        dead_lettered_after=dead_lettered,
+    return PoisonRun(
+        poison=poison,
+        letter=letter,
+        attempts=len(ledger.effects(poison)),
+        report=report,
+        others=producer.calls - 1,
+        restarts=restarts,
+        seconds=seconds,
     )
-    assert letter.message_id == poison
-    assert letter.headers.get("x-first-death-reason") == "delivery_limit"
-    assert attempts == limit + 1
-    assert report.duplicated == {poison: attempts}, "only the poison ran more than once"
-    assert report.lost == []
-    assert report.unexpected == []
-    assert report.endings["response"] == producer.calls - 1, "other traffic flowed"
-    assert not any(report.residue.values())
+
+
+def _assert_only_the_poison_repeated(run: PoisonRun, name: str) -> None:
+    _show(
+        name,
+        run.report,
+        attempts=run.attempts,
+        worker_restarts=run.restarts,
+        dead_lettered_after=run.seconds,
+    )
+    assert run.letter.message_id == run.poison
+    assert run.report.duplicated == {run.poison: run.attempts}, "only the poison ran more than once"
+    assert run.report.lost == []
+    assert run.report.unexpected == []
+    assert run.report.endings["response"] == run.others, "other traffic flowed"
+    assert not any(run.report.residue.values())
+
+
+async def test_poison_request_crashing_its_worker_is_dead_lettered_by_the_quorum_queue(
+    private_broker: PrivateBroker,
+    agent_process: AgentLauncher,
+    open_bus: BusOpener,
+    chaos_exchange: str,
+    ledger: Ledger,
+    dedup_path: str,
+) -> None:
+    """A request that kills each worker taking it: dead-lettered after the delivery limit."""
+    agent_process.env.update({"AGENTBUS_QUEUE_TYPE": "quorum", "AGENTBUS_DELIVERY_LIMIT": "2"})
+    run = await _poison_crashing_workers(
+        agent_process, open_bus, private_broker.url, chaos_exchange, ledger
+    )
+
+    _assert_only_the_poison_repeated(run, "poison, quorum")
+    assert run.letter.headers.get("x-first-death-reason") == "delivery_limit"
+    assert run.attempts == 3, "the first delivery and two returns (the limit)"
+
+
+async def test_poison_request_crashing_its_worker_is_dead_lettered_from_a_classic_queue(
+    private_broker: PrivateBroker,
+    agent_process: AgentLauncher,
+    open_bus: BusOpener,
+    chaos_exchange: str,
+    ledger: Ledger,
+    dedup_path: str,
+) -> None:
+    """The same on a classic queue: returns counted in a header, the same three attempts."""
+    agent_process.env.update({"AGENTBUS_QUEUE_TYPE": "classic", "AGENTBUS_DELIVERY_LIMIT": "2"})
+    run = await _poison_crashing_workers(
+        agent_process, open_bus, private_broker.url, chaos_exchange, ledger
+    )
+
+    _assert_only_the_poison_repeated(run, "poison, classic")
+    assert run.letter.headers.get("x-first-death-reason") == "rejected"
+    assert run.letter.headers.get("x-agentbus-attempt") == 3, "the third copy was refused"
+    assert run.attempts == 3, "the first delivery and two returns (the limit)"
 
 
 async def _get_one(url: str, queue: str) -> aio_pika.abc.AbstractIncomingMessage:

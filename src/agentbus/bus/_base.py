@@ -168,6 +168,9 @@ class BaseBus(abc.ABC):
             stats=self.stats,
             max_size=self.settings.max_message_size,
             verify_sender=self.settings.verify_sender,
+            delivery_limit=(
+                self.settings.delivery_limit if self.settings.queue_type == "classic" else None
+            ),
         )
         return self._dispatcher
 

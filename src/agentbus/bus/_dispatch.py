@@ -44,6 +44,8 @@ Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 
 _AMQP_MESSAGE_ID: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
 _NO_ANSWER_TYPES: Final = frozenset({"response", "error", "event"})
+ATTEMPT_HEADER: Final = "x-agentbus-attempt"
+"""The delivery a copy republished from a classic service queue starts at (absent: 1)."""
 
 _log = structlog.get_logger("agentbus.bus")
 
@@ -80,6 +82,8 @@ class IncomingMessage(Protocol):
     def headers(self) -> Mapping[str, object] | None: ...
     @property
     def user_id(self) -> str | None: ...
+    @property
+    def redelivered(self) -> bool | None: ...
 
     async def ack(self) -> None: ...
 
@@ -92,6 +96,8 @@ class ReplyPublisher(Protocol):
     """Sends replies: the RabbitMQ ``Publisher``, or the in-memory bus's."""
 
     async def publish_reply(self, reply: Reply, reply_to: str | None) -> None: ...
+
+    async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None: ...
 
 
 class Settle(enum.Enum):
@@ -113,6 +119,7 @@ class Dispatcher:
         stats: BusStats,
         max_size: int,
         verify_sender: bool = False,
+        delivery_limit: int | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.service: str | None = None
@@ -124,6 +131,10 @@ class Dispatcher:
         self._dedup = dedup
         self._stats = stats
         self._max_size = max_size
+        # Set for classic service queues only: a quorum queue counts deliveries itself.
+        self._delivery_limit = delivery_limit
+        self._republished: dict[str | None, asyncio.Event] = {}
+        """Message ids republished here whose original is not acked yet."""
         self.inflight: set[asyncio.Task[Any]] = set()
         self.accepting = True
 
@@ -152,6 +163,8 @@ class Dispatcher:
 
     async def _dispatch(self, message: IncomingMessage, *, shared: bool) -> None:
         self._stats.consumed += 1
+        if self._republished:
+            await self._after_original(message)
         try:
             envelope = decode(
                 message.body, max_size=self._max_size, message_id=_fallback_id(message)
@@ -170,6 +183,8 @@ class Dispatcher:
         )
         if reason is not None:
             await self._refuse_admission(message, envelope, reason)
+            return
+        if message.redelivered and shared and await self._counted_out(message, envelope):
             return
         if isinstance(envelope, RequestEnvelope):
             if self.accepting:
@@ -371,6 +386,53 @@ class Dispatcher:
             await self._try_reply(error, message.reply_to)
         await self._settle(message, Settle.DEAD_LETTER)
 
+    async def _counted_out(self, message: IncomingMessage, envelope: Envelope) -> bool:
+        # A classic queue keeps no delivery count, so a request that kills its consumer
+        # would come back forever. Count returns in a header instead: a redelivery is
+        # republished as a fresh copy one attempt further on, until there are more returns
+        # than the limit (as x-delivery-limit). Return whether the delivery was settled here.
+        limit = self._delivery_limit
+        # A copy cannot carry another user's user_id: the broker refuses the publish.
+        if limit is None or message.user_id is not None or isinstance(envelope, Reply):
+            return False
+        attempt = _attempt(message) + 1
+        if attempt <= limit + 1:
+            acked = self._republished[message.message_id] = asyncio.Event()
+            try:
+                await self._publisher.republish(message, {ATTEMPT_HEADER: attempt})
+            except AgentBusError as exc:
+                _log.info("redelivery not counted; requeued", error=str(exc))
+                await self._settle(message, Settle.REQUEUE)
+            else:
+                self._stats.consumed_by[(envelope.message_type, "republished")] += 1
+                await self._settle(message, Settle.ACK)
+            finally:
+                self._republished.pop(message.message_id, None)
+                acked.set()
+            return True
+        failed = attempt - 1
+        self._stats.poison_dead_lettered += 1
+        self._stats.consumed_by[(envelope.message_type, "poison")] += 1
+        _log.warning("poison message dead-lettered", deliveries=failed, limit=limit)
+        if isinstance(envelope, RequestEnvelope):
+            error = envelope.error(
+                ErrorCode.PROCESSING_FAILED,
+                f"gave up after {failed} deliveries: the request kept failing its consumer",
+                sender_id=self.agent_id,
+                details={"attempts": failed, "limit": limit},
+            )
+            self._stats.errors_sent[ErrorCode.PROCESSING_FAILED] += 1
+            await self._try_reply(error, message.reply_to)
+        await self._settle(message, Settle.DEAD_LETTER)
+        return True
+
+    async def _after_original(self, message: IncomingMessage) -> None:
+        # The copy can come back to this process before the original is acked. Were it
+        # to crash the process then, the original would come back too: two copies.
+        acked = self._republished.get(message.message_id)
+        if acked is not None:
+            await acked.wait()
+
     async def _try_reply(self, reply: Reply, reply_to: str | None) -> None:
         try:
             await self._publisher.publish_reply(reply, reply_to)
@@ -392,6 +454,11 @@ class Dispatcher:
             # de-duplication window keeps its effect from running twice.
             self._stats.settle_failures += 1
             _log.info("delivery not settled", how=how.value, error=repr(exc))
+
+
+def _attempt(message: IncomingMessage) -> int:
+    value = (message.headers or {}).get(ATTEMPT_HEADER)
+    return value if type(value) is int and value > 1 else 1
 
 
 def _fallback_id(message: IncomingMessage) -> str | None:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aiormq.abc
 import aiormq.exceptions
 import structlog
-from aio_pika.abc import AbstractExchange, AbstractRobustChannel
+from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractRobustChannel
 from pamqp.commands import Basic
 
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
+from agentbus.bus._dispatch import IncomingMessage
 from agentbus.bus._errors import translate
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import reply_routing_key, routing_key
@@ -93,6 +94,17 @@ class Publisher:
             await self._send(
                 self._exchange.name, key, body, properties, mandatory=True, timeout=None
             )
+
+    async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None:
+        """Publish a copy of a delivery, ``headers`` added, with its routing key again."""
+        if not isinstance(message, AbstractIncomingMessage):
+            raise TypeError(f"not a delivery from RabbitMQ: {message!r}")
+        properties = message.properties
+        properties.headers = {**(message.headers or {}), **headers}
+        key = message.routing_key or ""
+        await self._send(
+            self._exchange.name, key, message.body, properties, mandatory=True, timeout=None
+        )
 
     def _properties(
         self,

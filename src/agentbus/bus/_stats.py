@@ -44,6 +44,8 @@ class BusStats:
     duplicates: int = 0
     expired_requests: int = 0
     dead_lettered: int = 0
+    poison_dead_lettered: int = 0
+    """Deliveries returned to a classic service queue more times than the delivery limit."""
     settle_failures: int = 0
     refused: int = 0
     """Deliveries refused by admission (CC/BCC, routing key, receiver, sender identity)."""

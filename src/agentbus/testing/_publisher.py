@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from agentbus._exceptions import BusClosed
 from agentbus.bus import BusStats, reply_routing_key, routing_key
+from agentbus.bus._dispatch import IncomingMessage
 from agentbus.bus._publisher import DIRECT_REPLY_TO
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 from agentbus.testing._broker import DEFAULT_EXCHANGE, MemoryBroker
+from agentbus.testing._consumer import MemoryDelivery
 from agentbus.testing._message import MemoryMessage
 
 __all__ = ["MemoryPublisher"]
@@ -72,6 +75,13 @@ class MemoryPublisher:
         else:
             key = reply_routing_key(reply.receiver_id)
             await self._send(self._exchange, key, message, mandatory=True)
+
+    async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None:
+        """Publish a copy of a delivery, ``headers`` added, with its routing key again."""
+        if not isinstance(message, MemoryDelivery):
+            raise TypeError(f"not a delivery from a MemoryBroker: {message!r}")
+        copy = replace(message.message, headers={**(message.headers or {}), **headers})
+        await self._send(self._exchange, message.routing_key, copy, mandatory=True)
 
     def _message(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TextIO, cast
 
 import orjson
 import structlog
@@ -27,6 +27,16 @@ def _scrub_secrets(logger: WrappedLogger, method: str, event_dict: EventDict) ->
 
 def _orjson_dumps(event_dict: Any, **kwargs: Any) -> str:
     return orjson.dumps(event_dict, default=str).decode()
+
+
+class _CurrentStderr:
+    # Loggers are cached on first use: each writes to sys.stderr as it is when it writes,
+    # not as it was when logging was configured (a test runner swaps it, for one).
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def configure_logging(
@@ -79,6 +89,6 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )

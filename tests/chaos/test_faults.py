@@ -659,42 +659,33 @@ def _assert_only_the_poison_repeated(run: PoisonRun, name: str) -> None:
     assert not any(run.report.residue.values())
 
 
-async def test_poison_request_crashing_its_worker_is_dead_lettered_by_the_quorum_queue(
+@pytest.mark.parametrize(
+    ("queue_type", "death_reason", "attempt_header"),
+    [
+        pytest.param("quorum", "delivery_limit", None, id="quorum"),  # x-delivery-limit
+        pytest.param("classic", "rejected", 3, id="classic"),  # counted in x-agentbus-attempt
+    ],
+)
+async def test_poison_request_crashing_its_worker_is_dead_lettered(
     private_broker: PrivateBroker,
     agent_process: AgentLauncher,
     open_bus: BusOpener,
     chaos_exchange: str,
     ledger: Ledger,
     dedup_path: str,
+    queue_type: str,
+    death_reason: str,
+    attempt_header: int | None,
 ) -> None:
     """A request that kills each worker taking it: dead-lettered after the delivery limit."""
-    agent_process.env.update({"AGENTBUS_QUEUE_TYPE": "quorum", "AGENTBUS_DELIVERY_LIMIT": "2"})
+    agent_process.env.update({"AGENTBUS_QUEUE_TYPE": queue_type, "AGENTBUS_DELIVERY_LIMIT": "2"})
     run = await _poison_crashing_workers(
         agent_process, open_bus, private_broker.url, chaos_exchange, ledger
     )
 
-    _assert_only_the_poison_repeated(run, "poison, quorum")
-    assert run.letter.headers.get("x-first-death-reason") == "delivery_limit"
-    assert run.attempts == 3, "the first delivery and two returns (the limit)"
-
-
-async def test_poison_request_crashing_its_worker_is_dead_lettered_from_a_classic_queue(
-    private_broker: PrivateBroker,
-    agent_process: AgentLauncher,
-    open_bus: BusOpener,
-    chaos_exchange: str,
-    ledger: Ledger,
-    dedup_path: str,
-) -> None:
-    """The same on a classic queue: returns counted in a header, the same three attempts."""
-    agent_process.env.update({"AGENTBUS_QUEUE_TYPE": "classic", "AGENTBUS_DELIVERY_LIMIT": "2"})
-    run = await _poison_crashing_workers(
-        agent_process, open_bus, private_broker.url, chaos_exchange, ledger
-    )
-
-    _assert_only_the_poison_repeated(run, "poison, classic")
-    assert run.letter.headers.get("x-first-death-reason") == "rejected"
-    assert run.letter.headers.get("x-agentbus-attempt") == 3, "the third copy was refused"
+    _assert_only_the_poison_repeated(run, f"poison, {queue_type}")
+    assert run.letter.headers.get("x-first-death-reason") == death_reason
+    assert run.letter.headers.get("x-agentbus-attempt") == attempt_header
     assert run.attempts == 3, "the first delivery and two returns (the limit)"
 
 

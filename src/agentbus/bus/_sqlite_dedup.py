@@ -22,6 +22,7 @@ from typing import Final
 import structlog
 
 from agentbus._exceptions import EnvelopeError
+from agentbus._sqlite import connect_shared
 from agentbus.bus._dedup import Reply, Seen
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
@@ -140,18 +141,7 @@ class SqliteDedupStore:
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
             # Autocommit: a completion is in the file before the reply goes out.
-            connection = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None
-            )
-            try:
-                connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-                connection.execute("PRAGMA journal_mode = WAL")
-                connection.execute("PRAGMA synchronous = NORMAL")
-                connection.executescript(_SCHEMA)
-            except BaseException:
-                connection.close()
-                raise
-            self._connection = connection
+            self._connection = connect_shared(self.path, self._busy_timeout, _SCHEMA)
         return self._connection
 
 

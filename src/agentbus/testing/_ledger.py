@@ -35,6 +35,8 @@ from typing import Final, Self
 import aio_pika
 import aiormq.exceptions
 
+from agentbus._sqlite import connect_shared
+
 __all__ = ["LEDGER_ENV", "Ledger", "LedgerReport", "QueueDepth", "SendOutcome", "queue_depths"]
 
 LEDGER_ENV: Final = "AGENTBUS_LEDGER"
@@ -270,16 +272,7 @@ class Ledger:
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
             # Autocommit: each record is durable on return; apply_once opens its own.
-            connection = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-            try:
-                connection.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-                connection.execute("PRAGMA journal_mode = WAL")
-                connection.execute("PRAGMA synchronous = NORMAL")
-                connection.executescript(_SCHEMA)
-            except BaseException:
-                connection.close()
-                raise
-            self._connection = connection
+            self._connection = connect_shared(self.path, self.busy_timeout, _SCHEMA)
         return self._connection
 
 

@@ -1,4 +1,4 @@
-"""Trivial agents for bench_leader.py: ``agentbus run _bench_agents:Echo`` (PYTHONPATH=bench)."""
+"""Trivial agents for suite.py's fan-out: ``agentbus run _bench_agents:Echo`` (PYTHONPATH=bench)."""
 
 from __future__ import annotations
 

@@ -25,9 +25,8 @@ from typing import Any
 
 from faststream.rabbit import Channel, RabbitBroker, RabbitMessage, RabbitQueue
 
-from _raw_leader import fan_out, request_envelope
-from _raw_worker import reply_fields, work
-from bench_bus import raw_envelope
+from _raw_leader import fan_out, request_envelope, result_of
+from _raw_worker import ping_envelope, reply_fields, work
 
 TIMEOUT = 30.0  # s per request, as the other peers
 REPLY_PREFETCH = 512  # as the agentbus instance queue and the raw leader's reply queue
@@ -35,11 +34,6 @@ REPLY_PREFETCH = 512  # as the agentbus instance queue and the raw leader's repl
 
 def new_broker(url: str) -> RabbitBroker:
     return RabbitBroker(url, logger=None)
-
-
-def ping_envelope(sender: str, i: int) -> dict[str, Any]:
-    """The request/response payload all three peers send: ``ping`` with ``{"i": i}``."""
-    return raw_envelope("request", "echo", {"action": "ping", "parameters": {"i": i}}, sender)
 
 
 def worker_broker(url: str, queue: str, prefetch: int, worker_id: str) -> RabbitBroker:
@@ -55,16 +49,42 @@ def worker_broker(url: str, queue: str, prefetch: int, worker_id: str) -> Rabbit
     return broker
 
 
-class FastStreamRequester:
+class _Peer:
+    """What both ways of asking share: a broker, the ping, a subtask, the fan-out."""
+
+    def __init__(self, url: str, queue: str, sender: str) -> None:
+        self.url = url
+        self.queue = queue
+        self.sender = f"{sender}-{uuid.uuid4().hex[:6]}"
+        self._broker: RabbitBroker | None = None
+
+    async def close(self) -> None:
+        if self._broker is not None:
+            await self._broker.stop()
+
+    async def call(self, envelope: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    async def ping(self, i: int) -> Any:
+        return await self.call(ping_envelope(self.sender, i))
+
+    async def request(self, action: str, parameters: dict[str, Any], subtask: str) -> Any:
+        """One subtask of the fan-out, as _raw_leader.RawLeader.request."""
+        reply = await self.call(request_envelope(self.sender, action, parameters, subtask))
+        return result_of(reply, "faststream", action)
+
+    async def run(self, n: int, window: int) -> dict[str, Any]:
+        """N echoes with at most ``window`` in flight, then the fan-in; time it all."""
+        return await fan_out(self.request, n, window, "faststream")
+
+
+class FastStreamRequester(_Peer):
     """Requests through a ``RabbitBroker`` with a standing reply queue, many in flight."""
 
     def __init__(self, url: str, queue: str, reply_queue: str) -> None:
-        self.url = url
-        self.queue = queue
+        super().__init__(url, queue, "fs-leader")
         self.reply_queue = reply_queue
-        self.sender = f"fs-leader-{uuid.uuid4().hex[:6]}"
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._broker: RabbitBroker | None = None
 
     async def open(self) -> None:
         self._broker = broker = new_broker(self.url)
@@ -77,10 +97,6 @@ class FastStreamRequester:
                 future.set_result(body)
 
         await broker.start()
-
-    async def close(self) -> None:
-        if self._broker is not None:
-            await self._broker.stop()
 
     async def call(self, envelope: dict[str, Any]) -> dict[str, Any]:
         assert self._broker is not None
@@ -103,38 +119,20 @@ class FastStreamRequester:
         finally:
             del self._pending[message_id]
 
-    async def request(self, action: str, parameters: dict[str, Any], subtask: str) -> Any:
-        """One subtask of the fan-out, as _raw_leader.RawLeader.request."""
-        reply = await self.call(request_envelope(self.sender, action, parameters, subtask))
-        payload = reply["payload"]
-        if payload["status"] != "success":
-            raise RuntimeError(f"faststream {action} failed: {payload['error']}")
-        return payload["result"]
 
-    async def run(self, n: int, window: int) -> dict[str, Any]:
-        """N echoes with at most ``window`` in flight, then the fan-in; time it all."""
-        return await fan_out(self.request, n, window, "faststream")
+class FastStreamClient(_Peer):
+    """FastStream's own request/reply: ``await broker.request(message, queue=...)``.
 
-    async def ping(self, i: int) -> dict[str, Any]:
-        return await self.call(ping_envelope(self.sender, i))
-
-
-class FastStreamClient:
-    """FastStream's own request/reply: ``await broker.request(message, queue=...)``."""
+    As a FastStream user fans out: ``asyncio.gather`` over ``broker.request``. FastStream
+    lets one request per broker be in flight (its RPC lock); the rest wait their turn.
+    """
 
     def __init__(self, url: str, queue: str) -> None:
-        self.url = url
-        self.queue = queue
-        self.sender = f"fs-client-{uuid.uuid4().hex[:6]}"
-        self._broker: RabbitBroker | None = None
+        super().__init__(url, queue, "fs-client")
 
     async def open(self) -> None:
         self._broker = new_broker(self.url)
         await self._broker.start()
-
-    async def close(self) -> None:
-        if self._broker is not None:
-            await self._broker.stop()
 
     async def call(self, envelope: dict[str, Any]) -> Any:
         assert self._broker is not None
@@ -148,25 +146,6 @@ class FastStreamClient:
             expiration=TIMEOUT,
         )
         return await reply.decode()
-
-    async def ping(self, i: int) -> Any:
-        return await self.call(ping_envelope(self.sender, i))
-
-    async def request(self, action: str, parameters: dict[str, Any], subtask: str) -> Any:
-        """One subtask of the fan-out through ``broker.request``, as RawLeader.request."""
-        reply = await self.call(request_envelope(self.sender, action, parameters, subtask))
-        payload = reply["payload"]
-        if payload["status"] != "success":
-            raise RuntimeError(f"faststream {action} failed: {payload['error']}")
-        return payload["result"]
-
-    async def run(self, n: int, window: int) -> dict[str, Any]:
-        """N echoes gathered ``window`` at a time over ``broker.request``, then the fan-in.
-
-        As a FastStream user fans out: ``asyncio.gather`` over ``broker.request``. FastStream
-        lets one request per broker be in flight (its RPC lock); the rest wait their turn.
-        """
-        return await fan_out(self.request, n, window, "faststream")
 
 
 async def serve(url: str, queue: str, prefetch: int, worker_id: str) -> None:

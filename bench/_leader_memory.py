@@ -1,4 +1,4 @@
-"""Leader-side memory of a plan, for bench_leader.py: tracemalloc over Plan + PlanRunner.
+"""Leader-side memory of a plan, for suite.py's fan-out: tracemalloc over Plan + PlanRunner.
 
 Runs in-process on the in-memory bus: a registry and W ``Echo`` workers on a
 ``MemoryBroker``, and a ``PlanRunner`` with a progress sink that publishes as the
@@ -18,7 +18,8 @@ from typing import Any
 
 from _bench_agents import Echo
 from agentbus import Agent, Settings
-from agentbus.agents.leader import (
+from agentbus.envelopes import BROADCAST
+from agentbus.leader import (
     PLAN_PROGRESS,
     NoCapableAgent,
     Plan,
@@ -28,7 +29,6 @@ from agentbus.agents.leader import (
     ProgressReport,
     SkillDirectory,
 )
-from agentbus.envelopes import BROADCAST
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
 

@@ -1,4 +1,4 @@
-"""The raw aio-pika "leader" of bench_leader.py's baseline: the same plan, hand-rolled.
+"""The raw aio-pika "leader" of the fan-out baseline (suite.py): the same plan, hand-rolled.
 
 Publishes N ``echo`` requests with confirms (persistent, mandatory, with a TTL, as
 agentbus sends them), at most ``window`` in flight, collects the replies by correlation
@@ -19,7 +19,9 @@ import aiormq.abc
 import orjson
 from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage
 
-ROUTING_KEY = "raw.work.request"  # as _raw_worker.py binds it
+from _harness import broker_version
+from _raw_worker import ROUTING_KEY, envelope
+
 REPLY_PREFETCH = 512  # the agentbus instance queue's prefetch
 TIMEOUT = 30.0  # seconds per request, the default subtask timeout
 Request = Callable[[str, dict[str, Any], str], Awaitable[Any]]
@@ -37,14 +39,13 @@ class RawLeader:
 
     async def open(self, reply_queue: str) -> None:
         self._connection = connection = await aio_pika.connect_robust(self.url)
-        props = connection.transport.connection.server_properties if connection.transport else {}
-        self.broker_version = str(props.get("version", "?"))
+        self.broker_version = broker_version(connection)
         publish = await connection.channel(publisher_confirms=True)
         self.exchange: AbstractExchange = await publish.declare_exchange(
             self.exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
         )
-        self._admin = await connection.channel()
-        work = await self._admin.declare_queue(self.work_queue, durable=True)
+        admin = await connection.channel()
+        work = await admin.declare_queue(self.work_queue, durable=True)
         await work.bind(self.exchange, routing_key=ROUTING_KEY)
         consume = await connection.channel()
         await consume.set_qos(prefetch_count=REPLY_PREFETCH)
@@ -57,13 +58,6 @@ class RawLeader:
     async def close(self) -> None:
         if self._connection is not None:
             await self._connection.close()
-
-    async def consumers(self) -> int:
-        """How many raw workers consume the work queue."""
-        # Declared again, not passively: a robust channel answers a passive declare from cache.
-        queue = await self._admin.declare_queue(self.work_queue, durable=True, robust=False)
-        result = queue.declaration_result
-        return int(result.consumer_count or 0) if result is not None else 0
 
     async def _on_reply(self, message: AbstractIncomingMessage) -> None:
         future = self._pending.get(message.correlation_id or "")
@@ -94,36 +88,29 @@ class RawLeader:
                 reply = await future
         finally:
             del self._pending[message_id]
-        payload = reply["payload"]
-        if payload["status"] != "success":
-            raise RuntimeError(f"raw {action} failed: {payload['error']}")
-        return payload["result"]
+        return result_of(reply, "raw", action)
 
     async def run(self, n: int, window: int) -> dict[str, Any]:
         """N echoes with at most ``window`` in flight, then the fan-in; time it all."""
         return await fan_out(self.request, n, window, "raw")
 
 
+def result_of(reply: dict[str, Any], side: str, action: str) -> Any:
+    """The result of a response envelope's fields; raise if it reports an error."""
+    payload = reply["payload"]
+    if payload["status"] != "success":
+        raise RuntimeError(f"{side} {action} failed: {payload['error']}")
+    return payload["result"]
+
+
 def request_envelope(
     sender: str, action: str, parameters: dict[str, Any], subtask: str
 ) -> dict[str, Any]:
     """The fields of an agentbus request envelope for one subtask, metadata included."""
-    message_id = str(uuid.uuid4())
-    now = datetime.now(UTC)
-    return {
-        "protocol_version": "1.0",
-        "message_id": message_id,
-        "timestamp": now,
-        "sender_id": sender,
-        "receiver_id": "echo",
-        "metadata": {
-            "deadline": now + timedelta(seconds=TIMEOUT),
-            "plan_id": "raw-plan",
-            "subtask_id": subtask,
-        },
-        "message_type": "request",
-        "payload": {"action": action, "parameters": parameters},
-    }
+    deadline = datetime.now(UTC) + timedelta(seconds=TIMEOUT)
+    metadata = {"deadline": deadline, "plan_id": "raw-plan", "subtask_id": subtask}
+    payload = {"action": action, "parameters": parameters}
+    return envelope("request", sender, "echo", payload, metadata)
 
 
 async def fan_out(request: Request, n: int, window: int, side: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The raw aio-pika worker of bench_leader.py's baseline: what a competent hand-rolled one does.
+"""The raw aio-pika worker of suite.py's fan-out: what a competent hand-rolled one does.
 
 ``python bench/_raw_worker.py URL EXCHANGE QUEUE PREFETCH WORKER_ID``: consumes the durable
 QUEUE (bound to EXCHANGE with ``raw.work.request``) at most PREFETCH at a time, answers
@@ -23,19 +23,33 @@ from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
 ROUTING_KEY = "raw.work.request"
 
 
-def reply_fields(request: dict[str, Any], sender: str, result: Any, error: Any) -> dict[str, Any]:
-    """The response envelope's fields, as agentbus sends them, without the models."""
-    status = "success" if error is None else "error"
+def envelope(
+    kind: str, sender: str, receiver: str, payload: Any, metadata: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """An agentbus envelope's fields, as a hand-rolled peer sends them, without the models."""
     return {
         "protocol_version": "1.0",
         "message_id": str(uuid.uuid4()),
         "timestamp": datetime.now(UTC),
         "sender_id": sender,
-        "receiver_id": request["sender_id"],
-        "metadata": {"correlation_id": request["message_id"]},
-        "message_type": "response",
-        "payload": {"status": status, "result": result, "error": error},
+        "receiver_id": receiver,
+        "metadata": metadata or {},
+        "message_type": kind,
+        "payload": payload,
     }
+
+
+def ping_envelope(sender: str, i: int) -> dict[str, Any]:
+    """The request/response payload every side sends: ``ping`` with ``{"i": i}``."""
+    return envelope("request", sender, "echo", {"action": "ping", "parameters": {"i": i}})
+
+
+def reply_fields(request: dict[str, Any], sender: str, result: Any, error: Any) -> dict[str, Any]:
+    """The response envelope's fields, as agentbus sends them, without the models."""
+    status = "success" if error is None else "error"
+    payload = {"status": status, "result": result, "error": error}
+    metadata = {"correlation_id": request["message_id"]}
+    return envelope("response", sender, request["sender_id"], payload, metadata)
 
 
 def reply_envelope(request: dict[str, Any], sender: str, result: Any, error: Any) -> bytes:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
+import contextlib
+import sys
+import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +16,7 @@ import orjson
 from aio_pika.abc import AbstractExchange
 from pamqp.commands import Basic
 
+from _harness import Fleet, Proc, stop
 from agentbus.agents import HEARTBEAT, AgentCard, AgentStatus, Heartbeat, SkillCard
 from agentbus.envelopes import (
     BROADCAST,
@@ -40,10 +44,13 @@ class SimAgent:
     last_sent: float = 0.0
 
 
-def make_agents(n: int, interval: float, run: str) -> list[SimAgent]:
+def make_agents(
+    n: int, interval: float, run: str, indices: Iterable[int] | None = None
+) -> list[SimAgent]:
+    """The simulated agents ``0..n-1`` of a run, or only those at ``indices``."""
     started = utcnow()
     agents = []
-    for i in range(n):
+    for i in range(n) if indices is None else indices:
         service = f"bench-svc-{i % SERVICES}"
         agent_id = f"bench-{run}-{i:05d}"
         card = AgentCard(
@@ -136,70 +143,76 @@ def _template() -> tuple[dict[str, Any], dict[str, Any]]:
 TEMPLATE, PAYLOAD = _template()
 
 
+def victims(n: int, kill: int) -> list[int]:
+    """The indices of the ``kill`` agents silenced at the end, spread over all ``n``."""
+    return list(range(0, n, max(n // kill, 1))[:kill])
+
+
 class Senders:
-    """Beats for ``agents`` from ``count`` child processes, so one core's worth of Python
-    is not the limit: each child runs a Generator for its share and reports its counts."""
+    """Beats for all but the victims from ``count`` child processes of the fleet, so one
+    core's worth of Python is not the limit: each runs a Generator for its share and
+    reports its counts on stdout (``python bench/_registry_sim.py``, below)."""
 
-    def __init__(
-        self, url: str, exchange: str, agents: list[SimAgent], interval: float, count: int
-    ):
-        context = multiprocessing.get_context("spawn")
-        self._sent = [context.Value("q", 0) for _ in range(count)]
-        self._lag = [context.Value("d", 0.0) for _ in range(count)]
-        self._procs = [
-            context.Process(
-                target=run_sender,
-                args=(url, exchange, agents[i::count], interval, self._sent[i], self._lag[i]),
-                daemon=True,
-            )
-            for i in range(count)
-        ]
+    def __init__(self, fleet: Fleet, exchange: str, interval: float, run: str) -> None:
+        self._fleet = fleet
+        self._argv = [exchange, str(interval), run]
+        self._sent: dict[int, int] = {}
+        self._lag = 0.0
+        self._procs: list[Proc] = []
 
-    def start(self) -> None:
-        for proc in self._procs:
-            proc.start()
+    def start(self, agents: int, kill: int, count: int) -> None:
+        assert self._fleet.url is not None
+        for index in range(count):
+            argv = [sys.executable, __file__, self._fleet.url, *self._argv]
+            argv += [str(agents), str(kill), str(index), str(count)]
+            proc = self._fleet.spawn("sender", f"heartbeat sender {index}", argv, pipes=True)
+            self._procs.append(proc)
+            threading.Thread(target=self._read, args=(index, proc), daemon=True).start()
+
+    def _read(self, index: int, proc: Proc) -> None:
+        assert proc.popen.stdout is not None
+        for line in proc.popen.stdout:
+            sent, lag = line.split()
+            self._sent[index] = int(sent)
+            self._lag = max(self._lag, float(lag))
 
     def stop(self) -> None:
-        for proc in self._procs:
-            proc.terminate()
-        for proc in self._procs:
-            proc.join(timeout=10)
+        stop(self._procs)
 
     @property
     def pids(self) -> list[int]:
-        return [proc.pid for proc in self._procs if proc.pid is not None]
+        return [proc.pid for proc in self._procs]
 
     @property
     def sent(self) -> int:
-        return sum(int(value.value) for value in self._sent)
+        return sum(self._sent.values())
 
     @property
     def max_lag(self) -> float:
-        return max((float(value.value) for value in self._lag), default=0.0)
+        return self._lag
 
     @max_lag.setter
     def max_lag(self, value: float) -> None:
-        for shared in self._lag:
-            shared.value = value
+        self._lag = value
 
 
-def run_sender(
-    url: str, exchange: str, agents: list[SimAgent], interval: float, sent: Any, lag: Any
-) -> None:
-    """A child process's life: beat for ``agents`` until terminated."""
-    asyncio.run(_send(url, exchange, agents, interval, sent, lag))
-
-
-async def _send(
-    url: str, exchange: str, agents: list[SimAgent], interval: float, sent: Any, lag: Any
-) -> None:
+async def send(url: str, exchange: str, agents: list[SimAgent], interval: float) -> None:
+    """A sender process's life: beat for ``agents`` until terminated, counts on stdout."""
     connection = await aio_pika.connect(url)
     channel = await connection.channel(publisher_confirms=False)
     generator = Generator(await channel.get_exchange(exchange), agents, interval)
     task = asyncio.create_task(generator.run())
     while not task.done():
         await asyncio.sleep(0.2)
-        sent.value = generator.sent
-        lag.value = max(lag.value, generator.max_lag)
+        print(generator.sent, generator.max_lag, flush=True)
         generator.max_lag = 0.0
     await task  # raises what stopped it
+
+
+if __name__ == "__main__":
+    url, exchange, interval, run, n, kill, index, count = sys.argv[1:9]
+    silent = set(victims(int(n), int(kill)))
+    others = [i for i in range(int(n)) if i not in silent]
+    share = make_agents(int(n), float(interval), run, others[int(index) :: int(count)])
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(send(url, exchange, share, float(interval)))

@@ -7,7 +7,7 @@ SECONDS, and prints ``{"count", "seconds", "cpu_s", "errors"}`` as JSON.
 
 Every side sends the same request envelope (``ping`` with ``{"i": n}``, persistent, with a
 TTL) and its server answers with the parameters: agentbus is ``Bus.request`` against
-``Bus.serve``; aio-pika is bench_bus.RawPeer; faststream is ``broker.request`` against a
+``Bus.serve``; aio-pika is ``RawPeer`` (below); faststream is ``broker.request`` against a
 ``RabbitBroker`` subscriber; faststream-rq is the same server asked through a standing reply
 queue (_faststream_side.FastStreamRequester).
 """
@@ -15,24 +15,140 @@ queue (_faststream_side.FastStreamRequester).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
-import logging
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aio_pika
-import structlog
+import aiormq.abc
+import orjson
+from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage
 
 import agentbus
 from _faststream_side import FastStreamClient, FastStreamRequester, worker_broker
+from _harness import quiet_logging, summary
+from _raw_worker import envelope, ping_envelope
 from agentbus import RequestEnvelope
 from agentbus.bus import Topology
-from bench_bus import PREFETCH, TIMEOUT, WARMUP, Call, RawPeer
+
+WARMUP = 200
+PREFETCH = 64
+TIMEOUT = 5.0
+Call = Callable[[int], Awaitable[Any]]
+
+
+def message_of(
+    fields: dict[str, Any], *, persistent: bool = True, **props: Any
+) -> aio_pika.Message:
+    mode = aio_pika.DeliveryMode.PERSISTENT if persistent else aio_pika.DeliveryMode.NOT_PERSISTENT
+    return aio_pika.Message(
+        orjson.dumps(fields),
+        content_type="application/json",
+        message_id=fields["message_id"],
+        delivery_mode=mode,
+        **props,
+    )
+
+
+class RawPeer:
+    """Request/reply straight on aio-pika, done properly.
+
+    Robust connections, a confirm channel to publish on and a consume channel with a
+    prefetch per side, durable service queue with manual ack, persistent mandatory
+    requests, confirmed replies before the ack, futures keyed by correlation id.
+    """
+
+    def __init__(self, url: str, exchange: str, client_id: str = "") -> None:
+        self.url = url
+        self.exchange_name = exchange
+        self.service_queue = f"{exchange}.echo"
+        self.reply_queue = f"{exchange}.reply{'.' if client_id else ''}{client_id}"
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._connections: list[AbstractConnection] = []
+
+    async def open_server(self) -> None:
+        """The echo side: its own connection, exchange and service queue."""
+        server = await aio_pika.connect_robust(self.url)
+        self._connections.append(server)
+        server_pub = await server.channel()
+        await server_pub.declare_exchange(
+            self.exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
+        )
+        self._reply_exchange = server_pub.default_exchange
+        server_sub = await server.channel()
+        await server_sub.set_qos(prefetch_count=PREFETCH)
+        queue = await server_sub.declare_queue(self.service_queue, durable=True)
+        await queue.bind(self.exchange_name, routing_key="raw.echo.request")
+        await queue.consume(self._serve)
+
+    async def open_client(self) -> None:
+        """The requesting side, on its own connection; the exchange must exist."""
+        client = await aio_pika.connect_robust(self.url)
+        self._connections.append(client)
+        client_pub = await client.channel()
+        self.exchange: AbstractExchange = await client_pub.get_exchange(self.exchange_name)
+        client_sub = await client.channel()
+        await client_sub.set_qos(prefetch_count=512)
+        replies = await client_sub.declare_queue(self.reply_queue, durable=False)
+        await replies.consume(self._on_reply)
+
+    async def close(self) -> None:
+        for connection in self._connections:
+            await connection.close()
+
+    async def _serve(self, message: AbstractIncomingMessage) -> None:
+        request = orjson.loads(message.body)
+        result = {"status": "success", "result": request["payload"]["parameters"]}
+        metadata = {"correlation_id": request["message_id"]}
+        reply = envelope("response", "srv", request["sender_id"], result, metadata)
+        out = message_of(reply, persistent=False, correlation_id=message.correlation_id)
+        await self._reply_exchange.publish(out, routing_key=message.reply_to or "", mandatory=True)
+        await message.ack()
+
+    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
+        future = self._pending.get(message.correlation_id or "")
+        if future is not None and not future.done():
+            future.set_result(orjson.loads(message.body))
+        await message.ack()
+
+    async def request(self, i: int) -> dict[str, Any]:
+        fields = ping_envelope("client", i)
+        message_id = fields["message_id"]
+        future = asyncio.get_running_loop().create_future()
+        self._pending[message_id] = future
+        message = message_of(
+            fields, correlation_id=message_id, reply_to=self.reply_queue, expiration=TIMEOUT
+        )
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                await self._confirmed(message, "raw.echo.request")
+                return await future
+        finally:
+            del self._pending[message_id]
+
+    async def _confirmed(self, message: aio_pika.Message, key: str) -> None:
+        result = await self.exchange.publish(message, key, mandatory=True)
+        if isinstance(result, aiormq.abc.DeliveredMessage):
+            raise RuntimeError(f"unroutable: {key}")
+
+
+async def sequential(call: Call, n: int, warmup: int = WARMUP) -> dict[str, float]:
+    for i in range(warmup):
+        await call(i)
+    gc.collect()
+    samples: list[int] = []
+    for i in range(n):
+        start = time.perf_counter_ns()
+        await call(i)
+        samples.append(time.perf_counter_ns() - start)
+    return summary(samples)
+
 
 SIDES = ("agentbus", "aio-pika", "faststream", "faststream-rq")
 SERVERS = ("agentbus", "aio-pika", "faststream")  # faststream-rq asks FastStream's server
@@ -93,7 +209,7 @@ async def client(side: str, url: str, names: Names, client_id: str) -> AsyncIter
     peer: RawPeer | FastStreamClient | FastStreamRequester
     if side == "aio-pika":
         peer = RawPeer(url, names.raw_exchange, client_id)
-        await peer.open_client(sink=False)
+        await peer.open_client()
         call = peer.request
     elif side == "faststream":
         peer = FastStreamClient(url, names.fs_queue)
@@ -168,21 +284,8 @@ async def load(
     print(json.dumps(figures), flush=True)
 
 
-async def consumers(connection: aio_pika.abc.AbstractConnection, queue: str) -> int:
-    """Consumers of ``queue`` (0 while it does not exist)."""
-    channel = await connection.channel()
-    try:
-        declared = await channel.declare_queue(queue, passive=True)
-    except aio_pika.exceptions.ChannelClosed:
-        return 0
-    result = declared.declaration_result.consumer_count
-    await channel.close()
-    return int(result or 0)
-
-
 def main() -> None:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    logging.basicConfig(level=logging.WARNING)
+    quiet_logging()
     command, side, url, exchange, *rest = sys.argv[1:]
     names = Names(exchange)
     if command == "serve":

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
+from _harness import summary
 from agentbus.envelopes import RequestEnvelope, RequestPayload, decode, encode
-from bench_bus import summary
 
 SIZES = (1_000, 64_000, 1_000_000)
 

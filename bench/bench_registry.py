@@ -11,40 +11,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import logging
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aio_pika
-import structlog
 
-from _fleet import cpu_seconds, cpu_snapshot, shielded
-from _registry_sim import MISSED, SERVICES, Generator, Senders, make_agents
-from agentbus import Settings
-from agentbus._exceptions import AgentBusError
+from _harness import (
+    Fleet,
+    agentbus_cli,
+    cpu_seconds,
+    host_busy_seconds,
+    parser,
+    quiet_logging,
+    write_json,
+)
+from _registry_sim import MISSED, SERVICES, Generator, Senders, make_agents, victims
+from agentbus import AgentBusError, Settings
 from agentbus.bus import Bus
 from agentbus.envelopes import EventEnvelope
 
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 CPU_TARGET = 0.5  # of one core
 SWEEP_SLACK = 0.3  # s: the sweeper's 50 ms floor, delivery and event-loop jitter
 KEEP_UP = 0.95  # of the beats offered per second, sent in the window
 READY_TIMEOUT = 30.0
 PROBE_EVERY = 1.0  # s: a list_agents round trip through the registry's own queue
-
-
-def host_busy_seconds() -> float:
-    """CPU time all cores of the host spent busy (not idle nor iowait), from /proc/stat."""
-    return cpu_snapshot({})["host"]
 
 
 async def wait_for(check: Callable[[], bool], timeout: float) -> bool:
@@ -56,20 +51,18 @@ async def wait_for(check: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-async def wait_ready(bus: Bus, registry_id: str, proc: subprocess.Popen[bytes]) -> None:
+async def wait_ready(bus: Bus, registry_id: str, fleet: Fleet) -> None:
     """Wait until the registry answers and knows itself (so it hears heartbeats)."""
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the registry exited with status {proc.returncode}")
+
+    async def ready() -> bool:
         with contextlib.suppress(AgentBusError):
             reply = await bus.request(
                 registry_id, "list_agents", {"service": "registry"}, timeout=1
             )
-            if any(row["agent_id"] == registry_id for row in reply.result):
-                return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"the registry was not ready within {READY_TIMEOUT:g} s")
+            return any(row["agent_id"] == registry_id for row in reply.result)
+        return False
+
+    await fleet.wait(ready, "the registry", READY_TIMEOUT)
 
 
 async def count_known(bus: Bus, registry_id: str, ids: set[str]) -> int | None:
@@ -137,7 +130,7 @@ async def ready_messages(connection: aio_pika.abc.AbstractConnection, queue: str
 
 
 async def bench(
-    args: argparse.Namespace, run: str, registry_id: str, proc: subprocess.Popen[bytes]
+    args: argparse.Namespace, run: str, registry_id: str, fleet: Fleet
 ) -> dict[str, Any]:
     interval = args.interval
     agents = make_agents(args.agents, interval, run)
@@ -162,17 +155,17 @@ async def bench(
     ):
         await bus.subscribe("broadcast.event.agent_online", on_online)
         await bus.subscribe("broadcast.event.agent_offline", on_offline)
-        await wait_ready(bus, registry_id, proc)
-        victims = range(0, args.agents, max(args.agents // args.kill, 1))[: args.kill]
-        victim_agents = [agents[i] for i in victims]
+        await wait_ready(bus, registry_id, fleet)
+        registry_pid = fleet.pids("registry")[0]
+        silenced = victims(args.agents, args.kill)
+        victim_agents = [agents[i] for i in silenced]
         # With senders, child processes beat for all but the victims; this one for those.
         own = victim_agents if args.senders else agents
-        others = [agent for i, agent in enumerate(agents) if i not in set(victims)]
-        senders = Senders(args.url, args.exchange, others, interval, args.senders)
+        senders = Senders(fleet, args.exchange, interval, run)
         channel = await connection.channel(publisher_confirms=False)
         generator = Generator(await channel.get_exchange(args.exchange), own, interval)
         task = asyncio.create_task(generator.run())
-        senders.start()
+        senders.start(args.agents, args.kill, args.senders)
         figures: dict[str, Any] = {"agents": args.agents, "interval_s": interval}
         figures["senders"] = args.senders
         try:
@@ -183,11 +176,11 @@ async def bench(
 
             generator.max_lag = senders.max_lag = 0.0
             stats0 = await registry_stats(bus, registry_id) or {}
-            cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+            cpu0, wall0 = cpu_seconds(registry_pid), time.monotonic()
             sent0, gen0 = generator.sent + senders.sent, sum(map(cpu_seconds, senders.pids))
             host0, own0 = host_busy_seconds(), time.process_time()
             lags, samples = await probe(bus, registry_id, args.duration, MISSED * interval)
-            cpu1, wall1 = cpu_seconds(proc.pid), time.monotonic()
+            cpu1, wall1 = cpu_seconds(registry_pid), time.monotonic()
             sent1, gen1 = generator.sent + senders.sent, sum(map(cpu_seconds, senders.pids))
             host1, own1 = host_busy_seconds(), time.process_time()
             stats1 = await registry_stats(bus, registry_id) or {}
@@ -221,7 +214,7 @@ async def bench(
                 "known_agents": await count_known(bus, registry_id, ids),
             }
 
-            generator.silenced.update(range(len(own)) if args.senders else victims)
+            generator.silenced.update(range(len(own)) if args.senders else silenced)
             victim_ids = {agent.id for agent in victim_agents}
             # Offline before the silence is a false alarm; only what follows it is detection.
             early = set(offline)
@@ -317,95 +310,52 @@ def _few(ids: list[str], shown: int = 5) -> str:
     return f"{len(ids)}: " + ", ".join(ids[:shown]) + more
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-async def cleanup(url: str, exchange: str, ids: list[str]) -> None:
-    queues = [f"{exchange}.instance.{i}" for i in ids]
-    queues += [f"{exchange}.service.registry", f"{exchange}.dead-letter"]
-    async with await aio_pika.connect(url) as connection:
-        channel = await connection.channel()
-        for name in queues:
-            await channel.queue_delete(name)
-        for name in (exchange, f"{exchange}.dlx"):
-            await channel.exchange_delete(name)
-
-
 def registry_command(args: argparse.Namespace, registry_id: str) -> list[str]:
-    script = str(Path(sys.executable).with_name("agentbus"))  # the venv's console script
+    cli = agentbus_cli(args.url, args.exchange)
     profile = getattr(args, "profile", None)
-    return [
-        *([sys.executable, "-m", "cProfile", "-o", profile, script] if profile else [script]),
-        *("--url", args.url, "--exchange", args.exchange, "--log-level", "warning"),
-        *("registry", "--heartbeat", str(args.interval), "--missed", str(MISSED)),
-        *("--id", registry_id),
-    ]
+    if profile:
+        cli[:0] = [sys.executable, "-m", "cProfile", "-o", profile]
+    options = ("--heartbeat", str(args.interval), "--missed", str(MISSED), "--id", registry_id)
+    return [*cli, "registry", *options]
 
 
 def run_case(args: argparse.Namespace) -> dict[str, Any]:
     """One registry process on a throwaway exchange, ``args.agents`` simulated agents beating.
 
-    ``args``: agents, interval, duration, kill and url. Stops the registry and deletes the
-    exchange and queues it made, also on Ctrl-C.
+    ``args``: agents, interval, duration, kill, senders and url. Stops the registry and
+    deletes the exchange and queues it made, also on Ctrl-C.
     """
     run = uuid.uuid4().hex[:8]
-    args.exchange = f"bench-registry-{run}"
+    args.exchange = exchange = f"bench-registry-{run}"
     registry_id = f"registry-{run}"
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            registry_command(args, registry_id),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches only us; we stop the registry
-        )
-        try:
-            figures = asyncio.run(bench(args, run, registry_id, proc))
-        except Exception:
-            log.seek(0)
-            sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
-            raise
-        finally:
-            with shielded():
-                stop(proc)
-                try:
-                    ids = [registry_id, f"bench-client-{run}"]
-                    asyncio.run(cleanup(args.url, args.exchange, ids))
-                except Exception as exc:
-                    print(f"cleanup of {args.exchange!r} failed: {exc!r}", file=sys.stderr)
-    return figures
+    queues = [f"{exchange}.instance.{i}" for i in (registry_id, f"bench-client-{run}")]
+    queues += [f"{exchange}.service.registry", f"{exchange}.dead-letter"]
+    with Fleet(args.url, queues=queues, exchanges=[exchange, f"{exchange}.dlx"]) as fleet:
+        fleet.spawn("registry", registry_id, registry_command(args, registry_id))
+        return asyncio.run(bench(args, run, registry_id, fleet))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, default=1000, help="simulated agents [1000]")
-    parser.add_argument("--interval", type=float, default=1.0, help="heartbeat interval, s [1]")
-    parser.add_argument("--duration", type=float, default=20.0, help="CPU window, s [20]")
-    parser.add_argument("--kill", type=int, default=20, help="agents silenced at the end [20]")
-    parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
-    parser.add_argument(
+    cli = parser(__doc__)
+    cli.add_argument("--agents", type=int, default=1000, help="simulated agents [1000]")
+    cli.add_argument("--interval", type=float, default=1.0, help="heartbeat interval, s [1]")
+    cli.add_argument("--duration", type=float, default=20.0, help="CPU window, s [20]")
+    cli.add_argument("--kill", type=int, default=20, help="agents silenced at the end [20]")
+    cli.add_argument(
         "--senders", type=int, default=0, help="child processes sending the beats [0: this one]"
     )
-    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    parser.add_argument("--profile", metavar="FILE", help="run the registry under cProfile")
-    args = parser.parse_args()
+    cli.add_argument("--profile", metavar="FILE", help="run the registry under cProfile")
+    args = cli.parse_args()
     if not 1 <= args.kill <= args.agents:
-        parser.error("--kill must be between 1 and --agents")
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        cli.error("--kill must be between 1 and --agents")
+    quiet_logging()
     try:
         figures = run_case(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     report(figures)
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    write_json(args.json, figures)
     return 0
 
 

@@ -34,214 +34,30 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
-SERVICE = "echo"
-STATUS = "STATUS "
-STATUS_EVERY = 2.0
-RAMP_WINDOWS = (1, 4, 16, 64)
+from _harness import (
+    DEFAULT_URL,
+    Fleet,
+    Proc,
+    delete_all,
+    open_fds,
+    raise_on_sigterm,
+    rss,
+    shielded,
+    stop,
+)
+from _soak_roles import RAMP_WINDOWS, ROLES, SERVICE, STATUS
+
 STOP_WAIT = 30.0
 RSS_TOLERANCE = 0.10
 FD_TOLERANCE = 0.10
-
-
-# -- the two processes ---------------------------------------------------------------------
-
-
-def emit(message: dict[str, Any]) -> None:
-    """A line for the orchestrator, on stdout (logs go to stderr)."""
-    sys.stdout.write(STATUS + json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def settings_of(args: argparse.Namespace) -> Any:
-    from agentbus import Settings
-
-    return Settings(url=args.url, exchange=args.token, request_timeout=args.timeout)
-
-
-async def stop_event() -> asyncio.Event:
-    """Set on SIGTERM or SIGINT, or when the orchestrator has gone (our parent changed)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    parent = os.getppid()
-
-    async def orphaned() -> None:
-        while os.getppid() == parent:  # noqa: ASYNC110 - no event tells of a parent's death
-            await asyncio.sleep(1)
-        stop.set()
-
-    _background.add(asyncio.create_task(orphaned()))
-    return stop
-
-
-_background: set[asyncio.Task[None]] = set()
-
-
-async def report_until(stop: asyncio.Event, status: Callable[[], dict[str, Any]]) -> None:
-    while not stop.is_set():
-        emit(status())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), STATUS_EVERY)
-
-
-async def run_server(args: argparse.Namespace) -> None:
-    from agentbus import Bus, RequestEnvelope
-
-    stop = await stop_event()
-    bus = await Bus(settings_of(args), agent_id=f"{args.token}-server").open()
-
-    async def echo(request: RequestEnvelope) -> dict[str, Any]:
-        return request.payload.parameters
-
-    await bus.serve(echo, service=SERVICE, prefetch=args.prefetch)
-    emit({"role": "server", "event": "ready"})
-
-    def status(event: str = "status") -> dict[str, Any]:
-        # The de-duplication window keeps every reply for dedup_window (600 s): memory
-        # grows until it is full, then stays flat. Shown to tell that from a leak.
-        dedup = len(bus._dedup)
-        return {"role": "server", "event": event, "stats": bus.stats.as_dict(), "dedup": dedup}
-
-    await report_until(stop, status)
-    await bus.aclose()
-    emit(status("final"))
-
-
-async def run_ramp(args: argparse.Namespace) -> None:
-    """Closed loop with 1, 4, 16, 64 requests in flight: the best throughput is saturation."""
-    from agentbus import AgentBusError, Bus
-
-    bus = await Bus(settings_of(args), agent_id=f"{args.token}-ramp").open()
-    payload = {"text": "x" * args.payload}
-    steps = []
-    try:
-        for _ in range(50):  # warm up
-            await bus.request(SERVICE, "echo", payload, timeout=args.timeout)
-        for window in RAMP_WINDOWS:
-            done = 0
-            deadline = time.monotonic() + args.ramp_step
-
-            async def worker(deadline: float = deadline) -> None:
-                nonlocal done
-                while time.monotonic() < deadline:
-                    with contextlib.suppress(AgentBusError):
-                        await bus.request(SERVICE, "echo", payload, timeout=args.timeout)
-                        done += 1
-
-            started = time.monotonic()
-            await asyncio.gather(*(worker() for _ in range(window)))
-            steps.append({"window": window, "per_s": done / (time.monotonic() - started)})
-    finally:
-        await bus.aclose()
-    emit({"role": "ramp", "event": "final", "steps": steps})
-
-
-@dataclass(slots=True)
-class Ledger:
-    sent: int = 0
-    answered: int = 0
-    timeouts: int = 0
-    remote_errors: int = 0
-    other_errors: int = 0
-    shed: int = 0
-    errors_by: Counter[str] = field(default_factory=Counter)
-    latencies: deque[tuple[float, float]] = field(default_factory=deque)
-
-    def answered_in(self, seconds: float) -> None:
-        """Count an answer; keep latencies of the last minute only (our memory stays flat)."""
-        self.answered += 1
-        now = time.monotonic()
-        self.latencies.append((now, seconds))
-        while self.latencies and self.latencies[0][0] < now - 60.0:
-            self.latencies.popleft()
-
-    def window(self, seconds: float = 60.0) -> dict[str, float | None]:
-        cutoff = time.monotonic() - seconds
-        recent = sorted(latency for at, latency in self.latencies if at >= cutoff)
-        if not recent:
-            return {"p50_ms": None, "p99_ms": None}
-        p99 = recent[min(len(recent) - 1, int(len(recent) * 0.99))]
-        return {"p50_ms": statistics.median(recent) * 1000, "p99_ms": p99 * 1000}
-
-
-async def run_client(args: argparse.Namespace) -> None:
-    from agentbus import AgentBusError, Bus, RemoteError, RequestTimeout
-
-    stop = await stop_event()
-    bus = await Bus(settings_of(args), agent_id=f"{args.token}-client").open()
-    ledger = Ledger()
-    tasks: set[asyncio.Task[None]] = set()
-    payload = "x" * args.payload
-
-    async def one(seq: int) -> None:
-        started = time.monotonic()
-        try:
-            await bus.request(SERVICE, "echo", {"seq": seq, "text": payload}, timeout=args.timeout)
-        except RequestTimeout:
-            ledger.timeouts += 1
-        except RemoteError as exc:
-            ledger.remote_errors += 1
-            ledger.errors_by[exc.code] += 1
-        except AgentBusError as exc:
-            ledger.other_errors += 1
-            ledger.errors_by[type(exc).__name__] += 1
-        else:
-            ledger.answered_in(time.monotonic() - started)
-
-    def status(event: str = "status") -> dict[str, Any]:
-        return {
-            "role": "client",
-            "event": event,
-            "sent": ledger.sent,
-            "answered": ledger.answered,
-            "timeouts": ledger.timeouts,
-            "remote_errors": ledger.remote_errors,
-            "other_errors": ledger.other_errors,
-            "shed": ledger.shed,
-            "in_flight": len(tasks),
-            "errors_by": dict(ledger.errors_by),
-            "stats": bus.stats.as_dict(),
-            **ledger.window(),
-        }
-
-    emit({"role": "client", "event": "ready"})
-    reporter = asyncio.create_task(report_until(stop, status))
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    launched = 0
-    max_in_flight = max(64, int(args.rate * args.timeout * 2))
-    while not stop.is_set():
-        due = int((loop.time() - started) * args.rate)
-        while launched < due:  # open loop: a stall is caught up, never slows the schedule
-            launched += 1
-            if len(tasks) >= max_in_flight:
-                ledger.shed += 1
-                continue
-            ledger.sent += 1
-            task = asyncio.create_task(one(launched))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        await asyncio.sleep(0.005)
-    if tasks:  # every request ends: answered, failed or timed out
-        await asyncio.wait(set(tasks), timeout=args.timeout + 5)
-    await reporter
-    emit(status("final"))
-    await bus.aclose()
 
 
 # -- the orchestrator ----------------------------------------------------------------------
@@ -249,20 +65,29 @@ async def run_client(args: argparse.Namespace) -> None:
 
 @dataclass(slots=True)
 class Child:
-    role: str
-    popen: subprocess.Popen[str]
-    log: IO[str]
+    """A soak process (a harness ``Proc``) and the status lines it writes on stdout."""
+
+    proc: Proc
     latest: dict[str, Any] = field(default_factory=dict)
     events: dict[str, dict[str, Any]] = field(default_factory=dict)
     reader: threading.Thread | None = None
 
     @property
+    def role(self) -> str:
+        return self.proc.role
+
+    @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.proc.pid
+
+    @property
+    def popen(self) -> subprocess.Popen[bytes]:
+        return self.proc.popen
 
     def read(self) -> None:
         assert self.popen.stdout is not None
-        for line in self.popen.stdout:
+        for raw in self.popen.stdout:
+            line = raw.decode(errors="replace")
             if not line.startswith(STATUS):
                 continue
             message = json.loads(line[len(STATUS) :])
@@ -284,77 +109,26 @@ class Child:
             time.sleep(0.05)
         return self.events[event]
 
-    def tail(self, size: int = 3000) -> str:
-        with contextlib.suppress(OSError, ValueError):
-            self.log.flush()
-            self.log.seek(0)
-            return self.log.read()[-size:].strip()
-        return ""
-
 
 class SoakError(RuntimeError):
     pass
 
 
-def spawn(role: str, args: argparse.Namespace, token: str, *extra: str) -> Child:
-    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- closed in stop()
-    argv = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--role",
-        role,
-        "--token",
-        token,
-        "--url",
-        args.url,
-        "--timeout",
-        str(args.timeout),
-        "--payload",
-        str(args.payload),
-        "--prefetch",
-        str(args.prefetch),
-        "--ramp-step",
-        str(args.ramp_step),
-        *extra,
-    ]
-    popen = subprocess.Popen(  # own session: a Ctrl-C reaches only us, and we stop them
-        argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
-    )
-    child = Child(role, popen, log)
+def spawn(fleet: Fleet, role: str, args: argparse.Namespace, token: str, *extra: str) -> Child:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--token", token]
+    argv += ["--url", args.url, "--timeout", str(args.timeout), "--payload", str(args.payload)]
+    argv += ["--prefetch", str(args.prefetch), "--ramp-step", str(args.ramp_step), *extra]
+    child = Child(fleet.spawn(role, role, argv, pipes=True))
     child.reader = threading.Thread(target=child.read, daemon=True)
     child.reader.start()
     return child
 
 
-def stop(child: Child, timeout: float = STOP_WAIT) -> None:
+def stop_child(child: Child) -> None:
     """SIGTERM, wait a bounded time (the client drains its in-flight requests), SIGKILL."""
-    if child.popen.poll() is None:
-        child.popen.terminate()
-    try:
-        child.popen.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print(f"{child.role} did not stop: SIGKILL", file=sys.stderr)
-        child.popen.kill()
-        child.popen.wait()
+    stop([child.proc], STOP_WAIT)
     if child.reader is not None:
         child.reader.join(timeout=5)
-
-
-def proc_rss_kib(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def proc_fds(pid: int) -> int | None:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
 
 
 def rabbitmqctl(*args: str) -> str:
@@ -416,10 +190,8 @@ def broker_counts(prefix: str, queue_prefix: str) -> dict[str, int]:
     }
 
 
-async def delete_topology(url: str, token: str) -> list[str]:
-    """Delete this run's queues (found by their prefix) and its two exchanges."""
-    import aio_pika
-
+def topology_names(token: str) -> tuple[list[str], list[str]]:
+    """This run's queues (also found by their prefix) and its two exchanges."""
     from agentbus.bus import Topology
 
     topology = Topology(token)
@@ -431,46 +203,19 @@ async def delete_topology(url: str, token: str) -> list[str]:
     with contextlib.suppress(SoakError, subprocess.SubprocessError, OSError):
         out = rabbitmqctl("list_queues", "--no-table-headers", "name")
         names |= {name for name in out.split() if name.startswith(f"{token}.")}
-    deleted = []
-    connection = await aio_pika.connect(url, timeout=10)
-    async with connection:
-        for name in sorted(names):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.queue_delete(name)
-                deleted.append(name)
-        for name in (topology.exchange, topology.dead_letter_exchange):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.exchange_delete(name)
-                deleted.append(name)
-    return deleted
-
-
-@contextlib.contextmanager
-def shielded() -> Iterator[None]:
-    """Ignore Ctrl-C and SIGTERM for the block: a second Ctrl-C must not stop the cleanup."""
-    previous = (
-        signal.signal(signal.SIGINT, signal.SIG_IGN),
-        signal.signal(signal.SIGTERM, signal.SIG_IGN),
-    )
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous[0])
-        signal.signal(signal.SIGTERM, previous[1])
+    return sorted(names), [topology.exchange, topology.dead_letter_exchange]
 
 
 def sleep_until(deadline: float, children: list[Child]) -> None:
     while (left := deadline - time.monotonic()) > 0:
         for child in children:
             if child.popen.poll() is not None:
-                raise SoakError(f"{child.role} exited ({child.popen.returncode}):\n{child.tail()}")
+                raise SoakError(f"{child.role} exited ({child.popen.returncode})")
         time.sleep(min(left, 0.5))
 
 
-def mib(kib: int | None) -> str:
-    return "-" if kib is None else f"{kib / 1024:.1f}"
+def mib(size: int | None) -> str:
+    return "-" if size is None else f"{size / 2**20:.1f}"
 
 
 HEADER = (
@@ -504,10 +249,10 @@ def take_sample(
     server: Child, client: Child, prefix: str, queue_prefix: str, closed: int
 ) -> dict[str, Any]:
     return {
-        "server_rss": proc_rss_kib(server.pid),
-        "server_fds": proc_fds(server.pid),
-        "client_rss": proc_rss_kib(client.pid),
-        "client_fds": proc_fds(client.pid),
+        "server_rss": rss(server.pid),
+        "server_fds": open_fds(server.pid),
+        "client_rss": rss(client.pid),
+        "client_fds": open_fds(client.pid),
         "broker": broker_counts(prefix, queue_prefix),
         "client": dict(client.latest),
         "dedup": server.latest.get("dedup"),
@@ -554,77 +299,61 @@ def verdict(samples: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
     return checks
 
 
-def interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def orchestrate(args: argparse.Namespace) -> int:
-    # Ctrl-C and SIGTERM both clean up, even if started with SIGINT ignored (``cmd &``).
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    raise_on_sigterm()
     token = f"soak-{secrets.token_hex(4)}"
-    prefix, queue_prefix = f"agentbus:{token}", f"{token}."
-    children: list[Child] = []
-    samples: list[dict[str, Any]] = []
-    closed_total = 0
-    status = 1
     print(f"soak {token}: {args.minutes} min, broker {args.url.rsplit('@', 1)[-1]}", flush=True)
+    status = 1
     try:
-        server = spawn("server", args, token)
-        children.append(server)
-        server.wait_event("ready", 60)
-        rate = args.rate
-        if rate is None:
-            ramp = spawn("ramp", args, token)
-            children.append(ramp)
-            steps = ramp.wait_event("final", 60 + len(RAMP_WINDOWS) * args.ramp_step)["steps"]
-            stop(ramp)
-            saturation = max(step["per_s"] for step in steps)
-            rate = max(1.0, saturation * args.load)
-            ramp_text = ", ".join(f"{s['window']} in flight: {s['per_s']:.0f}/s" for s in steps)
-            print(f"ramp (closed loop): {ramp_text}", flush=True)
-            print(f"saturation ~{saturation:.0f} req/s; soak rate {rate:.0f} req/s", flush=True)
-        else:
-            print(f"soak rate {rate:g} req/s (given)", flush=True)
-        client = spawn("client", args, token, "--rate", str(rate))
-        children.append(client)
-        client.wait_event("ready", 60)
-        print(
-            f"reconnect: every minute at :30, rabbitmqctl close_connection on {prefix}* only",
-            flush=True,
-        )
-        print(HEADER, flush=True)
-        started = time.monotonic()
-        live = [server, client]
-        for minute in range(1, args.minutes + 1):
-            sleep_until(started + (minute - 0.5) * 60, live)
-            closed_total += close_connections(prefix)
-            sleep_until(started + minute * 60, live)
-            sample = take_sample(server, client, prefix, queue_prefix, closed_total)
-            samples.append(sample)
-            print(row(minute, sample), flush=True)
-        status = report(samples, client, server)
+        with Fleet(stop_wait=STOP_WAIT) as fleet:  # stops the client first: it drains
+            status = soak(args, fleet, token)
     except KeyboardInterrupt:
         print("\ninterrupted: cleaning up", file=sys.stderr, flush=True)
         status = 130
     except (SoakError, subprocess.SubprocessError) as exc:
         print(f"soak failed: {exc}", file=sys.stderr, flush=True)
-        for child in children:
-            print(f"--- {child.role} log:\n{child.tail()}", file=sys.stderr)
     finally:
-        with shielded():
-            for child in reversed(children):  # the client first: it drains its requests
-                stop(child)
-            with contextlib.suppress(Exception):
-                deleted = asyncio.run(delete_topology(args.url, token))
-                print(
-                    f"cleanup: {len(children)} processes stopped, deleted {len(deleted)} "
-                    "queues/exchanges",
-                    flush=True,
-                )
-            for child in children:
-                child.log.close()
+        with shielded(), contextlib.suppress(Exception):
+            deleted = asyncio.run(delete_all(args.url, *topology_names(token)))
+            print(f"cleanup: processes stopped, deleted {len(deleted)} queues/exchanges")
     return status
+
+
+def soak(args: argparse.Namespace, fleet: Fleet, token: str) -> int:
+    prefix, queue_prefix = f"agentbus:{token}", f"{token}."
+    samples: list[dict[str, Any]] = []
+    closed_total = 0
+    server = spawn(fleet, "server", args, token)
+    server.wait_event("ready", 60)
+    rate = args.rate
+    if rate is None:
+        ramp = spawn(fleet, "ramp", args, token)
+        steps = ramp.wait_event("final", 60 + len(RAMP_WINDOWS) * args.ramp_step)["steps"]
+        stop_child(ramp)
+        saturation = max(step["per_s"] for step in steps)
+        rate = max(1.0, saturation * args.load)
+        ramp_text = ", ".join(f"{s['window']} in flight: {s['per_s']:.0f}/s" for s in steps)
+        print(f"ramp (closed loop): {ramp_text}", flush=True)
+        print(f"saturation ~{saturation:.0f} req/s; soak rate {rate:.0f} req/s", flush=True)
+    else:
+        print(f"soak rate {rate:g} req/s (given)", flush=True)
+    client = spawn(fleet, "client", args, token, "--rate", str(rate))
+    client.wait_event("ready", 60)
+    print(
+        f"reconnect: every minute at :30, rabbitmqctl close_connection on {prefix}* only",
+        flush=True,
+    )
+    print(HEADER, flush=True)
+    started = time.monotonic()
+    live = [server, client]
+    for minute in range(1, args.minutes + 1):
+        sleep_until(started + (minute - 0.5) * 60, live)
+        closed_total += close_connections(prefix)
+        sleep_until(started + minute * 60, live)
+        sample = take_sample(server, client, prefix, queue_prefix, closed_total)
+        samples.append(sample)
+        print(row(minute, sample), flush=True)
+    return report(samples, client, server)
 
 
 def report(samples: list[dict[str, Any]], client: Child, server: Child) -> int:
@@ -639,15 +368,15 @@ def report(samples: list[dict[str, Any]], client: Child, server: Child) -> int:
         print(f"  {name:<16} {'flat' if good else 'NOT FLAT':<9} {text}")
     first, last = samples[min(1, len(samples) - 1)], samples[steady if steady > 1 else -1]
     grew = (last["dedup"] or 0) - (first["dedup"] or 0)
-    rss = (last["server_rss"] or 0) - (first["server_rss"] or 0)
+    grown = ((last["server_rss"] or 0) - (first["server_rss"] or 0)) / 1024
     if grew > 0:
         print(
             f"  note: the server's de-duplication window grew by {grew} replies meanwhile "
-            f"({rss / grew:.2f} KiB of RSS each); it fills for AGENTBUS_DEDUP_WINDOW "
+            f"({grown / grew:.2f} KiB of RSS each); it fills for AGENTBUS_DEDUP_WINDOW "
             "(600 s) or AGENTBUS_DEDUP_SIZE (100,000), then stays flat"
         )
-    stop(client)  # drain: every request ends, the final ledger comes back
-    stop(server)
+    stop_child(client)  # drain: every request ends, the final ledger comes back
+    stop_child(server)
     final = client.events.get("final", client.latest)
     settled = final.get("answered", 0) + final.get("timeouts", 0)
     settled += final.get("remote_errors", 0) + final.get("other_errors", 0)
@@ -692,18 +421,17 @@ def main() -> None:
     parser.add_argument("--payload", type=int, default=200, help="request text size, bytes")
     parser.add_argument("--prefetch", type=int, default=64, help="server prefetch")
     parser.add_argument("--ramp-step", type=float, default=4.0, help="seconds per ramp step")
-    parser.add_argument("--role", choices=("server", "client", "ramp"), help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=tuple(ROLES), help=argparse.SUPPRESS)
     parser.add_argument("--token", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role is None:
         if args.minutes < 1:
             parser.error("--minutes must be at least 1")
         sys.exit(orchestrate(args))
-    from agentbus._logging import configure_logging
+    from agentbus import configure_logging
 
     configure_logging("warning", "json")
-    runner = {"server": run_server, "client": run_client, "ramp": run_ramp}[args.role]
-    asyncio.run(runner(args))
+    asyncio.run(ROLES[args.role](args))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 """Run every benchmark in one go: agentbus vs raw aio-pika vs FastStream, on one broker.
 
 .venv/bin/python bench/suite.py [--quick] [--out bench/results] [--only rr,fanout,...]
+    [--sides agentbus,aio-pika]
 
 Sections: request/response latency and throughput (rr), fan-out and fan-in of N subtasks
 through the leader with its memory (fanout), the registry under 100 to 5,000 simulated
-agents (registry), and the envelope codec (codec). Writes suite-<time>.json, .md and, with
-matplotlib installed (``pip install -e '.[bench]'``), .png to --out; prints the Markdown.
+agents (registry), and the envelope codec (codec). ``--sides`` limits request/response to
+some of its sides (agentbus, aio-pika, faststream, faststream-rq): ``--only rr --sides
+agentbus,aio-pika`` is the quick bus-against-raw check, latency and CPU per request.
+Writes suite-<time>.json, .md and, with matplotlib installed (``pip install -e
+'.[bench]'``), .png to --out; prints the Markdown.
 Every process, queue and exchange a section starts is removed when it ends, also on Ctrl-C.
 """
 
@@ -13,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
+import dataclasses
 import os
 import platform
-import signal
 import sys
 import time
 from datetime import datetime
@@ -27,21 +29,21 @@ from types import SimpleNamespace
 from typing import Any
 
 import aio_pika
-import structlog
 
 try:
     import faststream  # noqa: F401 -- a peer measured against: say how to get it
 except ImportError:
     sys.exit("bench/suite.py needs FastStream: .venv/bin/pip install -e '.[bench]'")
 
+from _harness import broker_version, quiet_logging, raise_on_sigterm, write_json
+from _harness import parser as cli
+from _rr_sides import SIDES as RR_SIDES
 from _suite_codec import run_codec
 from _suite_fanout import run_fanout
 from _suite_report import chart, markdown, targets
 from _suite_rr import RRConfig, run_rr
-from bench_leader import interrupt
 from bench_registry import run_case
 
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 SECTIONS = ("rr", "fanout", "registry", "codec")
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
 
@@ -67,10 +69,9 @@ def package_versions() -> list[str]:
     return found
 
 
-async def broker_version(url: str) -> str:
+async def broker_of(url: str) -> str:
     async with await aio_pika.connect(url) as connection:
-        props = connection.transport.connection.server_properties if connection.transport else {}
-        return str(props.get("version", "?"))
+        return broker_version(connection)
 
 
 def meta(url: str) -> dict[str, Any]:
@@ -78,7 +79,7 @@ def meta(url: str) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "broker": asyncio.run(broker_version(url)),
+        "broker": asyncio.run(broker_of(url)),
         "packages": package_versions(),
         "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
@@ -106,7 +107,7 @@ def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"suite-{results['mode']}-{results['started'].replace(':', '').replace(' ', '-')}"
     data, report = out / f"{stem}.json", out / f"{stem}.md"
-    data.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    write_json(data, results)
     image = chart(results, out / f"{stem}.png")
     text = markdown(results)
     if image is not None:
@@ -116,18 +117,20 @@ def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli(__doc__, json_out=False)
     parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
-    parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
+    parser.add_argument("--sides", default=",".join(RR_SIDES), help="request/response sides")
     args = parser.parse_args()
+    sides = tuple(s.strip() for s in args.sides.split(",") if s.strip())
+    if not sides or set(sides) - set(RR_SIDES):
+        parser.error(f"--sides: some of {', '.join(RR_SIDES)}")
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if unknown := set(only) - set(SECTIONS):
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    logging.basicConfig(level=logging.WARNING)
-    signal.signal(signal.SIGTERM, interrupt)  # clean up as on Ctrl-C
+    quiet_logging()
+    raise_on_sigterm()  # clean up as on Ctrl-C
     cfg = QUICK if args.quick else FULL
     t0 = time.monotonic()
 
@@ -142,7 +145,8 @@ def main() -> int:
             say("codec")
             results["codec"] = run_codec(args.quick)
         if "rr" in only:
-            results["request_response"] = run_rr(args.url, cfg.rr, say)
+            rr = dataclasses.replace(cfg.rr, sides=sides)
+            results["request_response"] = run_rr(args.url, rr, say)
         if "fanout" in only:
             results["fanout"] = run_fanout(args.url, cfg.fanout, say)
         if "registry" in only:

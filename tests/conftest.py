@@ -1,4 +1,4 @@
-"""Shared fixtures: the broker for the integration tier."""
+"""Shared fixtures: the broker for the integration tier; the chaos kit's plugin, opted in."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from agentbus._config import DEFAULT_URL, mask_url
+
+# The chaos kit's fixtures (private_broker, chaos_proxy, agent_process, ledger) for
+# tests/chaos. Here, not in tests/chaos/conftest.py: pytest honours ``pytest_plugins``
+# only in the conftest files it loads at startup, and a plain ``pytest`` loads
+# tests/chaos/conftest.py later, during collection.
+pytest_plugins = ["agentbus.testing.chaos.pytest_plugin"]
 
 
 def _reachable(url: str) -> bool:
@@ -63,6 +69,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_report_header() -> str:
-    """Say whether the integration tier must run."""
-    required = "required" if _require_broker() else "skipped when no broker is found"
-    return f"agentbus: integration tier {required}; python {sys.version.split()[0]}"
+    """Say which broker the integration tier uses, or what happens without one."""
+    candidates = [os.environ.get("AGENTBUS_TEST_URL"), os.environ.get("AGENTBUS_URL"), DEFAULT_URL]
+    found = next((url for url in candidates if url and _reachable(url)), None)
+    if found is not None:
+        tier = f"integration tier on the broker at {mask_url(found)}"
+    elif _require_broker():
+        tier = "integration tier required, and no broker answers: it will fail"
+    else:
+        tier = "no broker answers: the integration tier will skip"
+    return f"agentbus: {tier}; python {sys.version.split()[0]}"

@@ -15,6 +15,8 @@ from agentbus._exceptions import (
     ConnectionLost,
     EnvelopeError,
     InvalidParameters,
+    NoCapableAgent,
+    NoInstance,
     PayloadTooLarge,
     PublishFailed,
     RemoteError,
@@ -23,9 +25,11 @@ from agentbus._exceptions import (
     UnknownAction,
     Unroutable,
     UnsupportedVersion,
+    UsageError,
 )
+from agentbus._logging import configure_logging
+from agentbus._metrics import Metrics
 from agentbus.agents import Agent, AgentCard, current_request, skill
-from agentbus.agents.leader import Aggregate, Leader, Plan, PlanClient
 from agentbus.bus import Bus, Transport, connect
 from agentbus.envelopes import (
     Envelope,
@@ -37,6 +41,7 @@ from agentbus.envelopes import (
     decode,
     encode,
 )
+from agentbus.leader import Aggregate, Leader, Plan, PlanClient
 
 __version__ = "0.1.0"
 
@@ -59,6 +64,9 @@ __all__ = [
     "EventEnvelope",
     "InvalidParameters",
     "Leader",
+    "Metrics",
+    "NoCapableAgent",
+    "NoInstance",
     "PayloadTooLarge",
     "Plan",
     "PlanClient",
@@ -73,7 +81,9 @@ __all__ = [
     "UnknownAction",
     "Unroutable",
     "UnsupportedVersion",
+    "UsageError",
     "__version__",
+    "configure_logging",
     "connect",
     "current_request",
     "decode",

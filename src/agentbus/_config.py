@@ -21,10 +21,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTBUS_", extra="ignore", frozen=True)
 
     url: str = DEFAULT_URL
+    """The broker: one AMQP URL, or a cluster's nodes joined by ``;`` (kombu's form)."""
     exchange: str = Field(default="agentbus", pattern=r"^[A-Za-z0-9_.:-]{1,200}$")
     max_message_size: int = Field(default=DEFAULT_MAX_SIZE, gt=0)
     prefetch: int = Field(default=32, gt=0, le=65535)
     request_timeout: float = Field(default=30.0, gt=0)
+    presence_check: float = Field(default=0.5, ge=0)
+    """Seconds a request waits for its answer before the bus checks that something
+    consumes the receiver's queue; if nothing does, it fails with ``NoInstance``. 0: never."""
     max_outstanding: int = Field(default=1000, gt=0)
     """Requests awaiting an answer, and publishes awaiting a confirm, at most (each);
     further callers wait for a slot (backpressure, within their own timeout)."""
@@ -45,12 +49,16 @@ class Settings(BaseSettings):
 
 
 def mask_url(url: str) -> str:
-    """Return ``url`` with its password replaced by ``***``."""
+    """Return ``url`` (one node, or several joined by ``;``) with passwords as ``***``."""
+    return ";".join(_mask_node(node) for node in url.split(";"))
+
+
+def _mask_node(url: str) -> str:
     parts = urlsplit(url)
-    if parts.password is None:
+    if "@" not in parts.netloc:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    credentials, _, host = parts.netloc.rpartition("@")
+    user, has_password, _ = credentials.partition(":")
+    if not has_password:
+        return url
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

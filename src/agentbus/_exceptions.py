@@ -7,6 +7,7 @@ envelope and a caller can act on the code it received::
 
     AgentBusError
     ├── ConfigurationError            bad settings or arguments
+    ├── UsageError                    an object used out of its lifecycle (a runner run twice)
     ├── EnvelopeError                 invalid_envelope: bytes that are not a valid envelope
     │   ├── UnsupportedVersion        unsupported_version: another protocol MAJOR
     │   └── PayloadTooLarge           payload_too_large: over the size cap
@@ -17,6 +18,8 @@ envelope and a caller can act on the code it received::
     │   ├── AccessRefused             unauthorized: the broker's permissions refused it
     │   └── BusClosed                 the bus is closed or closing
     ├── Unroutable                    agent_unavailable: nobody is bound to the receiver
+    │   └── NoInstance                the receiver's queue is there, with no instance on it
+    ├── NoCapableAgent                no_capable_agent: no live agent offers the skill
     ├── UnknownAction                 unknown_action: the agent has no such skill
     ├── InvalidParameters             invalid_parameters: parameters do not fit the skill
     ├── Cancelled                     cancelled: a cancel request stopped the work
@@ -43,6 +46,8 @@ __all__ = [
     "ConnectionLost",
     "EnvelopeError",
     "InvalidParameters",
+    "NoCapableAgent",
+    "NoInstance",
     "PayloadTooLarge",
     "PublishFailed",
     "RemoteError",
@@ -51,6 +56,7 @@ __all__ = [
     "UnknownAction",
     "Unroutable",
     "UnsupportedVersion",
+    "UsageError",
 ]
 
 
@@ -71,6 +77,10 @@ class AgentBusError(Exception):
 
 class ConfigurationError(AgentBusError):
     """Settings or arguments that cannot work."""
+
+
+class UsageError(AgentBusError):
+    """An object used against its lifecycle: a one-shot plan runner run a second time."""
 
 
 class EnvelopeError(AgentBusError):
@@ -137,6 +147,16 @@ class Unroutable(AgentBusError):
     """No queue is bound for the receiver: nobody serves it."""
 
     code: str = "agent_unavailable"
+
+
+class NoInstance(Unroutable):
+    """The receiver's queue is there, but no instance consumes it: none is running."""
+
+
+class NoCapableAgent(AgentBusError):
+    """No live agent offers the skill (or no registry is there to say)."""
+
+    code: str = "no_capable_agent"
 
 
 class UnknownAction(AgentBusError):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -17,16 +17,41 @@ from prometheus_client.registry import Collector
 
 from agentbus.envelopes import ErrorCode
 
-if TYPE_CHECKING:
-    from agentbus.bus._base import BaseBus
-
-__all__ = ["Metrics"]
+__all__ = ["Metered", "MeteredStats", "Metrics"]
 
 _LATENCY_BUCKETS: Final = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 )  # fmt: skip
 _KNOWN_OUTCOMES: Final = frozenset({"success", *ErrorCode})
 _PLAN_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class MeteredStats(Protocol):
+    """The counters a bus keeps (``agentbus.bus.BusStats``), as the metrics read them."""
+
+    @property
+    def published_by_type(self) -> Mapping[str, int]: ...
+    @property
+    def consumed_by(self) -> Mapping[tuple[str, str], int]: ...
+    @property
+    def errors_sent(self) -> Mapping[str, int]: ...
+    @property
+    def errors_received(self) -> Mapping[str, int]: ...
+    @property
+    def refused_by(self) -> Mapping[str, int]: ...
+    @property
+    def node(self) -> str | None: ...
+
+
+class Metered(Protocol):
+    """What the metrics read of a bus: its id, its counters, what it waits on."""
+
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def stats(self) -> MeteredStats: ...
+    @property
+    def in_flight(self) -> int: ...
 
 
 class Metrics:
@@ -90,10 +115,14 @@ class Metrics:
         self._buses = _BusCollector()
         r.register(self._buses)
 
-    def attach(self, bus: BaseBus) -> None:
-        """Report ``bus``'s counters and timings through these families."""
-        bus.stats.observer = self
+    def attach(self, bus: Metered) -> None:
+        """Report ``bus``'s counters through these families at each scrape."""
         self._buses.buses.append(bus)
+
+    def detach(self, bus: Metered) -> None:
+        """Stop reporting ``bus`` (it closed): its series leave the next scrape."""
+        if bus in self._buses.buses:
+            self._buses.buses.remove(bus)
 
     def observe_request(self, action: str, outcome: str, seconds: float) -> None:
         """Record one request this process sent."""
@@ -144,7 +173,7 @@ class _BusCollector(Collector):
     """Reads every attached bus's counters at scrape time: nothing extra on the hot path."""
 
     def __init__(self) -> None:
-        self.buses: list[BaseBus] = []
+        self.buses: list[Metered] = []
 
     def describe(self) -> list[Metric]:
         # Described as nothing: the families are built at each scrape.
@@ -174,6 +203,7 @@ class _BusCollector(Collector):
             "replies_dropped": "Replies nobody was there to receive.",
             "publish_retries": "Publishes sent again after a reconnect.",
             "handler_errors": "Handler exceptions answered with processing_failed.",
+            "connections": "Connections made to the broker: the first, then one per reconnect.",
         }
         families = {
             name: CounterMetricFamily(f"agentbus_{name}", text, labels=["agent_id"])
@@ -186,6 +216,11 @@ class _BusCollector(Collector):
         )
         in_flight = GaugeMetricFamily(
             "agentbus_in_flight", "Requests waiting for an answer.", labels=["agent_id"]
+        )
+        node = GaugeMetricFamily(
+            "agentbus_broker_node",
+            "The broker node each bus is connected to (1), by its URL without password.",
+            labels=["agent_id", "node"],
         )
         for bus in self.buses:
             stats, agent = bus.stats, bus.agent_id
@@ -205,9 +240,12 @@ class _BusCollector(Collector):
             for reason, count in stats.refused_by.items():
                 refused.add_metric([agent, reason], count)
             in_flight.add_metric([agent], bus.in_flight)
+            if stats.node is not None:
+                node.add_metric([agent, stats.node], 1)
         yield published
         yield consumed
         yield errors
         yield from families.values()
         yield refused
         yield in_flight
+        yield node

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentbus import Agent, current_request, skill
 from agentbus.envelopes import RequestEnvelope
-from agentbus.testing import Ledger
+from agentbus.testing.chaos import Ledger
 
 
 class Doubler(Agent):

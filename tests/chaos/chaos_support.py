@@ -3,20 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import aio_pika
 import pytest
 
-from agentbus import AgentBusError, Bus
+from agentbus import AgentBusError, Bus, Settings
 
 T = TypeVar("T")
 
 
 class BusOpener(Protocol):
     async def __call__(self, url: str, agent_id: str | None = None, **settings: Any) -> Bus: ...
+
+
+def broker_required() -> bool:
+    """Whether a missing broker (or rabbitmq-server) fails the tier instead of skipping it."""
+    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
+    return flag not in (None, "", "0", "false")
+
+
+@contextlib.asynccontextmanager
+async def bus_opener(exchange: str) -> AsyncIterator[BusOpener]:
+    """Open buses on ``exchange``, at any URL; close them all, newest first, at the end."""
+    buses: list[Bus] = []
+
+    async def opener(url: str, agent_id: str | None = None, **settings: Any) -> Bus:
+        config = Settings(url=url, exchange=exchange, **settings)
+        bus = await Bus(config, agent_id=agent_id).open()
+        buses.append(bus)
+        return bus
+
+    try:
+        yield opener
+    finally:
+        for bus in reversed(buses):
+            await bus.aclose()
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], seconds: float, what: str) -> T:

@@ -26,7 +26,7 @@ from agentbus import (
     Settings,
 )
 from agentbus.envelopes import Metadata, RequestEnvelope, RequestPayload, ResponseEnvelope, utcnow
-from agentbus.testing import Ledger, SendOutcome, queue_depths
+from agentbus.testing.chaos import Ledger, SendOutcome, queue_depths
 
 AgentT = TypeVar("AgentT", bound=Agent)
 

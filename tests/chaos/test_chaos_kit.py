@@ -18,7 +18,7 @@ import pytest
 from chaos_support import BusOpener, eventually, until
 
 from agentbus import AgentBusError, Bus, RequestEnvelope, RequestTimeout
-from agentbus.testing import (
+from agentbus.testing.chaos import (
     AgentLauncher,
     AgentProcess,
     BrokerState,

@@ -37,10 +37,10 @@ from fault_support import (
 )
 
 from agentbus import Settings
-from agentbus.agents.leader import Leader, Plan, PlanClient, PlanStatus, Progress, SubtaskStatus
 from agentbus.bus import Topology
+from agentbus.leader import Leader, Plan, PlanClient, PlanStatus, Progress, SubtaskStatus
 from agentbus.registry import Registry
-from agentbus.testing import (
+from agentbus.testing.chaos import (
     AgentLauncher,
     AgentProcess,
     ChaosProxy,
@@ -429,7 +429,7 @@ async def test_leader_restarted_mid_plan(
     # the user-side guarantee): each key has exactly one effect, re-sent ones are replays.
     url = private_broker.url
     await team.workers(2, _settings(url, chaos_exchange, dedup_path=dedup_path), ledger)
-    leader = "agentbus.agents.leader:Leader"
+    leader = "agentbus.leader:Leader"
     options = ("--heartbeat", "1")
     first = agent_process.start(
         leader, "--id", "leader-1", *options, url=url, exchange=chaos_exchange
@@ -612,7 +612,9 @@ async def _poison_crashing_workers(
             await asyncio.sleep(0.1)
 
     supervisor = asyncio.create_task(supervise())
-    client = await open_bus(url, **FAST)
+    # The workers crash and restart: their requests wait in the queue through it, so the
+    # client does not give up on a service whose instances are all down for a moment.
+    client = await open_bus(url, presence_check=0, **FAST)
     producer = Producer(client, ledger)
     topology = Topology(exchange)
     dead_letters = topology.dead_letter_queue

@@ -21,9 +21,9 @@ import pytest
 from chaos_support import BusOpener
 from fault_support import SERVICE, Producer, consumers_back, steady_traffic, wait_for
 
-from agentbus.agents.leader import Aggregate, Plan, PlanClient, PlanStatus, SubtaskStatus
 from agentbus.bus import Topology
-from agentbus.testing import (
+from agentbus.leader import Aggregate, Plan, PlanClient, PlanStatus, SubtaskStatus
+from agentbus.testing.chaos import (
     AgentLauncher,
     AgentProcess,
     Ledger,
@@ -307,7 +307,7 @@ async def fan_out_team(
     team = [_worker(agent_process, f"worker-{n}", url, chaos_exchange, target) for n in range(2)]
     team.append(
         agent_process.start(
-            "agentbus.agents.leader:Leader",
+            "agentbus.leader:Leader",
             *("--id", "leader-1", "--heartbeat", "1"),
             url=url,
             exchange=chaos_exchange,

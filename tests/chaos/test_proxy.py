@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from agentbus.testing import ChaosProxy, ProxyState
+from agentbus.testing.chaos import ChaosProxy, ProxyState
 
 pytestmark = pytest.mark.chaos
 

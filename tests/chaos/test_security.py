@@ -21,8 +21,7 @@ from fault_support import SERVICE, Producer, Team
 
 import agentbus
 from agentbus import AccessRefused, Settings
-from agentbus.bus import Topology
-from agentbus.bus._admission import Refusal
+from agentbus.bus import Refusal, Topology
 from agentbus.envelopes import (
     ErrorEnvelope,
     Metadata,
@@ -34,7 +33,7 @@ from agentbus.envelopes import (
     decode,
     encode,
 )
-from agentbus.testing import Ledger, PrivateBroker, SendOutcome
+from agentbus.testing.chaos import Ledger, PrivateBroker, SendOutcome
 
 pytestmark = pytest.mark.chaos
 

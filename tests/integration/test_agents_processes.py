@@ -362,3 +362,21 @@ async def test_frozen_agent_goes_offline_and_rejoins_when_thawed(procs: Processe
     assert reply.result == 8
     rows = await list_agents(client)
     assert rows["alpha-1"]["status"] == "ready"
+
+
+async def test_cli_publishes_an_event_nobody_listens_to_unless_a_listener_is_required(
+    procs: Processes,
+) -> None:
+    """`agentbus publish` drops an unheard event (exit 0); --require-listener: exit 2."""
+    dropped, required = await asyncio.gather(
+        procs.cli("publish", "deployed", "--data", '{"version": "1.2"}'),
+        procs.cli("publish", "deployed", "--data", '{"version": "1.2"}', "--require-listener"),
+    )
+
+    assert dropped.returncode == 0, dropped.stderr
+    sent = json.loads(dropped.stdout)
+    assert sent["payload"] == {"event_name": "deployed", "event_data": {"version": "1.2"}}
+    assert required.returncode == 2
+    assert required.stdout == ""
+    [line] = required.stderr.strip().splitlines()
+    assert line.startswith("agentbus: error:")

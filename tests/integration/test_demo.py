@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -82,6 +83,9 @@ def test_demo_prints_the_report_and_stops_every_process(tmp_path: Path, broker_u
     exchange = re.search(r"exchange (agentbus-demo-\w+)", out)
     assert exchange is not None
     assert processes_of(exchange.group(1)) == []
+    logs = re.search(r"agent logs in (\S+)", out)
+    assert logs is not None
+    assert not Path(logs.group(1)).exists(), "a clean run leaves no log folder behind"
 
 
 def test_ctrl_c_stops_a_kept_team_cleanly(tmp_path: Path, broker_url: str) -> None:
@@ -104,6 +108,18 @@ def test_ctrl_c_stops_a_kept_team_cleanly(tmp_path: Path, broker_url: str) -> No
         exchange = re.search(r"exchange (agentbus-demo-\w+)", log.read_text())
         assert exchange is not None
         assert len(processes_of(exchange.group(1))) == 7
+        # The commands it suggests run as printed, from a shell without the venv active.
+        suggested = re.search(r"^  (\S+ --exchange \S+ agents)$", log.read_text(), re.MULTILINE)
+        assert suggested is not None, log.read_text()
+        listed = subprocess.run(
+            shlex.split(suggested.group(1)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**demo_env(broker_url), "PATH": "/usr/bin:/bin"},
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert "demo-registry" in listed.stdout
 
         demo.send_signal(signal.SIGINT)
         status = demo.wait(timeout=60)

@@ -26,7 +26,7 @@ from processes import INTERVAL, SLACK, STARTUP, AgentProcess, Processes, poll, w
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentbus import Bus
-from agentbus.agents.leader import Aggregate, PlanClient, PlanStatus, Progress, SubtaskStatus
+from agentbus.leader import Aggregate, PlanClient, PlanStatus, Progress, SubtaskStatus
 
 LEADER = "leader-1"
 REGISTRY = "registry-1"

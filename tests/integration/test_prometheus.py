@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from helpers import BusFactory, delete_topology
 
 from agentbus import RemoteError
 from agentbus.bus import Topology
+from waiting import eventually
 
 T = TypeVar("T")
 
@@ -102,24 +103,6 @@ class Child:
 
     def tail(self, lines: int = 15) -> str:
         return "\n".join(self.text().splitlines()[-lines:])
-
-
-async def eventually(probe: Callable[[], T | None], seconds: float, what: str) -> T:
-    """Call the blocking ``probe`` in a thread until it returns a value; fail after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    last: Any = "no answer yet"
-    while True:
-        try:
-            value = await asyncio.to_thread(probe)
-        except (OSError, ValueError) as exc:  # urllib errors are OSErrors
-            last = f"{type(exc).__name__}: {exc}"
-        else:
-            if value is not None:
-                return value
-            last = "answered, condition not met"
-        if time.monotonic() >= deadline:
-            pytest.fail(f"waited {seconds:.2f} s for {what}; last: {last}", pytrace=False)
-        await asyncio.sleep(0.1)
 
 
 @dataclass

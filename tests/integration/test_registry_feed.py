@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import unquote, urlsplit
 
 import aio_pika
 from helpers import delete_topology
@@ -10,7 +11,6 @@ from helpers import delete_topology
 from agentbus import Settings
 from agentbus.agents import HEARTBEAT, AgentStatus, Heartbeat
 from agentbus.bus import Topology
-from agentbus.bus._admission import connection_user
 from agentbus.envelopes import BROADCAST, EventEnvelope, EventPayload, encode
 from agentbus.registry import Registry
 from waiting import wait_until
@@ -34,7 +34,7 @@ async def test_with_verify_sender_the_registry_takes_only_a_users_own_heartbeats
     broker_url: str, exchange_name: str, raw_channel: aio_pika.abc.AbstractChannel
 ) -> None:
     """Beats without user_id, from another user's id, or about another agent are refused."""
-    user = connection_user(broker_url)
+    user = unquote(urlsplit(broker_url).username or "guest")
     settings = Settings(url=broker_url, exchange=exchange_name, verify_sender=True)
     registry = Registry(agent_id=f"{user}-registry", settings=settings, heartbeat_interval=1)
     beats = {

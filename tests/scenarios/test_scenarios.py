@@ -11,6 +11,7 @@ from scenario_support import TransportFactory
 
 from agentbus import (
     BusClosed,
+    NoInstance,
     PayloadTooLarge,
     RemoteError,
     RequestEnvelope,
@@ -477,3 +478,17 @@ async def test_direct_request_to_a_draining_instance_is_refused(
 
     assert caught.value.code == "agent_unavailable"
     assert (await first).result == "done"
+
+
+async def test_a_service_with_no_instance_running_fails_fast(transport: TransportFactory) -> None:
+    """Its queue outlives its instances: a request fails with NoInstance after the check."""
+    server = await transport("gone-1")
+    await server.serve(echo, service="gone")
+    await server.aclose()
+    client = await transport(presence_check=0.2)
+
+    began = asyncio.get_running_loop().time()
+    with pytest.raises(NoInstance, match="no instance of 'gone' is running"):
+        await client.request("gone", "say", timeout=30)
+    print(f"\nno instance: failed after {asyncio.get_running_loop().time() - began:.3f} s")
+    assert client.stats.no_instance == 1

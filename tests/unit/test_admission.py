@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentbus import ConfigurationError, Settings
-from agentbus._metrics import Metrics
+from agentbus import ConfigurationError, Metrics, Settings
 from agentbus.bus._admission import (
     Refusal,
     connection_user,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import pkgutil
 
 import pytest
 
@@ -27,6 +29,9 @@ EXPECTED_TOP_LEVEL = [
     "EventEnvelope",
     "InvalidParameters",
     "Leader",
+    "Metrics",
+    "NoCapableAgent",
+    "NoInstance",
     "PayloadTooLarge",
     "Plan",
     "PlanClient",
@@ -41,7 +46,9 @@ EXPECTED_TOP_LEVEL = [
     "UnknownAction",
     "Unroutable",
     "UnsupportedVersion",
+    "UsageError",
     "__version__",
+    "configure_logging",
     "connect",
     "current_request",
     "decode",
@@ -55,6 +62,44 @@ def test_top_level_all_is_pinned() -> None:
     assert agentbus.__all__ == EXPECTED_TOP_LEVEL
 
 
+EXPECTED_LEADER = [
+    "PLAN_PROGRESS",
+    "Aggregate",
+    "Leader",
+    "NoCapableAgent",
+    "Plan",
+    "PlanClient",
+    "PlanGraph",
+    "PlanRunner",
+    "PlanStatus",
+    "Progress",
+    "ProgressReport",
+    "RunState",
+    "SkillDirectory",
+    "Skip",
+    "Stop",
+    "Subtask",
+    "SubtaskOutcome",
+    "SubtaskStatus",
+    "Totals",
+    "resolve_input",
+]
+
+
+def test_leader_all_is_pinned() -> None:
+    """agentbus.leader, a sibling of agentbus.registry, exports the leader's vocabulary."""
+    import agentbus.leader
+
+    assert agentbus.leader.__all__ == EXPECTED_LEADER
+    assert agentbus.leader.NoCapableAgent is agentbus.NoCapableAgent
+
+
+def test_the_old_leader_path_is_gone() -> None:
+    """The leader moved out of agentbus.agents; no shim is left behind (pre-1.0)."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("agentbus.agents.leader")
+
+
 def _isort_key(name: str) -> tuple[int, str]:
     # isort style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions.
     if name.isupper():
@@ -64,17 +109,65 @@ def _isort_key(name: str) -> tuple[int, str]:
     return 2, name
 
 
-@pytest.mark.parametrize(
-    "module",
-    ["agentbus", "agentbus.envelopes", "agentbus.bus", "agentbus.agents", "agentbus.registry"],
-)
+def _public_packages() -> list[str]:
+    # Every package users may import: no part of its dotted name starts with "_".
+    found = ["agentbus"]
+    for info in pkgutil.walk_packages(agentbus.__path__, "agentbus."):
+        parts = info.name.split(".")
+        if info.ispkg and not any(part.startswith("_") for part in parts):
+            found.append(info.name)
+    return sorted(found)
+
+
+PUBLIC_PACKAGES = _public_packages()
+
+
+def test_the_walk_finds_every_package() -> None:
+    """The walk below sees the packages the layout promises (a moved package fails here)."""
+    assert {
+        "agentbus",
+        "agentbus.agents",
+        "agentbus.agents.builtin",
+        "agentbus.bus",
+        "agentbus.cli",
+        "agentbus.envelopes",
+        "agentbus.leader",
+        "agentbus.registry",
+        "agentbus.testing",
+        "agentbus.testing.chaos",
+    } <= set(PUBLIC_PACKAGES)
+
+
+def test_the_in_memory_fake_and_the_chaos_kit_export_apart() -> None:
+    """agentbus.testing is the in-memory fake; the chaos kit's names live in .chaos only."""
+    testing = importlib.import_module("agentbus.testing")
+    chaos = importlib.import_module("agentbus.testing.chaos")
+    assert {"MemoryBroker", "MemoryBus"} <= set(testing.__all__)
+    assert {"ChaosProxy", "Ledger", "PrivateBroker"} <= set(chaos.__all__)
+    assert not set(testing.__all__) & set(chaos.__all__)
+
+
+def test_the_chaos_plugin_is_opt_in() -> None:
+    """Installing agentbus registers no pytest11 entry point: no plugin loads uninvited."""
+    plugins = importlib.metadata.entry_points(group="pytest11")
+    assert not [ep for ep in plugins if ep.value.startswith("agentbus")]
+
+
+@pytest.mark.parametrize("module", PUBLIC_PACKAGES)
 def test_all_is_sorted_and_resolves(module: str) -> None:
-    """Every package's __all__ is sorted, and each name in it is importable."""
+    """Every public package has an __all__, sorted, and each name in it is importable."""
     mod = importlib.import_module(module)
     names = list(mod.__all__)
     assert names == sorted(names, key=_isort_key)
     for name in names:
         assert hasattr(mod, name), f"{module}.{name} is listed but missing"
+
+
+@pytest.mark.parametrize("module", PUBLIC_PACKAGES)
+def test_public_names_are_not_private(module: str) -> None:
+    """Nothing exported is named like a private one."""
+    mod = importlib.import_module(module)
+    assert not [name for name in mod.__all__ if name.startswith("_") and name != "__version__"]
 
 
 def test_every_error_is_an_agentbus_error() -> None:

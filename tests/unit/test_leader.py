@@ -10,10 +10,21 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agentbus import Agent, RemoteError, Settings, skill
+from agentbus import Agent, NoCapableAgent, RemoteError, Settings, UsageError, skill
 from agentbus.agents import AGENT_OFFLINE, current_request
-from agentbus.agents.leader import Leader, Plan, PlanClient, PlanStatus, Progress, SubtaskStatus
-from agentbus.registry import Registry
+from agentbus.envelopes import utcnow
+from agentbus.leader import (
+    Leader,
+    Plan,
+    PlanClient,
+    PlanRunner,
+    PlanStatus,
+    Progress,
+    RunState,
+    SkillDirectory,
+    SubtaskStatus,
+)
+from agentbus.registry import AgentInfo, Registry
 from agentbus.testing import MemoryBroker, MemoryBus
 
 
@@ -401,3 +412,203 @@ async def test_progress_reports_every_transition_in_order(team: tuple[MemoryBrok
         mine = [p.transition for p in progress if p.subtask_id == subtask]
         assert mine == ["started", "succeeded"]
     assert progress[-1].done == progress[-1].total == 2
+
+
+async def test_a_diamond_with_a_ruled_out_branch_ends_partial(
+    team: tuple[MemoryBroker, Team],
+) -> None:
+    """A fan-in ruled out by one failed branch stays skipped when its other branch succeeds."""
+    broker, start = team
+    await start(Worker)
+    await start(Leader, "leader-1")
+    plan = {
+        "subtasks": [
+            {"id": "bad", "skill": "fail", "critical": False},
+            {"id": "ok", "skill": "square", "parameters": {"n": 2}},
+            {"id": "mid", "skill": "square", "parameters": {"n": 1}, "depends_on": ["bad"]},
+            {"id": "join", "skill": "total", "depends_on": ["mid", "ok"],
+             "inputs": {"values": ["mid", "ok"]}},
+        ]
+    }  # fmt: skip
+
+    aggregate = await run(broker, plan)
+
+    assert aggregate.status is PlanStatus.PARTIAL
+    assert aggregate.subtask("ok").result == 4
+    for skipped in ("mid", "join"):
+        outcome = aggregate.subtask(skipped)
+        assert outcome.status is SubtaskStatus.SKIPPED
+        assert outcome.error == {"code": "skipped", "message": "dependency 'bad' did not succeed"}
+        assert outcome.attempts == 0
+
+
+async def test_errors_keep_their_wire_shape(team: tuple[MemoryBroker, Team]) -> None:
+    """An agent's error carries code, message and details; the leader's own, code and message."""
+    broker, start = team
+    await start(Worker)
+    await start(Leader, "leader-1")
+    plan = {
+        "subtasks": [
+            {"id": "bad", "skill": "fail", "parameters": {"why": "no"}, "critical": False},
+            {"id": "after", "skill": "square", "parameters": {"n": 1}, "depends_on": ["bad"]},
+        ]
+    }
+    progress = Recorder()
+
+    aggregate = await run(broker, plan, progress)
+
+    bad = aggregate.subtask("bad").error
+    assert bad is not None
+    assert set(bad) == {"code", "message", "details"}
+    assert bad["code"] == "processing_failed"
+    assert aggregate.subtask("after").error == {
+        "code": "skipped",
+        "message": "dependency 'bad' did not succeed",
+    }
+    wire = {p.subtask_id: p.error for p in progress if p.error is not None}
+    assert wire == {"bad": bad, "after": aggregate.subtask("after").error}
+
+
+async def test_a_runner_runs_its_plan_once(team: tuple[MemoryBroker, Team]) -> None:
+    """The runner's state goes pending, running, finished; a second run is a UsageError."""
+    broker, start = team
+    await start(Worker)
+    plan = Plan.model_validate(
+        {"subtasks": [{"id": "a", "skill": "square", "parameters": {"n": 3}}]}
+    )
+    async with MemoryBus(broker, Settings(), agent_id="leader-direct") as bus:
+        runner = PlanRunner(bus, plan, directory=SkillDirectory(bus))
+        assert runner.state is RunState.PENDING
+        assert "state=pending" in repr(runner)
+
+        aggregate = await runner.run()
+
+        assert aggregate.status is PlanStatus.COMPLETED
+        assert runner.state is RunState.FINISHED
+        assert runner.stop_reason is None
+        with pytest.raises(UsageError, match="has run already"):
+            await runner.run()
+        assert runner.state is RunState.FINISHED
+
+
+async def test_a_stopped_run_says_why_apart_from_its_state(
+    team: tuple[MemoryBroker, Team],
+) -> None:
+    """A critical failure stops the run: state STOPPED, the reason in stop_reason and error."""
+    broker, start = team
+    await start(Worker)
+    plan = Plan.model_validate(
+        {
+            "subtasks": [
+                {"id": "bad", "skill": "fail"},
+                {"id": "after", "skill": "square", "parameters": {"n": 1}, "depends_on": ["bad"]},
+            ]
+        }
+    )
+    async with MemoryBus(broker, Settings(), agent_id="leader-direct") as bus:
+        runner = PlanRunner(bus, plan, directory=SkillDirectory(bus))
+        aggregate = await runner.run()
+
+    assert runner.state is RunState.STOPPED
+    assert runner.stop_reason == "critical subtask 'bad' failed"
+    assert aggregate.error == runner.stop_reason
+    assert aggregate.subtask("after").error == {"code": "skipped", "message": runner.stop_reason}
+
+
+class Babbler(Agent):
+    """Answers find_skill with something that is not a list of agents."""
+
+    name = "babbler"
+
+    @skill
+    async def find_skill(self, skill: str) -> list[dict[str, Any]]:
+        return [{"agent_id": skill}]
+
+
+async def test_the_directory_reads_registry_replies_as_agent_info(
+    team: tuple[MemoryBroker, Team],
+) -> None:
+    """find_skill's answer becomes AgentInfo at the edge; an answer that is not one is refused."""
+    broker, start = team
+    await start(Worker, "worker-a")
+    await start(Babbler)
+    async with MemoryBus(broker, Settings(), agent_id="asker") as bus:
+        agents = await SkillDirectory(bus).capable("square")
+        with pytest.raises(NoCapableAgent, match="not a list of agents"):
+            await SkillDirectory(bus, registry="babbler").capable("square")
+
+    assert [type(agent) for agent in agents] == [AgentInfo]
+    assert agents[0].agent_id == "worker-a"
+    assert agents[0].service == "worker"
+
+
+async def test_a_cancelled_run_stops_its_work_and_says_so(team: tuple[MemoryBroker, Team]) -> None:
+    """Cancelling run() cancels the running subtasks, tells their holder, and records why."""
+    broker, start = team
+    await start(Worker)
+    plan = Plan.model_validate({"subtasks": [{"id": "h", "skill": "hang", "timeout": 60}]})
+    held = asyncio.Event()
+
+    async def sink(batch: list[Progress]) -> None:
+        if any(p.transition == "running" for p in batch):
+            held.set()
+
+    async with MemoryBus(broker, Settings(), agent_id="leader-direct") as bus:
+        runner = PlanRunner(bus, plan, directory=SkillDirectory(bus), progress=sink)
+        running = asyncio.create_task(runner.run())
+        await asyncio.wait_for(held.wait(), timeout=10)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        await broker.idle()
+
+    assert runner.state is RunState.STOPPED
+    assert runner.stop_reason == "the leader is stopping"
+    assert len(Worker.cancelled) == 1, "the worker holding 'h' was told to stop"
+
+
+class SlowRegistry(Agent):
+    """Answers find_skill once let through, with one worker."""
+
+    name = "slow-registry"
+    asked: asyncio.Event
+    gate: asyncio.Event
+
+    calls = 0
+
+    @skill
+    async def find_skill(self, skill: str) -> list[AgentInfo]:
+        SlowRegistry.calls += 1
+        SlowRegistry.asked.set()
+        await SlowRegistry.gate.wait()
+        return [
+            AgentInfo(
+                agent_id="worker-a", service="worker", status="ready", in_flight=0, capacity=1,
+                skills=[skill], interval=1.0, last_seen=utcnow(), age=0.0, card_digest="x",
+            )
+        ]  # fmt: skip
+
+
+async def test_a_shared_lookup_survives_its_first_asker_being_cancelled(
+    team: tuple[MemoryBroker, Team],
+) -> None:
+    """Two asks share one lookup; cancelling the first (its plan stopped) still serves the other."""
+    broker, start = team
+    SlowRegistry.asked, SlowRegistry.gate = asyncio.Event(), asyncio.Event()
+    SlowRegistry.calls = 0
+    await start(SlowRegistry)
+    async with MemoryBus(broker, Settings(), agent_id="asker") as bus:
+        directory = SkillDirectory(bus, registry="slow-registry")
+        first = asyncio.create_task(directory.capable("square"))
+        second = asyncio.create_task(directory.capable("square"))
+        await asyncio.wait_for(SlowRegistry.asked.wait(), timeout=10)
+        first.cancel()
+        SlowRegistry.gate.set()
+
+        agents = await asyncio.wait_for(second, timeout=10)
+        cached = await directory.capable("square")
+
+    assert first.cancelled()
+    assert SlowRegistry.calls == 1, "one lookup for both asks and the cached one"
+    assert [agent.agent_id for agent in agents] == ["worker-a"]
+    assert cached == agents, "the lookup's answer was cached"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections.abc import Iterator
@@ -9,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from agentbus import Agent, Settings, skill
-from agentbus._logging import configure_logging
+from agentbus import Agent, Settings, configure_logging, skill
+from agentbus._logging import bind_delivery_ids
 from agentbus.testing import MemoryBroker, MemoryBus
 
 
@@ -93,3 +94,32 @@ async def test_ids_are_bound_on_every_line_of_a_request(
     assert line["agent_id"] == "noisy-1"
     assert isinstance(line["message_id"], str)
     assert "correlation_id" in line
+
+
+def test_delivery_ids_set_through_the_seam_are_structlogs_context_variables() -> None:
+    """bind_delivery_ids sets what structlog.contextvars.get_contextvars() returns, nothing else."""
+
+    def bind_and_read() -> dict[str, object]:
+        structlog.contextvars.clear_contextvars()
+        bind_delivery_ids("agent-1", "m-1", "c-1")
+        return structlog.contextvars.get_contextvars()
+
+    bound = contextvars.Context().run(bind_and_read)
+
+    assert bound == {"agent_id": "agent-1", "message_id": "m-1", "correlation_id": "c-1"}
+    assert structlog.contextvars.get_contextvars().get("message_id") != "m-1"  # no leak out
+
+
+def test_delivery_ids_reach_a_log_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A line logged after bind_delivery_ids carries the three ids."""
+    configure_logging("info", "json")
+
+    def log() -> None:
+        bind_delivery_ids("agent-1", "m-1", None)
+        structlog.get_logger("t").info("handled")
+
+    contextvars.Context().run(log)
+
+    [line] = json_lines(capsys.readouterr().err)
+    assert (line["agent_id"], line["message_id"]) == ("agent-1", "m-1")
+    assert line["correlation_id"] is None

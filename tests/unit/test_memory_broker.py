@@ -291,3 +291,13 @@ async def test_event_handlers_see_envelopes_not_bytes() -> None:
     assert got == [sent]
     assert got[0] is not sent
     assert got[0].model_extra == {"future_field": "kept"}
+
+
+async def test_an_event_nobody_subscribes_to_is_dropped_unless_a_listener_is_required() -> None:
+    """Pub/sub: emit drops an unheard event; with mandatory=True it is Unroutable."""
+    async with MemoryBus(MemoryBroker()) as bus:
+        sent = await bus.emit("deployed", {"version": "1.2"})
+        with pytest.raises(Unroutable):
+            await bus.emit("deployed", {"version": "1.2"}, mandatory=True)
+    assert sent.payload.event_name == "deployed"
+    assert bus.stats.published_by_type["event"] == 1

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from agentbus import ConnectionLost, RemoteError, Settings
-from agentbus._metrics import Metrics
-from agentbus.bus._dispatch import ATTEMPT_HEADER, IncomingMessage
+from agentbus import ConnectionLost, Metrics, RemoteError, Settings
+from agentbus.bus._delivery import IncomingMessage
+from agentbus.bus._poison import ATTEMPT_HEADER
 from agentbus.envelopes import RequestEnvelope, RequestPayload, encode
 from agentbus.testing import MemoryBroker, MemoryBus, MemoryDelivery, MemoryMessage
 from agentbus.testing._publisher import MemoryPublisher
@@ -206,3 +206,31 @@ async def test_a_copy_that_comes_back_first_waits_until_its_original_is_acked(
 
     assert reply.result == "done"
     assert settled_when_run == [True]
+
+
+async def test_a_republish_cut_short_does_not_hold_the_next_delivery_of_its_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A channel closing mid-republish requeues the original; its next delivery still runs."""
+    broker = MemoryBroker()
+    handler = Crashing(crashes=1)
+    republish = MemoryPublisher.republish
+    cut: list[int] = []
+
+    async def cut_once(
+        self: MemoryPublisher, message: IncomingMessage, headers: Mapping[str, int]
+    ) -> None:
+        if not cut:
+            cut.append(headers[ATTEMPT_HEADER])
+            raise asyncio.CancelledError
+        await republish(self, message, headers)
+
+    monkeypatch.setattr(MemoryPublisher, "republish", cut_once)
+    async with MemoryBus(broker, CLASSIC, agent_id="svc-1") as server, MemoryBus(broker) as client:
+        await server.serve(handler, service="svc")
+        reply = await client.request("svc", "go", timeout=5)
+
+    assert reply.result == "done"
+    assert cut == [2]
+    assert handler.calls == 2
+    assert broker.dead_letters == []

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import aio_pika
+import aiormq.exceptions
 import pytest
 from aio_pika.abc import AbstractExchange, AbstractRobustChannel
 from aiormq.abc import AbstractChannel, DeliveredMessage
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
-from agentbus import Unroutable
+from agentbus import PublishFailed, Unroutable
+from agentbus.bus import BusStats
 from agentbus.bus._publisher import Publisher
-from agentbus.bus._stats import BusStats
 from agentbus.envelopes import RequestEnvelope, RequestPayload, encode
 
 SENT_AT = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC)
@@ -147,3 +149,67 @@ async def test_returned_message_raises_unroutable() -> None:
         await pub.publish(request())
 
     assert stats.published == 0
+
+
+class NackingUnderlay(FakeUnderlay):
+    """Nacks (as aiormq raises it) until its channel is reopened ``cure`` times."""
+
+    def __init__(self, cure: int | None) -> None:
+        super().__init__(Basic.Ack())
+        self.cure = cure
+        self.reopens = 0
+
+    async def basic_publish(self, body: bytes, **kwargs: Any) -> object:
+        self.calls.append({"body": body, **kwargs})
+        if self.cure is None or self.reopens < self.cure:
+            raise aiormq.exceptions.DeliveryError(None, Basic.Nack(delivery_tag=1))
+        return self.result
+
+
+class ReopeningChannel(FakeChannel):
+    async def reopen(self) -> None:
+        assert isinstance(self.underlay, NackingUnderlay)
+        self.underlay.reopens += 1
+
+
+def nacking_publisher(cure: int | None, timeout: float = 5.0) -> tuple[Publisher, NackingUnderlay]:
+    underlay = NackingUnderlay(cure)
+    pub = Publisher(
+        cast(AbstractRobustChannel, ReopeningChannel(underlay)),
+        cast(AbstractExchange, FakeExchange()),
+        app_id="agentbus",
+        max_size=1 << 20,
+        default_timeout=timeout,
+        stats=BusStats(),
+        is_open=lambda: True,
+    )
+    return pub, underlay
+
+
+async def test_a_nacked_publish_goes_again_on_a_fresh_channel() -> None:
+    """RabbitMQ 3.10 keeps nacking a channel that met a quorum election: reopen, publish again."""
+    pub, underlay = nacking_publisher(cure=1)
+
+    await pub.publish(request())
+
+    assert underlay.reopens == 1
+    assert len(underlay.calls) == 2
+    assert underlay.calls[0]["body"] == underlay.calls[1]["body"]  # the same message_id
+
+
+async def test_concurrent_nacks_reopen_the_channel_once() -> None:
+    """Publishes nacked together on one channel share one reopen."""
+    pub, underlay = nacking_publisher(cure=1)
+
+    await asyncio.gather(*(pub.publish(request()) for _ in range(5)))
+
+    assert underlay.reopens == 1
+
+
+async def test_a_publish_nacked_until_its_time_is_up_is_publish_failed() -> None:
+    """A nack that will not clear ends as PublishFailed when the publish's time is up."""
+    pub, underlay = nacking_publisher(cure=None)
+
+    with pytest.raises(PublishFailed, match="nack"):
+        await pub.publish(request(), timeout=0.3)
+    assert underlay.reopens >= 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agentbus.agents import AgentCard, AgentStatus, Heartbeat, SkillCard
 from agentbus.registry import LivenessTable, Transition
 
@@ -252,3 +254,32 @@ def test_sweep_reports_every_silent_agent_whatever_order_they_beat_in() -> None:
 
     assert sorted(r.agent_id for r in gone) == ["a-1", "a-3", "a-5"]
     assert [i.agent_id for i in table.query()] == ["a-0", "a-2", "a-4"]
+
+
+class _Recorder:
+    """Stands in for a structlog logger: keeps (level, event) of each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        def record(event: str, **_: object) -> None:
+            self.calls.append((level, event))
+
+        return record
+
+
+async def test_a_stopping_registry_drops_its_transition_news_without_a_warning() -> None:
+    """Its bus closed (a normal shutdown), an offline transition is not sent, and not a warning."""
+    from agentbus.registry import Registry
+    from agentbus.testing import MemoryBroker, MemoryBus
+
+    bus = MemoryBus(MemoryBroker())
+    registry = Registry(bus=bus, heartbeat_interval=1)
+    await registry.start()
+    record, _ = registry.table.observe(beat("alpha-1"))
+    await registry.stop()
+    await bus.aclose()  # a bus handed in stays its owner's to close
+    registry._log = log = _Recorder()
+    await registry._announce_transition("agent_offline", record, reason="shutdown")
+    assert [level for level, event in log.calls if "not sent" in event] == ["debug"]

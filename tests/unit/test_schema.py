@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from agentbus.cli._main import cli
+from agentbus.cli import cli
 from agentbus.envelopes import (
     PROTOCOL_VERSION,
     Envelope,

@@ -2,9 +2,11 @@
 
 from typing import TYPE_CHECKING
 
+from agentbus.bus._admission import Refusal
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import EventHandler, RequestHandler
+from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
@@ -12,13 +14,19 @@ from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
 
 __all__ = [
+    "DEFAULT_FEED_LENGTH",
     "Bus",
     "BusState",
     "BusStats",
     "DedupStore",
     "DedupWindow",
     "EventHandler",
+    "Feed",
+    "FeedHandler",
+    "FeedState",
+    "FeedStats",
     "ProgressCallback",
+    "Refusal",
     "RequestHandler",
     "SqliteDedupStore",
     "Topology",

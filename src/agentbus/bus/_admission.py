@@ -29,7 +29,15 @@ from agentbus._exceptions import ConfigurationError
 from agentbus.bus._topology import routing_key
 from agentbus.envelopes import BROADCAST, Envelope
 
-__all__ = ["Admissible", "Refusal", "connection_user", "publisher_user_id", "refusal", "sent_by"]
+__all__ = [
+    "Admissible",
+    "Refusal",
+    "connection_user",
+    "identity_refusal",
+    "publisher_user_id",
+    "refusal",
+    "sent_by",
+]
 
 _DEFAULT_USER = "guest"  # what aio-pika logs in as when the URL names no user
 
@@ -98,26 +106,48 @@ def refusal(
         shared: Whether it came from the service queue (else the instance queue).
         verify_sender: Whether to require ``user_id`` and a ``sender_id`` of that user.
     """
-    headers = message.headers
-    if headers and ("CC" in headers or "BCC" in headers):
-        return Refusal.CARBON_COPY
-    if verify_sender:
-        user = message.user_id
-        if not user:
-            return Refusal.MISSING_USER_ID
-        if not sent_by(envelope.sender_id, user):
-            return Refusal.SENDER_MISMATCH
+    reason = identity_refusal(
+        message.headers, message.user_id, envelope.sender_id, verify_sender=verify_sender
+    )
+    if reason is not None:
+        return reason
     kind = envelope.message_type
     if kind == "request" or kind == "event":
         # Replies come through reply_to queues (the default exchange): no contract key.
         if message.routing_key != routing_key(envelope):
             return Refusal.ROUTING_KEY
-        if kind == "request":
-            receiver = envelope.receiver_id
-            mine = receiver == service if shared else receiver in (agent_id, BROADCAST)
-            if not mine:
-                return Refusal.RECEIVER
+        if kind == "request" and not _addressed_here(
+            envelope.receiver_id, agent_id=agent_id, service=service, shared=shared
+        ):
+            return Refusal.RECEIVER
     return None
+
+
+def identity_refusal(
+    headers: Mapping[str, object] | None,
+    user_id: str | None,
+    sender_id: object,
+    *,
+    verify_sender: bool,
+) -> Refusal | None:
+    """Return why a message must be refused for how it was sent, or ``None``.
+
+    The checks that need no decoded envelope: no ``CC`` / ``BCC`` header and, with
+    ``verify_sender``, a ``user_id`` that ``sender_id`` belongs to. Feeds, which take
+    raw bodies, apply these; ``refusal`` applies them and the envelope's own.
+    """
+    if headers and ("CC" in headers or "BCC" in headers):
+        return Refusal.CARBON_COPY
+    if verify_sender:
+        if not user_id:
+            return Refusal.MISSING_USER_ID
+        if not isinstance(sender_id, str) or not sent_by(sender_id, user_id):
+            return Refusal.SENDER_MISMATCH
+    return None
+
+
+def _addressed_here(receiver: str, *, agent_id: str, service: str | None, shared: bool) -> bool:
+    return receiver == service if shared else receiver in (agent_id, BROADCAST)
 
 
 def sent_by(sender_id: str, user: str) -> bool:
@@ -135,7 +165,7 @@ def sent_by(sender_id: str, user: str) -> bool:
 
 def connection_user(url: str) -> str:
     """Return the user name a connection to ``url`` logs in as (AMQP PLAIN)."""
-    name = urlsplit(url).username
+    name = urlsplit(url.split(";")[0]).username
     return unquote(name) if name else _DEFAULT_USER
 
 

@@ -4,35 +4,32 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 import structlog
 
 from agentbus._config import Settings
 from agentbus._exceptions import (
-    AgentBusError,
     BusClosed,
     ConfigurationError,
-    RemoteError,
-    RequestTimeout,
 )
 from agentbus._metrics import Metrics
 from agentbus.bus._dedup import DedupStore, DedupWindow
-from agentbus.bus._dispatch import Dispatcher, EventHandler, ReplyPublisher, RequestHandler
+from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
+from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._pending import PendingRequests, ProgressCallback
+from agentbus.bus._protocol import EnvelopePublisher
+from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology
 from agentbus.envelopes import (
     BROADCAST,
     Envelope,
-    ErrorCode,
-    ErrorEnvelope,
     EventEnvelope,
     EventPayload,
     RequestEnvelope,
@@ -41,24 +38,9 @@ from agentbus.envelopes import (
     utcnow,
 )
 
-__all__ = ["BaseBus", "EnvelopePublisher"]
+__all__ = ["BaseBus"]
 
 _log = structlog.get_logger("agentbus.bus")
-
-
-class EnvelopePublisher(ReplyPublisher, Protocol):
-    """Publishes envelopes and replies: on RabbitMQ, or on the in-memory broker."""
-
-    async def publish(
-        self,
-        envelope: Envelope,
-        *,
-        reply_to: str | None = None,
-        persistent: bool = True,
-        ttl: float | None = None,
-        timeout: float | None = None,
-        mandatory: bool = True,
-    ) -> None: ...
 
 
 class BaseBus(abc.ABC):
@@ -87,15 +69,23 @@ class BaseBus(abc.ABC):
         self._pending = PendingRequests()
         # Backpressure: callers past the cap wait for a slot. Requests and publishes have
         # a cap each, so requests waiting on slow answers never hold up heartbeats.
-        self._request_slots = asyncio.Semaphore(self.settings.max_outstanding)
+        self._requests = Requester(
+            self._pending,
+            self.stats,
+            self.settings.max_outstanding,
+            presence=self._unserved,
+            presence_after=self.settings.presence_check,
+        )
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else _dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
+        self._feeds: list[Feed] = []
         self.metrics = metrics
         if metrics is not None:
-            metrics.attach(self)
+            self.stats.observer = metrics  # timings as they happen
+            metrics.attach(self)  # counters at each scrape
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} agent_id={self.agent_id!r} state={self._state.value}>"
@@ -121,7 +111,7 @@ class BaseBus(abc.ABC):
 
         Unlike ``in_flight``, callers still waiting for a slot are not counted.
         """
-        return self.settings.max_outstanding - self._request_slots._value
+        return self._requests.slots.taken
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -145,6 +135,17 @@ class BaseBus(abc.ABC):
     @abc.abstractmethod
     async def _bind_instance(self, pattern: str) -> None:
         """Bind ``pattern`` to this instance's queue."""
+
+    @abc.abstractmethod
+    async def _open_feed(self, feed: Feed, max_length: int) -> Callable[[], Awaitable[None]]:
+        """Declare ``feed``'s exclusive bounded queue, bind it, consume it without acks.
+
+        Return what stops consuming it.
+        """
+
+    @abc.abstractmethod
+    async def _unserved(self, receiver: str) -> bool:
+        """Whether ``receiver``'s queue (service, else instance) holds work nobody consumes."""
 
     @abc.abstractmethod
     async def _stop_consuming(self, *, instance: bool) -> None:
@@ -216,6 +217,39 @@ class BaseBus(abc.ABC):
         dispatcher.event_handlers.append((pattern, handler))
         await self._bind_instance(pattern)
 
+    async def consume_feed(
+        self,
+        pattern: str,
+        handler: FeedHandler,
+        *,
+        name: str,
+        max_length: int = DEFAULT_FEED_LENGTH,
+    ) -> Feed:
+        """Consume messages whose routing key matches ``pattern`` as a feed, without acks.
+
+        For high-rate messages that are soon stale and soon repeated (heartbeats): each
+        goes, parsed but not validated, to ``handler`` in order, from an exclusive queue
+        of this instance's that keeps at most ``max_length`` (the oldest are dropped).
+        A message that is not a JSON object, or that admission refuses for how it was
+        sent, is dropped and counted. The feed closes with the bus.
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid id.
+            BusClosed: the bus is not open.
+        """
+        self._require_open()
+        feed = Feed(
+            name=_checked(name, "feed name"),
+            pattern=pattern,
+            queue=self.topology.feed_queue(self.agent_id, name),
+            handler=handler,
+            verify_sender=self.settings.verify_sender,
+            bus_stats=self.stats,
+        )
+        feed._started(await self._open_feed(feed, max_length))
+        self._feeds.append(feed)
+        return feed
+
     async def publish(
         self,
         envelope: Envelope,
@@ -263,6 +297,10 @@ class BaseBus(abc.ABC):
             RemoteError: the receiver answered with an error envelope.
             RequestTimeout: no answer within ``timeout`` seconds.
             Unroutable: nobody serves ``receiver``.
+            NoInstance: ``receiver``'s queue holds requests and no instance consumes it
+                (checked once, after the ``presence_check`` setting's seconds without an
+                answer; a request already taken by an instance that then stops consuming,
+                as one draining does, is waited for).
         """
         timeout = timeout if timeout is not None else self.settings.request_timeout
         deadline = {"deadline": utcnow() + timedelta(seconds=timeout)}
@@ -290,43 +328,15 @@ class BaseBus(abc.ABC):
         Works while the bus drains, so a handler can finish work that needs requests.
         """
         publisher = self._require_publisher()
-        timeout = timeout if timeout is not None else self.settings.request_timeout
-        message_id = envelope.message_id
-        future = self._pending.add(message_id, on_progress)
-        started = time.perf_counter()
-        outcome = "success"
-        try:
-            async with asyncio.timeout(timeout), self._request_slots:
-                # Replies come straight to this instance's queue (the default exchange),
-                # not through the topic exchange's bindings: one less routing step.
-                await publisher.publish(
-                    envelope,
-                    reply_to=self.topology.instance_queue(self.agent_id),
-                    ttl=timeout,
-                    timeout=timeout,
-                )
-                reply = await future
-            if isinstance(reply, ErrorEnvelope):
-                outcome = reply.payload.code
-        except TimeoutError as exc:
-            outcome = ErrorCode.TIMEOUT
-            raise RequestTimeout(
-                f"no answer from {envelope.receiver_id!r} to {envelope.payload.action!r} "
-                f"within {timeout:g} s",
-                details={"receiver": envelope.receiver_id, "timeout": timeout},
-            ) from exc
-        except AgentBusError as exc:
-            outcome = exc.code
-            raise
-        finally:
-            self._pending.discard(message_id)
-            if self.stats.observer is not None:
-                seconds = time.perf_counter() - started
-                self.stats.observer.observe_request(envelope.payload.action, outcome, seconds)
-        if isinstance(reply, ErrorEnvelope):
-            self.stats.errors_received[reply.payload.code] += 1
-            raise RemoteError(reply)
-        return reply
+        # Replies come straight to this instance's queue (the default exchange), not
+        # through the topic exchange's bindings: one less routing step.
+        return await self._requests.send(
+            publisher,
+            envelope,
+            reply_to=self.topology.instance_queue(self.agent_id),
+            timeout=timeout if timeout is not None else self.settings.request_timeout,
+            on_progress=on_progress,
+        )
 
     async def emit(
         self,
@@ -336,9 +346,12 @@ class BaseBus(abc.ABC):
         receiver: str = BROADCAST,
         persistent: bool = True,
         ttl: float | None = None,
-        mandatory: bool = True,
+        mandatory: bool = False,
     ) -> EventEnvelope:
         """Publish an event, to everyone by default; return the envelope sent.
+
+        An event nobody subscribes to is dropped, as pub/sub goes; with ``mandatory``,
+        it is an error instead.
 
         Raises:
             Unroutable: ``mandatory`` and nobody receives it (no subscriber bound).
@@ -381,7 +394,10 @@ class BaseBus(abc.ABC):
         if self.state is BusState.CLOSED:  # another aclose finished during the drain
             return
         self._state = BusState.CLOSED
+        feeds, self._feeds = self._feeds, []
         try:
+            for feed in feeds:
+                await feed.aclose()
             await self._stop_consuming(instance=True)
         finally:
             self._pending.fail_all(BusClosed("the bus closed before the answer came"))
@@ -389,6 +405,8 @@ class BaseBus(abc.ABC):
                 await self._close_transport()
             finally:
                 self._dedup.close()
+                if self.metrics is not None:
+                    self.metrics.detach(self)
         _log.debug("bus closed", agent_id=self.agent_id)
 
     async def _drain(self, grace: float) -> None:

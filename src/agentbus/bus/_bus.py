@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Self
 
-import aio_pika
+import aiormq.exceptions
 import structlog
 from aio_pika.abc import (
     AbstractQueue,
@@ -16,12 +16,16 @@ from aio_pika.abc import (
 )
 
 from agentbus._config import Settings, mask_url
-from agentbus._exceptions import BusClosed
+from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
+from agentbus.bus._amqp import NoAckConsumer
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
+from agentbus.bus._failover import connect_to_nodes
+from agentbus.bus._feed import Feed
+from agentbus.bus._nodes import broker_nodes
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
 
@@ -81,7 +85,6 @@ class Bus(BaseBus):
         super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics, dedup=dedup)
         self._connection: AbstractRobustConnection | None = None
         self._instance_queue: AbstractQueue | None = None
-        self._instance_consumer: tuple[AbstractQueue, str] | None = None
         self._service_consumers: list[tuple[AbstractQueue, str]] = []
 
     async def open(self) -> Self:
@@ -94,10 +97,12 @@ class Bus(BaseBus):
         if self._state is not BusState.NEW:
             raise BusClosed(f"{self!r} cannot be opened again")
         settings = self.settings
+        nodes = broker_nodes(settings.url)
         with map_connect_errors(mask_url(settings.url)):
-            self._connection = await aio_pika.connect_robust(
-                settings.url,
+            self._connection = await connect_to_nodes(
+                nodes,
                 timeout=settings.connect_timeout,
+                on_node=self._connected_to,
                 reconnect_interval=settings.reconnect_interval,
                 heartbeat=settings.heartbeat,
                 client_properties={"connection_name": f"agentbus:{self.agent_id}"},
@@ -110,8 +115,16 @@ class Bus(BaseBus):
             self._state = BusState.CLOSED
             raise
         self._state = BusState.OPEN
-        _log.debug("bus open", agent_id=self.agent_id, url=mask_url(settings.url))
+        _log.debug("bus open", agent_id=self.agent_id, node=self.stats.node)
         return self
+
+    def _connected_to(self, node: str) -> None:
+        self.stats.connections += 1
+        self.stats.node = node
+        if self.stats.connections > 1:
+            _log.info(
+                "reconnected", agent_id=self.agent_id, node=node, connections=self.stats.connections
+            )
 
     async def _declare(self) -> None:
         topology = self.topology
@@ -119,15 +132,12 @@ class Bus(BaseBus):
         exchange = await publish_channel.declare_exchange(
             topology.exchange, ExchangeType.TOPIC, durable=True
         )
-        dlx = await publish_channel.declare_exchange(
+        await publish_channel.declare_exchange(
             topology.dead_letter_exchange, ExchangeType.FANOUT, durable=True
         )
-        dlq = await publish_channel.declare_queue(
-            topology.dead_letter_queue,
-            durable=True,
-            arguments={"x-max-length": _DEAD_LETTER_MAX_LENGTH, "x-overflow": "drop-head"},
-        )
-        await dlq.bind(dlx, routing_key="")
+        await self._declare_dead_letter_queue()
+        assert self._connection is not None
+        self._connection.reconnect_callbacks.add(self._on_reconnect)
         dispatcher = self._started(
             Publisher(
                 publish_channel,
@@ -153,8 +163,9 @@ class Bus(BaseBus):
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue
-        tag = await queue.consume(dispatcher.on_message, no_ack=False)
-        self._instance_consumer = (queue, tag)
+        # Never cancelled by itself: closing the connection ends it, without a round trip
+        # that a stalled network would hold up.
+        await queue.consume(dispatcher.on_message, no_ack=False)
 
     async def _channel(self, prefetch: int | None = None) -> AbstractRobustChannel:
         assert self._connection is not None
@@ -191,13 +202,80 @@ class Bus(BaseBus):
         with map_transport_errors():
             await self._instance_queue.bind(self.topology.exchange, routing_key=pattern)
 
+    async def _open_feed(self, feed: Feed, max_length: int) -> Callable[[], Awaitable[None]]:
+        with map_transport_errors():
+            channel = await self._channel()
+            # Exclusive: gone with the connection; the robust channel declares it again.
+            queue = await channel.declare_queue(
+                feed.queue,
+                durable=False,
+                exclusive=True,
+                arguments={"x-max-length": max_length, "x-overflow": "drop-head"},
+            )
+            await queue.bind(self.topology.exchange, routing_key=feed.pattern)
+            consumer = NoAckConsumer(channel, feed.queue, feed.take)
+            await consumer.start()
+        return lambda: _bounded(consumer.aclose())
+
+    async def _declare_dead_letter_queue(self) -> None:
+        # On a channel of its own, not restored with the others, and never fatal: on a
+        # cluster a classic queue's home node may be gone, or another bus on this exchange
+        # may have declared it with another type. Either way this bus still (re)connects;
+        # dead letters are kept by the queue as it is, or dropped while its node is down.
+        assert self._connection is not None
+        topology = self.topology
+        arguments: dict[str, Any] = {
+            "x-max-length": _DEAD_LETTER_MAX_LENGTH,
+            "x-overflow": "drop-head",
+        }
+        if self.settings.queue_type == "quorum":
+            arguments["x-queue-type"] = "quorum"  # replicated, like the service queues
+        channel = await self._connection.channel(publisher_confirms=False)
+        try:
+            queue = await channel.declare_queue(
+                topology.dead_letter_queue, durable=True, arguments=arguments
+            )
+            await queue.bind(topology.dead_letter_exchange, routing_key="")
+        except (
+            aiormq.exceptions.ChannelPreconditionFailed,
+            aiormq.exceptions.ChannelNotFoundEntity,
+        ) as exc:
+            _log.info("dead-letter queue left as it is", agent_id=self.agent_id, error=str(exc))
+        finally:
+            if not channel.is_closed:
+                await channel.close()
+
+    async def _on_reconnect(self, connection: object) -> None:
+        try:
+            with map_transport_errors():
+                await self._declare_dead_letter_queue()
+        except AgentBusError as exc:
+            _log.info("dead-letter queue not declared again", error=str(exc))
+
+    async def _unserved(self, receiver: str) -> bool:
+        assert self._connection is not None
+        topology = self.topology
+        for name in (topology.service_queue(receiver), topology.instance_queue(receiver)):
+            with map_transport_errors():
+                # A passive declare of a missing queue closes its channel: one per look.
+                channel = await self._connection.channel(publisher_confirms=False)
+                try:
+                    queue = await channel.declare_queue(name, passive=True)
+                except aiormq.exceptions.ChannelNotFoundEntity:
+                    continue
+                finally:
+                    if not channel.is_closed:
+                        await channel.close()
+            declared = queue.declaration_result
+            # Ready messages and no consumer: requests wait there that nobody will take.
+            # No ready message: ours was delivered, maybe to an instance now draining.
+            return declared.consumer_count == 0 and (declared.message_count or 0) > 0
+        return False
+
     async def _stop_consuming(self, *, instance: bool) -> None:
+        # The instance consumer ends with the connection (see _declare).
         consumers = list(self._service_consumers)
         self._service_consumers.clear()
-        if instance:
-            # Closing the connection, which comes next, ends this consumer without a
-            # round trip that a stalled network would hold up.
-            self._instance_consumer = None
         await asyncio.gather(*(_bounded(queue.cancel(tag)) for queue, tag in consumers))
 
     def _delivery_tasks(self) -> set[asyncio.Task[Any]]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import enum
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -13,9 +11,12 @@ from typing import Any, Final, Protocol, TypeAlias
 import structlog
 
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
+from agentbus._logging import bind_delivery_ids
 from agentbus.bus._admission import Refusal, refusal
 from agentbus.bus._dedup import DedupStore
+from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
+from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
 from agentbus.envelopes import (
@@ -32,7 +33,7 @@ from agentbus.envelopes import (
     utcnow,
 )
 
-__all__ = ["Dispatcher", "EventHandler", "IncomingMessage", "ReplyPublisher", "RequestHandler"]
+__all__ = ["Dispatcher", "EventHandler", "ReplyPublisher", "RequestHandler"]
 
 RequestHandler: TypeAlias = Callable[[RequestEnvelope], Awaitable[Any]]
 """Serves a request: returns the result (or a ready reply envelope), or raises."""
@@ -44,52 +45,7 @@ Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 
 _AMQP_MESSAGE_ID: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
 _NO_ANSWER_TYPES: Final = frozenset({"response", "error", "event"})
-ATTEMPT_HEADER: Final = "x-agentbus-attempt"
-"""The delivery a copy republished from a classic service queue starts at (absent: 1)."""
-
 _log = structlog.get_logger("agentbus.bus")
-
-
-def _log_context_vars() -> tuple[contextvars.ContextVar[Any], ...]:
-    # The variables structlog.contextvars binds these keys to, got through its public API
-    # in a throwaway context, so that nothing is bound here.
-    keys = ("agent_id", "message_id", "correlation_id")
-    tokens = contextvars.Context().run(
-        structlog.contextvars.bind_contextvars, **dict.fromkeys(keys)
-    )
-    return tuple(tokens[key].var for key in keys)
-
-
-_AGENT_ID, _MESSAGE_ID, _CORRELATION_ID = _log_context_vars()
-
-
-class IncomingMessage(Protocol):
-    """A delivery as the dispatcher reads and settles it: aio-pika's, or the in-memory bus's."""
-
-    @property
-    def body(self) -> bytes: ...
-    @property
-    def message_id(self) -> str | None: ...
-    @property
-    def correlation_id(self) -> str | None: ...
-    @property
-    def reply_to(self) -> str | None: ...
-    @property
-    def routing_key(self) -> str | None: ...
-    @property
-    def type(self) -> str | None: ...
-    @property
-    def headers(self) -> Mapping[str, object] | None: ...
-    @property
-    def user_id(self) -> str | None: ...
-    @property
-    def redelivered(self) -> bool | None: ...
-
-    async def ack(self) -> None: ...
-
-    async def reject(self, *, requeue: bool = ...) -> None: ...
-
-    async def nack(self, *, requeue: bool = ...) -> None: ...
 
 
 class ReplyPublisher(Protocol):
@@ -98,12 +54,6 @@ class ReplyPublisher(Protocol):
     async def publish_reply(self, reply: Reply, reply_to: str | None) -> None: ...
 
     async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None: ...
-
-
-class Settle(enum.Enum):
-    ACK = "ack"
-    DEAD_LETTER = "dead_letter"
-    REQUEUE = "requeue"
 
 
 class Dispatcher:
@@ -132,9 +82,7 @@ class Dispatcher:
         self._stats = stats
         self._max_size = max_size
         # Set for classic service queues only: a quorum queue counts deliveries itself.
-        self._delivery_limit = delivery_limit
-        self._republished: dict[str | None, asyncio.Event] = {}
-        """Message ids republished here whose original is not acked yet."""
+        self._limit = None if delivery_limit is None else DeliveryLimit(delivery_limit, publisher)
         self.inflight: set[asyncio.Task[Any]] = set()
         self.accepting = True
 
@@ -151,28 +99,34 @@ class Dispatcher:
         if task is not None:
             self.inflight.add(task)
         # Each delivery runs in its own task: ids bound here are on every log line it makes.
-        # Set structlog's context variables directly: bind_contextvars costs ten times more.
-        _AGENT_ID.set(self.agent_id)
-        _MESSAGE_ID.set(message.message_id)
-        _CORRELATION_ID.set(message.correlation_id)
+        bind_delivery_ids(self.agent_id, message.message_id, message.correlation_id)
         try:
-            await self._dispatch(message, shared=shared)
+            how = await self._dispatch(message, shared=shared)
+        except asyncio.CancelledError:
+            # Cancelled mid-way (a drain past its grace, a close): back to the queue.
+            await asyncio.shield(settle(message, Settle.REQUEUE, self._stats))
+            raise
+        else:
+            # The one place a delivery is settled: every path above returns how.
+            await settle(message, how, self._stats)
         finally:
+            if self._limit is not None:
+                # Settled, or given up on: a copy republished from it may run now.
+                self._limit.settled(message)
             if task is not None:
                 self.inflight.discard(task)
 
-    async def _dispatch(self, message: IncomingMessage, *, shared: bool) -> None:
+    async def _dispatch(self, message: IncomingMessage, *, shared: bool) -> Settle:
         self._stats.consumed += 1
-        if self._republished:
-            await self._after_original(message)
+        if self._limit is not None:
+            await self._limit.wait_for_original(message)
         try:
             envelope = decode(
                 message.body, max_size=self._max_size, message_id=_fallback_id(message)
             )
         except EnvelopeError as exc:
             self._stats.consumed_by[("invalid", exc.code)] += 1
-            await self._refuse(message, exc)
-            return
+            return await self._refuse(message, exc)
         reason = refusal(
             message,
             envelope,
@@ -182,22 +136,21 @@ class Dispatcher:
             verify_sender=self.verify_sender,
         )
         if reason is not None:
-            await self._refuse_admission(message, envelope, reason)
-            return
-        if message.redelivered and shared and await self._counted_out(message, envelope):
-            return
+            return await self._refuse_admission(message, envelope, reason)
+        if message.redelivered and shared and self._limit is not None:
+            counted = await self._count_return(message, envelope)
+            if counted is not None:
+                return counted
         if isinstance(envelope, RequestEnvelope):
             if self.accepting:
-                await self._serve(message, envelope)
-            else:
-                self._stats.consumed_by[("request", "turned_away")] += 1
-                await self._turn_away(message, envelope, shared=shared)
-        elif isinstance(envelope, EventEnvelope):
+                return await self._serve(message, envelope)
+            self._stats.consumed_by[("request", "turned_away")] += 1
+            return await self._turn_away(message, envelope, shared=shared)
+        if isinstance(envelope, EventEnvelope):
             self._stats.consumed_by[("event", "delivered")] += 1
-            await self._deliver_event(message, envelope)
-        else:
-            self._deliver_reply(envelope)
-            await self._settle(message, Settle.ACK)
+            return await self._deliver_event(message, envelope)
+        self._deliver_reply(envelope)
+        return Settle.ACK
 
     def _deliver_reply(self, reply: Reply) -> None:
         outcome = self._pending.resolve(reply)
@@ -213,7 +166,7 @@ class Dispatcher:
             self._stats.unknown_replies += 1
             _log.debug("reply to an unknown request dropped", correlation_id=reply.correlation_id)
 
-    async def _deliver_event(self, message: IncomingMessage, event: EventEnvelope) -> None:
+    async def _deliver_event(self, message: IncomingMessage, event: EventEnvelope) -> Settle:
         key = message.routing_key or ""
         for pattern, handler in self.event_handlers:
             if not topic_matches(pattern, key):
@@ -223,25 +176,24 @@ class Dispatcher:
             except Exception:
                 self._stats.handler_errors += 1
                 _log.exception("event handler failed", event_name=event.payload.event_name)
-        await self._settle(message, Settle.ACK)
+        return Settle.ACK
 
     async def _turn_away(
         self, message: IncomingMessage, request: RequestEnvelope, *, shared: bool
-    ) -> None:
+    ) -> Settle:
         # Draining: work from a shared queue goes back for another instance; work sent
         # to this instance alone is refused, since requeueing would bring it back here.
         if shared:
-            await self._settle(message, Settle.REQUEUE)
-            return
+            return Settle.REQUEUE
         error = request.error(
             ErrorCode.AGENT_UNAVAILABLE,
             f"{self.agent_id} is shutting down",
             sender_id=self.agent_id,
         )
         await self._try_reply(error, message.reply_to)
-        await self._settle(message, Settle.ACK)
+        return Settle.ACK
 
-    async def _serve(self, message: IncomingMessage, request: RequestEnvelope) -> None:
+    async def _serve(self, message: IncomingMessage, request: RequestEnvelope) -> Settle:
         seen = self._dedup.check_in(request.message_id)
         if seen is not None:
             # At-least-once delivery: the effect ran (or is running) already. Answer a
@@ -250,15 +202,13 @@ class Dispatcher:
             self._stats.consumed_by[("request", "duplicate")] += 1
             if seen.reply is not None:
                 await self._try_reply(seen.reply, seen.reply_to)
-            await self._settle(message, Settle.ACK)
-            return
+            return Settle.ACK
         started = time.perf_counter()
         try:
             reply = await self._run(request)
         except asyncio.CancelledError:
             self._dedup.forget(request.message_id)
             self._stats.consumed_by[("request", "requeued")] += 1
-            await asyncio.shield(self._settle(message, Settle.REQUEUE))
             raise
         outcome = reply.payload.code if isinstance(reply, ErrorEnvelope) else "success"
         self._stats.consumed_by[("request", "served")] += 1
@@ -293,10 +243,9 @@ class Dispatcher:
         except AgentBusError as exc:
             # Not answered: leave it to be redelivered; the duplicate is answered from the store.
             _log.warning("reply not sent; request left for redelivery", error=str(exc))
-            await self._settle(message, Settle.REQUEUE)
-            return
+            return Settle.REQUEUE
         self._stats.requests_served += 1
-        await self._settle(message, Settle.ACK)
+        return Settle.ACK
 
     async def _run(self, request: RequestEnvelope) -> Reply:
         deadline = request.metadata.deadline
@@ -332,7 +281,7 @@ class Dispatcher:
             return result
         return request.response(result, sender_id=self.agent_id)
 
-    async def _refuse(self, message: IncomingMessage, exc: EnvelopeError) -> None:
+    async def _refuse(self, message: IncomingMessage, exc: EnvelopeError) -> Settle:
         raw = exc.raw or {}
         _log.warning(
             "undecodable message dead-lettered",
@@ -357,11 +306,11 @@ class Dispatcher:
             )
             self._stats.errors_sent[exc.code] += 1
             await self._try_reply(error, message.reply_to)
-        await self._settle(message, Settle.DEAD_LETTER)
+        return Settle.DEAD_LETTER
 
     async def _refuse_admission(
         self, message: IncomingMessage, envelope: Envelope, reason: Refusal
-    ) -> None:
+    ) -> Settle:
         # No handler runs. A request is told why: at its reply_to, or at its sender's
         # reply key unless the sender's identity is what is in doubt.
         self._stats.refused += 1
@@ -384,54 +333,33 @@ class Dispatcher:
             )
             self._stats.errors_sent[ErrorCode.UNAUTHORIZED] += 1
             await self._try_reply(error, message.reply_to)
-        await self._settle(message, Settle.DEAD_LETTER)
+        return Settle.DEAD_LETTER
 
-    async def _counted_out(self, message: IncomingMessage, envelope: Envelope) -> bool:
-        # A classic queue keeps no delivery count, so a request that kills its consumer
-        # would come back forever. Count returns in a header instead: a redelivery is
-        # republished as a fresh copy one attempt further on, until there are more returns
-        # than the limit (as x-delivery-limit). Return whether the delivery was settled here.
-        limit = self._delivery_limit
-        # A copy cannot carry another user's user_id: the broker refuses the publish.
-        if limit is None or message.user_id is not None or isinstance(envelope, Reply):
-            return False
-        attempt = _attempt(message) + 1
-        if attempt <= limit + 1:
-            acked = self._republished[message.message_id] = asyncio.Event()
-            try:
-                await self._publisher.republish(message, {ATTEMPT_HEADER: attempt})
-            except AgentBusError as exc:
-                _log.info("redelivery not counted; requeued", error=str(exc))
-                await self._settle(message, Settle.REQUEUE)
-            else:
-                self._stats.consumed_by[(envelope.message_type, "republished")] += 1
-                await self._settle(message, Settle.ACK)
-            finally:
-                self._republished.pop(message.message_id, None)
-                acked.set()
-            return True
-        failed = attempt - 1
+    async def _count_return(self, message: IncomingMessage, envelope: Envelope) -> Settle | None:
+        # Return how to settle a redelivery from a classic service queue, or None to serve
+        # it. A copy cannot carry another user's user_id (the broker refuses the publish).
+        assert self._limit is not None
+        if message.user_id is not None or isinstance(envelope, Reply):
+            return None
+        verdict = await self._limit.judge(message)
+        if verdict is Verdict.REPUBLISHED:
+            self._stats.consumed_by[(envelope.message_type, "republished")] += 1
+            return Settle.ACK
+        if verdict is Verdict.NOT_COUNTED:
+            return Settle.REQUEUE
+        failed = attempt_of(message)
         self._stats.poison_dead_lettered += 1
         self._stats.consumed_by[(envelope.message_type, "poison")] += 1
-        _log.warning("poison message dead-lettered", deliveries=failed, limit=limit)
         if isinstance(envelope, RequestEnvelope):
             error = envelope.error(
                 ErrorCode.PROCESSING_FAILED,
                 f"gave up after {failed} deliveries: the request kept failing its consumer",
                 sender_id=self.agent_id,
-                details={"attempts": failed, "limit": limit},
+                details={"attempts": failed, "limit": self._limit.limit},
             )
             self._stats.errors_sent[ErrorCode.PROCESSING_FAILED] += 1
             await self._try_reply(error, message.reply_to)
-        await self._settle(message, Settle.DEAD_LETTER)
-        return True
-
-    async def _after_original(self, message: IncomingMessage) -> None:
-        # The copy can come back to this process before the original is acked. Were it
-        # to crash the process then, the original would come back too: two copies.
-        acked = self._republished.get(message.message_id)
-        if acked is not None:
-            await acked.wait()
+        return Settle.DEAD_LETTER
 
     async def _try_reply(self, reply: Reply, reply_to: str | None) -> None:
         try:
@@ -439,26 +367,6 @@ class Dispatcher:
         except AgentBusError as exc:
             self._stats.replies_dropped += 1
             _log.info("reply not delivered", error=str(exc), correlation_id=reply.correlation_id)
-
-    async def _settle(self, message: IncomingMessage, how: Settle) -> None:
-        try:
-            if how is Settle.ACK:
-                await message.ack()
-            elif how is Settle.DEAD_LETTER:
-                await message.reject(requeue=False)
-                self._stats.dead_lettered += 1
-            else:
-                await message.nack(requeue=True)
-        except Exception as exc:
-            # The channel it came on is gone; the broker redelivers it, and the
-            # de-duplication window keeps its effect from running twice.
-            self._stats.settle_failures += 1
-            _log.info("delivery not settled", how=how.value, error=repr(exc))
-
-
-def _attempt(message: IncomingMessage) -> int:
-    value = (message.headers or {}).get(ATTEMPT_HEADER)
-    return value if type(value) is int and value > 1 else 1
 
 
 def _fallback_id(message: IncomingMessage) -> str | None:

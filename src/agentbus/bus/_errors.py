@@ -17,7 +17,10 @@ from agentbus._exceptions import (
     TransportError,
 )
 
-__all__ = ["map_connect_errors", "map_transport_errors"]
+__all__ = ["CONNECT_ERRORS", "map_connect_errors", "map_transport_errors"]
+
+CONNECT_ERRORS = (aiormq.exceptions.AMQPError, OSError, TimeoutError)
+"""What a failed connection attempt raises."""
 
 
 def translate(exc: BaseException) -> AgentBusError | None:
@@ -66,7 +69,7 @@ def map_connect_errors(masked_url: str) -> Iterator[None]:
     """Raise a failure to connect as ``BrokerUnavailable`` naming the (masked) URL."""
     try:
         yield
-    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
+    except CONNECT_ERRORS as exc:
         hint = (
             "is RabbitMQ running? Start one with 'rabbitmq-server -detached' "
             "(or 'docker run -d -p 5672:5672 rabbitmq:3'), or set AGENTBUS_URL"

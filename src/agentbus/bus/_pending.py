@@ -12,7 +12,7 @@ import structlog
 
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
 
-__all__ = ["PendingRequests", "ProgressCallback", "ReplyOutcome"]
+__all__ = ["PendingRequests", "ProgressCallback", "Reply", "ReplyOutcome"]
 
 Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 ProgressCallback: TypeAlias = Callable[[ResponseEnvelope], None]

@@ -7,12 +7,28 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from agentbus._config import Settings
 from agentbus._metrics import Metrics
-from agentbus.bus._dispatch import EventHandler, RequestHandler
+from agentbus.bus._dispatch import EventHandler, ReplyPublisher, RequestHandler
+from agentbus.bus._feed import Feed, FeedHandler
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, ResponseEnvelope
 
-__all__ = ["Transport"]
+__all__ = ["EnvelopePublisher", "Transport"]
+
+
+class EnvelopePublisher(ReplyPublisher, Protocol):
+    """Publishes envelopes and replies: on RabbitMQ, or on the in-memory broker."""
+
+    async def publish(
+        self,
+        envelope: Envelope,
+        *,
+        reply_to: str | None = None,
+        persistent: bool = True,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        mandatory: bool = True,
+    ) -> None: ...
 
 
 @runtime_checkable
@@ -56,6 +72,10 @@ class Transport(Protocol):
     ) -> None: ...
 
     async def subscribe(self, pattern: str, handler: EventHandler) -> None: ...
+
+    async def consume_feed(
+        self, pattern: str, handler: FeedHandler, *, name: str, max_length: int = ...
+    ) -> Feed: ...
 
     async def publish(
         self,

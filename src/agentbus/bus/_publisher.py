@@ -5,23 +5,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 
-import aiormq.abc
-import aiormq.exceptions
 import structlog
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractRobustChannel
 from pamqp.commands import Basic
 
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
-from agentbus.bus._dispatch import IncomingMessage
+from agentbus.bus._amqp import basic_publish, is_cancelled_under_us, is_nack, message_properties
+from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
 from agentbus.bus._stats import BusStats
-from agentbus.bus._topology import reply_routing_key, routing_key
+from agentbus.bus._topology import reply_destination, routing_key
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 
-__all__ = ["DIRECT_REPLY_TO", "Publisher"]
-
-DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
-_DEFAULT_EXCHANGE = ""
+__all__ = ["Publisher"]
 _RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.5)
 
 _log = structlog.get_logger("agentbus.bus")
@@ -50,6 +46,8 @@ class Publisher:
         self._default_timeout = default_timeout
         self._stats = stats
         self._is_open = is_open
+        self._reopening = asyncio.Lock()
+        self._channel_generation = 0
 
     async def publish(
         self,
@@ -82,18 +80,8 @@ class Publisher:
         """
         body = encode(reply, max_size=self._max_size)
         properties = self._properties(reply, reply_to=None, persistent=False, ttl=None)
-        if reply_to:
-            # Direct reply-to on RabbitMQ 3.x returns a mandatory reply even when it was
-            # delivered, so replies to it go without the mandatory flag.
-            mandatory = not reply_to.startswith(DIRECT_REPLY_TO)
-            await self._send(
-                _DEFAULT_EXCHANGE, reply_to, body, properties, mandatory=mandatory, timeout=None
-            )
-        else:
-            key = reply_routing_key(reply.receiver_id)
-            await self._send(
-                self._exchange.name, key, body, properties, mandatory=True, timeout=None
-            )
+        exchange, key, mandatory = reply_destination(reply, reply_to, self._exchange.name)
+        await self._send(exchange, key, body, properties, mandatory=mandatory, timeout=None)
 
     async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None:
         """Publish a copy of a delivery, ``headers`` added, with its routing key again."""
@@ -114,20 +102,15 @@ class Publisher:
         persistent: bool,
         ttl: float | None,
     ) -> Basic.Properties:
-        # The AMQP properties aio_pika.Message would make, built directly: a Message costs
-        # about ten times as much (every attribute set goes through a lock check).
-        return Basic.Properties(
+        return message_properties(
             app_id=self._app_id,
-            content_type="application/json",
-            correlation_id=envelope.metadata.correlation_id,
-            delivery_mode=2 if persistent else 1,
-            expiration=None if ttl is None else str(int(max(ttl, 0.001) * 1000)),
-            headers={},
             message_id=envelope.message_id,
             message_type=envelope.message_type,
-            priority=0,
-            reply_to=reply_to,
             timestamp=envelope.timestamp,
+            correlation_id=envelope.metadata.correlation_id,
+            reply_to=reply_to,
+            persistent=persistent,
+            ttl=ttl,
             user_id=self._user_id,
         )
 
@@ -147,16 +130,13 @@ class Publisher:
         while True:
             if not self._is_open():
                 raise BusClosed("the bus is closed")
+            generation = self._channel_generation
             try:
-                # What aio-pika's Exchange.publish does, without its Message object.
-                if self._channel.is_closed:
-                    raise aiormq.exceptions.ChannelInvalidStateError(f"{self._channel!r} is closed")
-                channel = await self._channel.get_underlay_channel()
-                # aiormq bounds the confirm wait itself; no second timer on the hot path.
-                result = await channel.basic_publish(
-                    body,
+                returned = await basic_publish(
+                    self._channel,
                     exchange=exchange,
                     routing_key=key,
+                    body=body,
                     properties=properties,
                     mandatory=mandatory,
                     timeout=max(deadline - loop.time(), 0.001),
@@ -166,20 +146,17 @@ class Publisher:
             except AgentBusError:
                 raise
             except (Exception, asyncio.CancelledError) as exc:
-                mapped = _lost_under_us(exc) or translate(exc)
-                if mapped is None:
-                    raise
-                if not isinstance(mapped, ConnectionLost) or loop.time() >= deadline:
-                    raise mapped from exc
+                delay = self._retry_delay(exc, attempt, deadline - loop.time())
                 # The robust connection is restoring the channel: publish again. The same
                 # message_id goes out, so a receiver that got the first copy drops this one.
                 self._stats.publish_retries += 1
-                delay = _RETRY_BACKOFF[min(attempt, len(_RETRY_BACKOFF) - 1)]
                 attempt += 1
-                _log.info("publish retry", routing_key=key, attempt=attempt, error=str(mapped))
-                await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
+                _log.info("publish retry", routing_key=key, attempt=attempt, error=repr(exc))
+                if is_nack(exc):
+                    await self._fresh_channel(generation)
+                await asyncio.sleep(delay)
                 continue
-            if isinstance(result, aiormq.abc.DeliveredMessage):
+            if returned:
                 raise Unroutable(
                     f"no queue is bound for routing key {key!r}: nobody serves it",
                     details={"routing_key": key},
@@ -188,13 +165,33 @@ class Publisher:
             self._stats.published_by_type[properties.message_type or "unknown"] += 1
             return
 
+    async def _fresh_channel(self, generation: int) -> None:
+        # RabbitMQ 3.10 nacks every later publish on a channel that published to a quorum
+        # queue during its leader election (tests/cluster pins it): go on with a fresh one.
+        # Publishes nacked together reopen it once.
+        async with self._reopening:
+            if generation == self._channel_generation:
+                self._channel_generation += 1
+                await self._channel.reopen()
 
-def _lost_under_us(exc: BaseException) -> ConnectionLost | None:
-    # aiormq cancels the confirm future of a connection that dies under a publish: the
-    # CancelledError is not ours (this task is not being cancelled), the connection is lost.
-    if not isinstance(exc, asyncio.CancelledError):
-        return None
-    task = asyncio.current_task()
-    if task is None or task.cancelling():
-        return None
-    return ConnectionLost(f"the connection to the broker was lost during a publish: {exc!r}")
+    @staticmethod
+    def _retry_delay(exc: BaseException, attempt: int, left: float) -> float:
+        # How long to wait before publishing again; raise if the failure is not worth it.
+        mapped: AgentBusError | None
+        # A nack (a quorum queue without a leader, for one) is retried like a lost
+        # connection, on a fresh channel, until the publish's time is up.
+        if is_nack(exc):
+            mapped = translate(exc)  # PublishFailed, once the time is up
+            if left > 0:
+                return min(_RETRY_BACKOFF[min(attempt, len(_RETRY_BACKOFF) - 1)], left)
+        elif is_cancelled_under_us(exc):
+            mapped = ConnectionLost(
+                f"the connection to the broker was lost during a publish: {exc!r}"
+            )
+        else:
+            mapped = translate(exc)
+        if mapped is None:
+            raise exc
+        if not isinstance(mapped, ConnectionLost) or left <= 0:
+            raise mapped from exc
+        return min(_RETRY_BACKOFF[min(attempt, len(_RETRY_BACKOFF) - 1)], left)

@@ -11,7 +11,7 @@ __all__ = ["BusState", "BusStats", "LatencyObserver"]
 
 
 class LatencyObserver(Protocol):
-    """Receives timings as they happen (Prometheus histograms, in ``agentbus.metrics``)."""
+    """Receives timings as they happen (Prometheus histograms: ``agentbus.Metrics``)."""
 
     def observe_request(self, action: str, outcome: str, seconds: float) -> None: ...
 
@@ -49,6 +49,12 @@ class BusStats:
     settle_failures: int = 0
     refused: int = 0
     """Deliveries refused by admission (CC/BCC, routing key, receiver, sender identity)."""
+    no_instance: int = 0
+    """Requests failed early because nothing consumed the receiver's queue."""
+    connections: int = 0
+    """Connections made to the broker: the first, then one per reconnect."""
+    node: str | None = None
+    """The broker node (masked URL) the bus is, or last was, connected to."""
     published_by_type: Counter[str] = field(default_factory=Counter)
     consumed_by: Counter[tuple[str, str]] = field(default_factory=Counter)
     """Deliveries by (message type, outcome)."""

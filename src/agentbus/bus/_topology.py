@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Final, NamedTuple
 
 from agentbus.envelopes import BROADCAST, Envelope, EventEnvelope, RequestEnvelope
 
-__all__ = ["Topology", "reply_routing_key", "routing_key", "topic_matches"]
+__all__ = [
+    "DIRECT_REPLY_TO",
+    "Destination",
+    "Topology",
+    "reply_destination",
+    "reply_routing_key",
+    "routing_key",
+    "topic_matches",
+]
+
+DIRECT_REPLY_TO: Final = "amq.rabbitmq.reply-to"
+"""RabbitMQ's pseudo-queue for replies straight to the requesting channel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +46,10 @@ class Topology:
         """Return the queue of one agent instance."""
         return f"{self.exchange}.instance.{agent_id}"
 
+    def feed_queue(self, agent_id: str, feed: str) -> str:
+        """Return the exclusive queue of one instance's feed (``consume_feed``)."""
+        return f"{self.exchange}.feed.{agent_id}.{feed}"
+
 
 def routing_key(envelope: Envelope) -> str:
     """Return the routing key an envelope is published with on the topic exchange."""
@@ -45,6 +61,26 @@ def routing_key(envelope: Envelope) -> str:
 def reply_routing_key(requester_id: str) -> str:
     """Return the routing key of a reply (response or error) to ``requester_id``."""
     return f"agent.{requester_id}.response"
+
+
+class Destination(NamedTuple):
+    """Where a message is published: exchange, routing key, and whether it must be routed."""
+
+    exchange: str
+    routing_key: str
+    mandatory: bool
+
+
+def reply_destination(reply: Envelope, reply_to: str | None, exchange: str) -> Destination:
+    """Return where a reply goes: the request's AMQP ``reply_to``, else its sender's key.
+
+    A ``reply_to`` names a queue on the default exchange. Direct reply-to on RabbitMQ 3.x
+    returns a mandatory reply even when it was delivered, so replies to it go without
+    the mandatory flag.
+    """
+    if reply_to:
+        return Destination("", reply_to, not reply_to.startswith(DIRECT_REPLY_TO))
+    return Destination(exchange, reply_routing_key(reply.receiver_id), True)
 
 
 def _broadcast_name(envelope: Envelope) -> str:

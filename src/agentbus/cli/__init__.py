@@ -1,5 +1,5 @@
-"""The ``agentbus`` command line."""
+"""The ``agentbus`` command line: ``main`` runs it, ``cli`` is its click group."""
 
-from agentbus.cli._main import main
+from agentbus.cli._main import cli, main
 
-__all__ = ["main"]
+__all__ = ["cli", "main"]

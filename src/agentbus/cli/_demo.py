@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import secrets
+import shutil
 import signal
 import socket
 import sys
@@ -18,12 +20,12 @@ from typing import Final
 import aio_pika
 import click
 
-from agentbus._broker import ensure_broker
 from agentbus._config import Settings, mask_url
-from agentbus._exceptions import AgentBusError
-from agentbus.agents.leader import Aggregate, Plan, PlanClient, Progress, Subtask
+from agentbus._exceptions import AgentBusError, ConfigurationError
 from agentbus.bus import Bus, Topology
+from agentbus.cli._local_rabbitmq import ensure_broker
 from agentbus.cli._team import Team
+from agentbus.leader import Aggregate, Plan, PlanClient, Progress, Subtask
 
 __all__ = ["run_demo"]
 
@@ -206,48 +208,59 @@ async def run_demo(
             ready = await _wait_ready(bus, team, say)
             say(f"team of {len(team.members)} agents ready: "
                 + ", ".join(m.agent_id for m in team.members))  # fmt: skip
-            client = PlanClient(bus)
-            progress = _Progress(say)
-            listing = await client.run(
-                Plan(
-                    id=f"list-{secrets.token_hex(4)}",
-                    description="list the Python files",
-                    subtasks=[Subtask(id="list", skill="list_files", parameters={})],
-                ),
-                on_progress=progress,
-            )
-            progress.done()
-            if listing.status.value != "completed":
-                say(f"listing failed: {listing.subtask('list').error}")
-                return 2
-            paths = [entry["path"] for entry in listing.subtask("list").result]
-            if not paths:
-                say(f"no Python files under {root}")
-                return 1
-            say(f"{len(paths)} Python files under {root}: analysing")
-            analysis = await client.run(
-                _analysis_plan(paths, f"Code report: {root.name}"),
-                on_progress=progress,
-                timeout=900,
-            )
-            progress.done()
-            report = analysis.subtask("report")
-            if report.result is not None:
-                say("")
-                say(report.result["markdown"])
-            failed = [o for o in analysis.subtasks if o.error is not None]
-            for outcome in failed[:10]:
-                say(f"{outcome.id}: {outcome.status.value}: {(outcome.error or {}).get('message')}")
-            for line in _timings([listing, analysis], ready, time.monotonic() - begun):
-                say(line)
-            if keep:
-                await _explore(team, settings, say)
-            return {"completed": 0, "partial": 1}.get(analysis.status.value, 2)
+            code, plans = await _analyse(PlanClient(bus), root, say)
+            if plans:
+                for line in _timings(plans, ready, time.monotonic() - begun):
+                    say(line)
+                if keep:
+                    await _explore(team, settings, say)
+            return code
     finally:
         ended = await asyncio.to_thread(team.stop)
         codes = ", ".join(f"{agent_id}={code}" for agent_id, code in ended)
-        say(f"team stopped ({codes})")
         await _remove_topology(settings, [client_id, *(m.agent_id for m in team.members)])
+        if all(code == 0 for _, code in ended):
+            # A clean run leaves no logs behind; a failed one keeps them to read.
+            shutil.rmtree(log_dir, ignore_errors=True)
+            say(f"team stopped ({codes})")
+        else:
+            say(f"team stopped ({codes}); agent logs kept in {log_dir}")
+
+
+async def _analyse(
+    client: PlanClient, root: Path, say: Callable[[str], None]
+) -> tuple[int, list[Aggregate]]:
+    # List the files, analyse them, show the report: the exit status and the plans run.
+    progress = _Progress(say)
+    listing = await client.run(
+        Plan(
+            id=f"list-{secrets.token_hex(4)}",
+            description="list the Python files",
+            subtasks=[Subtask(id="list", skill="list_files", parameters={})],
+        ),
+        on_progress=progress,
+    )
+    progress.done()
+    if listing.status.value != "completed":
+        say(f"listing failed: {listing.subtask('list').error}")
+        return 2, []
+    paths = [entry["path"] for entry in listing.subtask("list").result]
+    if not paths:
+        say(f"no Python files under {root}")
+        return 1, []
+    say(f"{len(paths)} Python files under {root}: analysing")
+    analysis = await client.run(
+        _analysis_plan(paths, f"Code report: {root.name}"), on_progress=progress, timeout=900
+    )
+    progress.done()
+    report = analysis.subtask("report")
+    if report.result is not None:
+        say("")
+        say(report.result["markdown"])
+    failed = [o for o in analysis.subtasks if o.error is not None]
+    for outcome in failed[:10]:
+        say(f"{outcome.id}: {outcome.status.value}: {(outcome.error or {}).get('message')}")
+    return {"completed": 0, "partial": 1}.get(analysis.status.value, 2), [listing, analysis]
 
 
 async def _remove_topology(settings: Settings, agent_ids: list[str]) -> None:
@@ -272,7 +285,7 @@ async def _remove_topology(settings: Settings, agent_ids: list[str]) -> None:
 
 async def _explore(team: Team, settings: Settings, say: Callable[[str], None]) -> None:
     ports = [f"{m.agent_id}:{m.metrics_port}" for m in team.members if m.metrics_port]
-    prefix = f"agentbus --exchange {settings.exchange}"
+    prefix = f"{_agentbus_command()} --exchange {settings.exchange}"
     say("")
     say("the team keeps running; try, in another terminal:")
     say(f"  {prefix} agents")
@@ -291,6 +304,22 @@ async def _explore(team: Team, settings: Settings, say: Callable[[str], None]) -
             loop.remove_signal_handler(signum)
 
 
+def _agentbus_command() -> str:
+    # The bare name where it finds this very script (an active venv), else its path.
+    script = Path(sys.executable).with_name("agentbus")
+    found = shutil.which("agentbus")
+    return "agentbus" if found is not None and Path(found) == script else str(script)
+
+
 def demo_command(settings: Settings, path: Path, keep: bool, code_instances: int) -> int:
-    """Run the demo to its end; Ctrl-C stops the team cleanly."""
+    """Run the demo to its end; Ctrl-C stops the team cleanly.
+
+    Raises:
+        ConfigurationError: the demo extra (radon, for the code agents) is not installed.
+    """
+    if importlib.util.find_spec("radon") is None:
+        raise ConfigurationError(
+            "the demo's code agents need radon: pip install 'agentbus[demo]' "
+            "(./scripts/demo installs it)"
+        )
     return asyncio.run(run_demo(settings, path.resolve(), keep=keep, code_instances=code_instances))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentbus.agents.leader import Aggregate
+from agentbus.leader import Aggregate
 
 __all__ = ["agents_table", "aggregate_report", "table"]
 
@@ -70,10 +70,14 @@ def aggregate_report(aggregate: Aggregate) -> str:
     summary = (
         f"plan {aggregate.plan_id}: {aggregate.status.value} — {totals.succeeded}/"
         f"{totals.subtasks} succeeded, {totals.failed} failed, {totals.skipped} skipped, "
-        f"{totals.cancelled} cancelled; {totals.attempts} attempts on "
-        f"{len(totals.agents_used)} agents in {totals.wall_time:.3f}s"
+        f"{totals.cancelled} cancelled; {_count(totals.attempts, 'attempt')} on "
+        f"{_count(len(totals.agents_used), 'agent')} in {totals.wall_time:.3f}s"
     )
     if aggregate.error:
         summary += f" ({aggregate.error})"
     header = ("SUBTASK", "SKILL", "STATUS", "TRIES", "AGENTS", "TIME", "ERROR")
     return table(header, rows) + "\n" + summary
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._codes import PROTOCOL_MAJOR, PROTOCOL_VERSION, MessageType
+from agentbus.envelopes._dump import unserializable, wire_dict
 from agentbus.envelopes._models import (
     Envelope,
     ErrorEnvelope,
     EventEnvelope,
     RequestEnvelope,
     ResponseEnvelope,
-    _WireModel,
     new_message_id,
     utcnow,
 )
@@ -41,56 +40,6 @@ _MAX_DEPTH: Final = 254  # orjson.dumps refuses deeper nesting ("Recursion limit
 _MESSAGE_TYPES: Final = frozenset(MessageType)
 
 
-_Plan = tuple[tuple[tuple[str, Callable[[Any], bool]], ...], tuple[str, ...]]
-_PLANS: dict[type[BaseModel], _Plan] = {}
-
-
-def _unserializable(value: object) -> Any:
-    # orjson writes what it knows natively; a pydantic model in a payload (a handler's
-    # result, say) is written as its model_dump, as model_dump of the envelope would.
-    if isinstance(value, BaseModel):
-        return value.model_dump()
-    if isinstance(value, tuple):  # a named tuple: orjson writes only plain tuples
-        return list(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _plan(cls: type[BaseModel]) -> _Plan:
-    # Per model class: the fields left out when their exclude_if says so, and the fields
-    # holding a nested wire model (metadata, payload).
-    excluded = tuple(
-        (name, info.exclude_if)
-        for name, info in cls.model_fields.items()
-        if info.exclude_if is not None
-    )
-    nested = tuple(
-        name
-        for name, info in cls.model_fields.items()
-        if isinstance(info.annotation, type) and issubclass(info.annotation, _WireModel)
-    )
-    plan = _PLANS[cls] = (excluded, nested)
-    return plan
-
-
-def _wire_fields(model: _WireModel) -> dict[str, Any]:
-    # What model_dump() gives, but shallow: field values go in by reference (orjson walks
-    # them), so a 1 MB payload is not copied first. Nested wire models (metadata, payload)
-    # become dicts the same way; unknown fields the model kept go last, as model_dump does.
-    fields = model.__dict__.copy()
-    excluded, nested = _PLANS.get(type(model)) or _plan(type(model))
-    for name, exclude_if in excluded:
-        if exclude_if(fields[name]):
-            del fields[name]
-    for name in nested:
-        value = fields[name]
-        if isinstance(value, _WireModel):
-            fields[name] = _wire_fields(value)
-    extra = model.__pydantic_extra__
-    if extra:
-        fields.update(extra)
-    return fields
-
-
 def encode(envelope: Envelope, *, max_size: int | None = DEFAULT_MAX_SIZE) -> bytes:
     """Serialize an envelope to UTF-8 JSON bytes.
 
@@ -103,7 +52,7 @@ def encode(envelope: Envelope, *, max_size: int | None = DEFAULT_MAX_SIZE) -> by
         PayloadTooLarge: The encoded envelope is larger than ``max_size``.
     """
     try:
-        data = orjson.dumps(_wire_fields(envelope), default=_unserializable, option=_DUMPS_OPTIONS)
+        data = orjson.dumps(wire_dict(envelope), default=unserializable, option=_DUMPS_OPTIONS)
     except TypeError as exc:
         raise EnvelopeError(f"cannot encode envelope: {exc}") from exc
     if max_size is not None and len(data) > max_size:

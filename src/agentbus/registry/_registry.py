@@ -10,21 +10,20 @@ from collections.abc import Coroutine, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-import orjson
 from pydantic import ValidationError
 
-from agentbus._exceptions import AgentBusError
+from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus.agents import (
     AGENT_OFFLINE,
     AGENT_ONLINE,
     ANNOUNCE,
+    HEARTBEAT,
     Agent,
     AgentCard,
     Heartbeat,
     skill,
 )
-from agentbus.bus import Bus
-from agentbus.bus._admission import sent_by
+from agentbus.bus import Feed
 from agentbus.envelopes import (
     BROADCAST,
     ErrorCode,
@@ -32,10 +31,11 @@ from agentbus.envelopes import (
     RequestEnvelope,
     RequestPayload,
 )
-from agentbus.registry._feed import HEARTBEAT_KEY, HeartbeatFeed
 from agentbus.registry._table import AgentInfo, LivenessTable, Record, Transition
 
 __all__ = ["Registry"]
+
+_HEARTBEATS: Final = f"broadcast.event.{HEARTBEAT}"
 
 _METRICS_EVERY: Final = 1.0  # s: the agent gauges are rebuilt at most this often
 _CARD_RETRY_FIRST: Final = 1.0  # s after a failed card fetch; doubles up to:
@@ -60,7 +60,7 @@ class Registry(Agent):
     ) -> None:
         super().__init__(**kwargs)
         self.table = LivenessTable(missed=missed_intervals, forget_after=forget_after)
-        self._feed: HeartbeatFeed | None = None
+        self._feed: Feed | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._card_fetches: dict[str, asyncio.Task[None]] = {}
         self._card_retry: dict[str, tuple[float, float]] = {}  # agent id: (not before, delay)
@@ -68,14 +68,12 @@ class Registry(Agent):
         self._wake = asyncio.Event()
         self._metrics_at = 0.0
         self._counts: collections.Counter[str] = collections.Counter()
+        self._beats = 0
         self._lags: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
 
     async def on_start(self) -> None:
-        if isinstance(self.bus, Bus):
-            self._feed = HeartbeatFeed(self.bus.settings, self.id, self._on_beat_body)
-            await self._feed.open()
-        else:  # the in-memory bus: beats come as events like any other
-            await self.bus.subscribe(HEARTBEAT_KEY, self._on_heartbeat)
+        # Beats are many, soon stale and soon repeated: a feed, not a subscription.
+        self._feed = await self.bus.consume_feed(_HEARTBEATS, self._on_beat, name="heartbeats")
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_goodbye)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         # A fresh registry knows nobody: ask every agent to beat now.
@@ -135,65 +133,40 @@ class Registry(Agent):
         """Count heartbeats heard and agents known; how late beats arrive (last 10 s)."""
         now = time.monotonic()
         lags = sorted(lag for at, lag in self._lags if now - at <= _LAG_WINDOW)
-        return dict(self._counts) | {
+        counts = collections.Counter(self._counts)
+        if self._feed is not None:  # what the feed dropped before a beat reached us
+            counts["heartbeats"] += self._feed.stats.received
+            counts["malformed"] += self._feed.stats.invalid
+            counts["refused"] += self._feed.stats.refused
+        return dict(counts) | {
             "agents": len(self.table),
             "online": sum(record.online for record in self.table.records()),
             "beat_lag_p50_s": lags[len(lags) // 2] if lags else None,
             "beat_lag_max_s": lags[-1] if lags else None,
         }
 
-    def _on_beat_body(self, body: bytes, user_id: str | None = None) -> None:
-        """Take a raw heartbeat message: the common beat costs a JSON parse and a dict look."""
-        counts = self._counts
-        counts["heartbeats"] += 1
-        try:
-            envelope = orjson.loads(body)
-            data = envelope["payload"]["event_data"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            data = None
+    def _on_beat(self, envelope: dict[str, Any]) -> None:
+        """Take a heartbeat envelope: the common beat costs a dict look and a digest compare."""
+        payload = envelope.get("payload")
+        data = payload.get("event_data") if isinstance(payload, dict) else None
         if not isinstance(data, dict):
-            counts["malformed"] += 1
+            self._counts["malformed"] += 1
             self._log.warning("malformed heartbeat ignored", error="not an event envelope")
             return
-        if self.bus.settings.verify_sender and not self._beat_is_own(
-            data, envelope.get("sender_id"), user_id
-        ):
+        sender_id = envelope.get("sender_id")
+        # The feed admitted the sender (verify_sender): the beat must be about the sender.
+        if self.bus.settings.verify_sender and data.get("agent_id") != sender_id:
+            self._refuse_beat(sender_id, "the heartbeat is about another agent")
             return
-        if counts["heartbeats"] % _LAG_SAMPLE_EVERY == 0:
+        self._beats += 1
+        if self._beats % _LAG_SAMPLE_EVERY == 0:
             self._sample_lag(envelope.get("timestamp"))
         refreshed = self.table.refresh(data)
         if refreshed is None:
-            self._observe(data, envelope.get("sender_id"))
+            self._observe(data, sender_id)
         else:
-            counts["fast"] += 1
+            self._counts["fast"] += 1
             self._after_beat(*refreshed)
-
-    async def _on_heartbeat(self, event: EventEnvelope) -> None:
-        self._counts["heartbeats"] += 1
-        data = event.payload.event_data
-        # The bus admitted the sender (verify_sender): the beat must be about the sender.
-        if self.bus.settings.verify_sender and data.get("agent_id") != event.sender_id:
-            self._refuse_beat(event.sender_id, "the heartbeat is about another agent")
-            return
-        refreshed = self.table.refresh(data)
-        if refreshed is None:
-            self._observe(data, event.sender_id)
-        else:
-            self._after_beat(*refreshed)
-
-    def _beat_is_own(self, data: Mapping[str, Any], sender_id: object, user_id: str | None) -> bool:
-        # The feed bypasses the bus's admission: with verify_sender on, a beat must carry
-        # the broker user, come from an agent id of that user, and be about that agent.
-        if user_id is None:
-            self._refuse_beat(sender_id, "no user_id")
-            return False
-        if not isinstance(sender_id, str) or not sent_by(sender_id, user_id):
-            self._refuse_beat(sender_id, f"sender_id is not user {user_id!r}'s")
-            return False
-        if data.get("agent_id") != sender_id:
-            self._refuse_beat(sender_id, "the heartbeat is about another agent")
-            return False
-        return True
 
     def _refuse_beat(self, sender_id: object, reason: str) -> None:
         self._counts["refused"] += 1
@@ -284,7 +257,10 @@ class Registry(Agent):
             "reported_by": self.id,
         }
         try:
-            await self.bus.emit(event_name, data, mandatory=False)
+            await self.bus.emit(event_name, data)
+        except BusClosed:
+            # The registry is stopping: its table goes with it, and so do its news.
+            self._log.debug("transition event not sent: the registry is stopping")
         except AgentBusError as exc:
             self._log.warning("transition event not sent", error=str(exc))
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import structlog
 
 from agentbus._exceptions import ConnectionLost
-from agentbus.testing._message import MemoryMessage, Queued
-
-if TYPE_CHECKING:
-    from agentbus.testing._broker import MemoryBroker
+from agentbus.testing._message import DeadLetterReason, MemoryMessage, Queued
 
 __all__ = ["ConsumerCallback", "ConsumerState", "MemoryConsumer", "MemoryDelivery"]
 
@@ -21,6 +18,16 @@ ConsumerCallback: TypeAlias = Callable[["MemoryDelivery"], Awaitable[Any]]
 """Receives one delivery; it runs in a task of its own."""
 
 _log = structlog.get_logger("agentbus.testing")
+
+
+class _Broker(Protocol):
+    # What a consumer asks of the MemoryBroker that made it (no import: no cycle).
+    def _next_tag(self) -> int: ...
+    def _track(self, task: asyncio.Task[None]) -> None: ...
+    def _detach(self, consumer: MemoryConsumer) -> None: ...
+    def _requeue(self, name: str, queued: Queued) -> None: ...
+    def _dead_letter(self, name: str, queued: Queued, reason: DeadLetterReason) -> None: ...
+    def _schedule(self, name: str) -> None: ...
 
 
 class ConsumerState(enum.Enum):
@@ -132,10 +139,17 @@ class MemoryConsumer:
     """
 
     def __init__(
-        self, broker: MemoryBroker, queue: str, callback: ConsumerCallback, prefetch: int
+        self,
+        broker: _Broker,
+        queue: str,
+        callback: ConsumerCallback,
+        prefetch: int,
+        *,
+        no_ack: bool = False,
     ) -> None:
         self.queue = queue
         self.prefetch = prefetch
+        self.no_ack = no_ack
         self._broker = broker
         self._callback = callback
         self._state = ConsumerState.ACTIVE
@@ -190,7 +204,10 @@ class MemoryConsumer:
 
     def _deliver(self, queued: Queued) -> None:
         delivery = MemoryDelivery(self, queued, self._broker._next_tag())
-        self._unacked[delivery.delivery_tag] = delivery
+        if self.no_ack:
+            delivery._settled = True  # acknowledged by being delivered
+        else:
+            self._unacked[delivery.delivery_tag] = delivery
         # One task per delivery, as aio-pika runs consumer callbacks: never re-entrant.
         task = asyncio.get_running_loop().create_task(self._run(delivery))
         self._tasks.add(task)
@@ -198,7 +215,10 @@ class MemoryConsumer:
         self._broker._track(task)
 
     async def _run(self, delivery: MemoryDelivery) -> None:
-        if delivery._settled:  # requeued by close() before the task started
+        if self.no_ack:
+            if self._state is ConsumerState.CLOSED:
+                return  # the channel closed: an unacknowledged message is lost with it
+        elif delivery._settled:  # requeued by close() before the task started
             return
         try:
             await self._callback(delivery)

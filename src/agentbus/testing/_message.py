@@ -11,7 +11,7 @@ from agentbus.envelopes import Envelope, decode
 
 __all__ = ["DeadLetter", "DeadLetterReason", "MemoryMessage", "Queued"]
 
-DeadLetterReason: TypeAlias = Literal["rejected", "expired"]
+DeadLetterReason: TypeAlias = Literal["rejected", "expired", "maxlen"]
 """Why a queue dead-lettered a message (RabbitMQ's ``x-death`` reasons)."""
 
 
@@ -36,7 +36,7 @@ class MemoryMessage:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A message a queue dead-lettered: rejected by a consumer, or expired before delivery."""
+    """A message a queue dead-lettered: rejected, expired, or pushed out of a full queue."""
 
     queue: str
     exchange: str

@@ -7,12 +7,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from agentbus._exceptions import BusClosed
-from agentbus.bus import BusStats, reply_routing_key, routing_key
-from agentbus.bus._dispatch import IncomingMessage
-from agentbus.bus._publisher import DIRECT_REPLY_TO
+from agentbus.bus import BusStats, routing_key
+from agentbus.bus._delivery import IncomingMessage
+from agentbus.bus._topology import reply_destination
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
-from agentbus.testing._broker import DEFAULT_EXCHANGE, MemoryBroker
 from agentbus.testing._consumer import MemoryDelivery
+from agentbus.testing._memory_broker import MemoryBroker
 from agentbus.testing._message import MemoryMessage
 
 __all__ = ["MemoryPublisher"]
@@ -67,14 +67,8 @@ class MemoryPublisher:
         """
         body = encode(reply, max_size=self._max_size)
         message = self._message(reply, body, reply_to=None, persistent=False, ttl=None)
-        if reply_to:
-            # As on RabbitMQ: a reply_to names a queue on the default exchange. Direct
-            # reply-to has no queue in memory, and the real bus sends it without mandatory.
-            mandatory = not reply_to.startswith(DIRECT_REPLY_TO)
-            await self._send(DEFAULT_EXCHANGE, reply_to, message, mandatory=mandatory)
-        else:
-            key = reply_routing_key(reply.receiver_id)
-            await self._send(self._exchange, key, message, mandatory=True)
+        exchange, key, mandatory = reply_destination(reply, reply_to, self._exchange)
+        await self._send(exchange, key, message, mandatory=mandatory)
 
     async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None:
         """Publish a copy of a delivery, ``headers`` added, with its routing key again."""

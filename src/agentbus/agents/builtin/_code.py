@@ -9,10 +9,16 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel
-from radon.complexity import cc_rank
-from radon.metrics import mi_rank, mi_visit
-from radon.raw import analyze as raw_metrics
-from radon.visitors import ComplexityVisitor
+
+try:
+    from radon.complexity import cc_rank
+    from radon.metrics import mi_rank, mi_visit
+    from radon.raw import analyze as raw_metrics
+    from radon.visitors import ComplexityVisitor
+except ImportError as exc:  # an optional dependency: only the demo's agents need it
+    raise ImportError(
+        "the built-in agents need radon: pip install 'agentbus[demo]'", name=exc.name
+    ) from exc
 
 from agentbus._exceptions import InvalidParameters
 from agentbus.agents._agent import Agent

@@ -1,0 +1,149 @@
+"""The one seam onto aiormq and pamqp beneath aio-pika: publishing and no-ack consuming.
+
+aio-pika's ``Exchange.publish`` takes an ``aio_pika.Message``, whose every attribute set
+goes through a lock check (about 10 µs a message), and its ``Queue.consume`` wraps each
+delivery in an ``IncomingMessage`` run in a second task. On the hot paths (every publish;
+every heartbeat the registry hears) the bus goes one level down instead, here and only
+here. ``tests/unit/test_amqp_seam.py`` pins what this module assumes of the libraries:
+the properties equal ``aio_pika.Message``'s byte for byte, a return comes back as a
+``DeliveredMessage``, and a robust channel calls ``reopen_callbacks`` after restoring
+its queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import aiormq.abc
+import aiormq.exceptions
+from aio_pika.abc import AbstractRobustChannel
+from pamqp.commands import Basic
+
+__all__ = [
+    "FeedCallback",
+    "NoAckConsumer",
+    "basic_publish",
+    "is_cancelled_under_us",
+    "is_nack",
+    "message_properties",
+]
+
+FeedCallback = Callable[[bytes, Mapping[str, object] | None, str | None], None]
+"""Takes a message's body, AMQP ``headers`` and ``user_id``; runs synchronously."""
+
+
+def message_properties(
+    *,
+    app_id: str,
+    message_id: str,
+    message_type: str,
+    timestamp: datetime,
+    correlation_id: str | None,
+    reply_to: str | None,
+    persistent: bool,
+    ttl: float | None,
+    user_id: str | None,
+) -> Basic.Properties:
+    """Build the AMQP properties ``aio_pika.Message`` would carry for these values."""
+    return Basic.Properties(
+        app_id=app_id,
+        content_type="application/json",
+        correlation_id=correlation_id,
+        delivery_mode=2 if persistent else 1,
+        expiration=None if ttl is None else str(int(max(ttl, 0.001) * 1000)),
+        headers={},
+        message_id=message_id,
+        message_type=message_type,
+        priority=0,
+        reply_to=reply_to,
+        timestamp=timestamp,
+        user_id=user_id,
+    )
+
+
+async def basic_publish(
+    channel: AbstractRobustChannel,
+    *,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    properties: Basic.Properties,
+    mandatory: bool,
+    timeout: float,
+) -> bool:
+    """Publish on ``channel`` and wait for the confirm; return whether it came back unroutable.
+
+    Raises what aiormq raises (translate it with ``agentbus.bus._errors.translate``).
+    """
+    if channel.is_closed:
+        raise aiormq.exceptions.ChannelInvalidStateError(f"{channel!r} is closed")
+    underlay = await channel.get_underlay_channel()
+    # aiormq bounds the confirm wait itself: no second timer on the hot path.
+    result = await underlay.basic_publish(
+        body,
+        exchange=exchange,
+        routing_key=routing_key,
+        properties=properties,
+        mandatory=mandatory,
+        timeout=timeout,
+    )
+    return isinstance(result, aiormq.abc.DeliveredMessage)
+
+
+class NoAckConsumer:
+    """Consumes one queue without acks on a robust channel, again after every reconnect.
+
+    ``callback`` runs synchronously per message, in the order they came.
+    """
+
+    def __init__(self, channel: AbstractRobustChannel, queue: str, callback: FeedCallback) -> None:
+        self._channel = channel
+        self._queue = queue
+        self._callback = callback
+
+    def __repr__(self) -> str:
+        return f"<NoAckConsumer queue={self._queue!r}>"
+
+    async def start(self) -> None:
+        """Start consuming; the robust channel's reopen starts it again."""
+        self._channel.reopen_callbacks.add(self._restart)
+        await self._consume()
+
+    async def aclose(self) -> None:
+        """Stop consuming: close the channel."""
+        self._channel.reopen_callbacks.discard(self._restart)
+        await self._channel.close()
+
+    async def _consume(self) -> None:
+        underlay = await self._channel.get_underlay_channel()
+        await underlay.basic_consume(self._queue, self._deliver, no_ack=True)
+
+    async def _restart(self, *_: Any) -> None:
+        # The robust channel declared the queue and its bindings again before calling
+        # this, but restores only consumers started through aio-pika's Queue.consume.
+        await self._consume()
+
+    async def _deliver(self, message: aiormq.abc.DeliveredMessage) -> None:
+        properties = message.header.properties
+        self._callback(message.body, properties.headers, properties.user_id)
+
+
+def is_cancelled_under_us(exc: BaseException) -> bool:
+    """Tell whether ``exc`` is aiormq cancelling a confirm because its connection died.
+
+    That ``CancelledError`` is not ours: the current task is not being cancelled.
+    """
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
+
+
+def is_nack(exc: BaseException) -> bool:
+    """Tell whether ``exc`` is the broker nacking a publish (not returning it)."""
+    return isinstance(exc, aiormq.exceptions.DeliveryError) and not isinstance(
+        exc, aiormq.exceptions.PublishError
+    )

@@ -1,0 +1,182 @@
+"""Requests going out: a cap on how many at once, and the wait for each one's reply."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Protocol
+
+import structlog
+
+from agentbus._exceptions import AgentBusError, NoInstance, RemoteError, RequestTimeout
+from agentbus.bus._pending import PendingRequests, ProgressCallback, Reply
+from agentbus.bus._stats import BusStats
+from agentbus.envelopes import ErrorCode, ErrorEnvelope, RequestEnvelope, ResponseEnvelope
+
+__all__ = ["Presence", "RequestPublisher", "Requester", "Slots"]
+
+Presence = Callable[[str], Awaitable[bool]]
+"""Whether the receiver's queue holds requests and no consumer (False: no such queue)."""
+
+_log = structlog.get_logger("agentbus.bus")
+_MAX_LOOKS = 1024
+
+
+class RequestPublisher(Protocol):
+    """Publishes a request (the bus's publisher)."""
+
+    async def publish(
+        self,
+        envelope: RequestEnvelope,
+        *,
+        reply_to: str | None = None,
+        ttl: float | None = None,
+        timeout: float | None = None,
+    ) -> None: ...
+
+
+class Slots:
+    """At most ``size`` holders at once (callers past that wait), and how many hold one."""
+
+    __slots__ = ("_semaphore", "taken")
+
+    def __init__(self, size: int) -> None:
+        self._semaphore = asyncio.Semaphore(size)
+        self.taken = 0
+
+    async def __aenter__(self) -> None:
+        await self._semaphore.acquire()
+        self.taken += 1
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.taken -= 1
+        self._semaphore.release()
+
+
+class Requester:
+    """Sends requests and waits for their replies, at most ``max_outstanding`` out at once."""
+
+    def __init__(
+        self,
+        pending: PendingRequests,
+        stats: BusStats,
+        max_outstanding: int,
+        *,
+        presence: Presence | None = None,
+        presence_after: float = 0.0,
+    ) -> None:
+        self.pending = pending
+        self.slots = Slots(max_outstanding)
+        self._stats = stats
+        self._presence = presence
+        self._presence_after = presence_after
+        self._checks: set[asyncio.Task[None]] = set()
+        self._looks: dict[str, tuple[float, asyncio.Future[bool]]] = {}
+        """The last look at each receiver's queue: when it began, and its answer."""
+
+    async def send(
+        self,
+        publisher: RequestPublisher,
+        envelope: RequestEnvelope,
+        *,
+        reply_to: str,
+        timeout: float,
+        on_progress: ProgressCallback | None,
+    ) -> ResponseEnvelope:
+        """Publish ``envelope`` and return its response.
+
+        Raises:
+            RemoteError: the receiver answered with an error envelope.
+            RequestTimeout: no answer within ``timeout`` seconds.
+        """
+        message_id = envelope.message_id
+        future = self.pending.add(message_id, on_progress)
+        started = time.perf_counter()
+        outcome = "success"
+        check = self._arm_presence_check(envelope, future, timeout)
+        try:
+            async with asyncio.timeout(timeout), self.slots:
+                await publisher.publish(envelope, reply_to=reply_to, ttl=timeout, timeout=timeout)
+                reply = await future
+            if isinstance(reply, ErrorEnvelope):
+                outcome = reply.payload.code
+        except TimeoutError as exc:
+            outcome = ErrorCode.TIMEOUT
+            raise RequestTimeout(
+                f"no answer from {envelope.receiver_id!r} to {envelope.payload.action!r} "
+                f"within {timeout:g} s",
+                details={"receiver": envelope.receiver_id, "timeout": timeout},
+            ) from exc
+        except AgentBusError as exc:
+            outcome = exc.code
+            raise
+        finally:
+            if check is not None:
+                check.cancel()
+            self.pending.discard(message_id)
+            if self._stats.observer is not None:
+                seconds = time.perf_counter() - started
+                self._stats.observer.observe_request(envelope.payload.action, outcome, seconds)
+        if isinstance(reply, ErrorEnvelope):
+            self._stats.errors_received[reply.payload.code] += 1
+            raise RemoteError(reply)
+        return reply
+
+    def _arm_presence_check(
+        self, envelope: RequestEnvelope, future: asyncio.Future[Reply], timeout: float
+    ) -> asyncio.TimerHandle | None:
+        # A request answered in time pays one timer; one still waiting after
+        # presence_after checks that something consumes its receiver's queue.
+        if self._presence is None or not 0 < self._presence_after < timeout:
+            return None
+        return asyncio.get_running_loop().call_later(
+            self._presence_after, self._start_check, envelope.receiver_id, future
+        )
+
+    def _start_check(self, receiver: str, future: asyncio.Future[Reply]) -> None:
+        task = asyncio.create_task(self._check(receiver, future))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _check(self, receiver: str, future: asyncio.Future[Reply]) -> None:
+        try:
+            unserved = await self._unserved(receiver)
+        except AgentBusError as exc:
+            _log.debug("presence not checked", receiver=receiver, error=str(exc))
+            return
+        if unserved and not future.done():
+            self._stats.no_instance += 1
+            future.set_exception(
+                NoInstance(
+                    f"no instance of {receiver!r} is running: its queue has no consumer "
+                    "(the request stays queued until it expires)",
+                    details={"receiver": receiver},
+                )
+            )
+
+    async def _unserved(self, receiver: str) -> bool:
+        # One look per receiver at a time, and its answer good for presence_after: a
+        # backlog of thousands of slow requests to one service costs one passive declare.
+        loop = asyncio.get_running_loop()
+        cached = self._looks.get(receiver)
+        if cached is None or (cached[1].done() and loop.time() - cached[0] > self._presence_after):
+            assert self._presence is not None
+            look = asyncio.ensure_future(self._presence(receiver))
+            cached = self._looks[receiver] = (loop.time(), look)
+            look.add_done_callback(_retrieved)
+            if len(self._looks) > _MAX_LOOKS:
+                self._looks.pop(next(iter(self._looks)))
+        return await asyncio.shield(cached[1])
+
+
+def _retrieved(look: asyncio.Future[bool]) -> None:
+    # A failed look nobody awaits any more must not be reported as never retrieved.
+    if not look.cancelled():
+        look.exception()

@@ -1,0 +1,206 @@
+"""The CLI's one-shot commands: ``plan run``, ``agents``, ``request`` and ``publish``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from agentbus._exceptions import AgentBusError, RemoteError
+from agentbus.bus import Bus
+from agentbus.cli._context import client_settings, load_json, print_json, read_bytes, run_async
+from agentbus.cli._render import agents_table, aggregate_report
+from agentbus.envelopes import BROADCAST, EnvelopeError, EventEnvelope, decode
+from agentbus.leader import Plan, PlanClient, PlanStatus, Progress
+
+__all__ = ["agents", "plan", "publish", "request"]
+
+_PLAN_EXIT = {PlanStatus.COMPLETED: 0, PlanStatus.PARTIAL: 1, PlanStatus.FAILED: 2}
+
+
+@click.group()
+def plan() -> None:
+    """Submit plans to a leader."""
+
+
+@plan.command("run")
+@click.argument("file", metavar="FILE|-")
+@click.option("--json", "as_json", is_flag=True, help="Print the aggregate as JSON.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
+@click.option("--leader", "leader_service", default="leader", show_default=True)
+@click.option("--quiet", "-q", is_flag=True, help="No live progress lines.")
+@click.pass_context
+@run_async
+async def plan_run(
+    ctx: click.Context,
+    file: str,
+    as_json: bool,
+    timeout: float,
+    leader_service: str,
+    quiet: bool,
+) -> None:
+    """Run the plan in FILE on a leader, showing live progress; print the aggregate.
+
+    The exit status is 0 when the plan completed, 1 when it was partial, 2 when it failed,
+    and 3 when it could not run (an invalid plan, no leader, no broker).
+    """
+    try:
+        document = load_json(file if file == "-" else f"@{file}", "the plan")
+        parsed = Plan.model_validate(document)
+    except click.BadParameter as exc:
+        raise _CouldNotRun(exc.message) from exc
+    except ValidationError as exc:
+        raise _CouldNotRun(f"invalid plan: {_first_error(exc)}") from exc
+    try:
+        async with Bus(client_settings(ctx)) as bus:
+            client = PlanClient(bus, leader=leader_service)
+            progress = None if quiet else _show_progress
+            aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
+    except AgentBusError as exc:
+        raise _CouldNotRun(str(exc)) from exc
+    if as_json:
+        print_json(aggregate.model_dump(mode="json"))
+    else:
+        click.echo(aggregate_report(aggregate))
+    ctx.exit(_PLAN_EXIT[aggregate.status])
+
+
+class _CouldNotRun(click.ClickException):
+    exit_code = 3
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"agentbus: error: {self.message}", err=True)
+
+
+def _show_progress(progress: Progress) -> None:
+    agent = f" on {progress.agent_id}" if progress.agent_id else ""
+    error = f": {progress.error.get('message')}" if progress.error else ""
+    click.echo(
+        f"[{progress.done}/{progress.total}] {progress.subtask_id} ({progress.skill}) "
+        f"{progress.transition}{agent}{error}",
+        err=True,
+    )
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+@click.command()
+@click.option("--service", help="Only agents of this service.")
+@click.option("--status", type=click.Choice(["ready", "busy", "draining", "offline"]))
+@click.option("--skill", help="Only agents offering this skill.")
+@click.option("--all", "include_offline", is_flag=True, help="Include agents gone offline.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
+@click.pass_context
+@run_async
+async def agents(
+    ctx: click.Context,
+    service: str | None,
+    status: str | None,
+    skill: str | None,
+    include_offline: bool,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    """List the agents the registry knows: id, service, status, load, skills, last seen."""
+    filters = {"service": service, "status": status, "skill": skill}
+    parameters: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
+    if include_offline or status == "offline":
+        parameters["include_offline"] = True
+    async with Bus(client_settings(ctx)) as bus:
+        reply = await bus.request("registry", "list_agents", parameters, timeout=timeout)
+    rows: list[dict[str, Any]] = reply.result
+    if as_json:
+        print_json(rows)
+    else:
+        click.echo(agents_table(rows))
+
+
+@click.command()
+@click.argument("receiver")
+@click.argument("action")
+@click.option("--params", "-p", metavar="JSON|@FILE|-", help="Request parameters (an object).")
+@click.option("--timeout", type=click.FloatRange(min=0.01), default=30.0, show_default=True)
+@click.option("--result", "result_only", is_flag=True, help="Print only the result.")
+@click.pass_context
+@run_async
+async def request(
+    ctx: click.Context,
+    receiver: str,
+    action: str,
+    params: str | None,
+    timeout: float,
+    result_only: bool,
+) -> None:
+    """Send ACTION to RECEIVER (an agent id or service) and print the response as JSON.
+
+    An error envelope is printed too, and the exit status is then 1.
+    """
+    parameters = load_json(params, "--params")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise click.BadParameter("--params must be a JSON object")
+    async with Bus(client_settings(ctx)) as bus:
+        try:
+            reply = await bus.request(receiver, action, parameters, timeout=timeout)
+        except RemoteError as exc:
+            print_json(exc.envelope.model_dump(mode="json"))
+            ctx.exit(1)
+    print_json(reply.result if result_only else reply.model_dump(mode="json"))
+
+
+@click.command()
+@click.argument("event_name", required=False)
+@click.option("--data", "-d", metavar="JSON|@FILE|-", help="Event data (an object).")
+@click.option("--to", "receiver", default=BROADCAST, show_default=True, help="Receiver id.")
+@click.option(
+    "--raw",
+    metavar="FILE|-",
+    help="Publish a whole envelope read from FILE or standard input instead of an event.",
+)
+@click.option(
+    "--require-listener",
+    is_flag=True,
+    help="Fail (exit 2) when nobody subscribes to the event, instead of dropping it.",
+)
+@click.pass_context
+@run_async
+async def publish(
+    ctx: click.Context,
+    event_name: str | None,
+    data: str | None,
+    receiver: str,
+    raw: str | None,
+    require_listener: bool,
+) -> None:
+    """Publish the event EVENT_NAME, or a raw envelope with --raw; print what was sent.
+
+    An event nobody subscribes to is dropped, as pub/sub goes, unless --require-listener.
+    A raw request or reply nobody receives is always an error.
+    """
+    if (event_name is None) == (raw is None):
+        raise click.UsageError("give either EVENT_NAME or --raw FILE")
+    async with Bus(client_settings(ctx)) as bus:
+        if raw is not None:
+            source = sys.stdin.buffer.read() if raw == "-" else read_bytes(raw)
+            try:
+                envelope = decode(source, max_size=bus.settings.max_message_size)
+            except EnvelopeError as exc:
+                raise click.BadParameter(f"not a valid envelope: {exc.message}") from exc
+            listened = require_listener or not isinstance(envelope, EventEnvelope)
+            await bus.publish(envelope, mandatory=listened)
+        else:
+            assert event_name is not None
+            event_data = load_json(data, "--data")
+            if event_data is not None and not isinstance(event_data, dict):
+                raise click.BadParameter("--data must be a JSON object")
+            envelope = await bus.emit(
+                event_name, event_data, receiver=receiver, mandatory=require_listener
+            )
+    print_json(envelope.model_dump(mode="json"))

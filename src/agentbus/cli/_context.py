@@ -1,0 +1,75 @@
+"""What the CLI's commands share: settings from the context, JSON in and out, async bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+import orjson
+
+from agentbus._config import Settings
+
+__all__ = ["client_settings", "load_json", "print_json", "read_bytes", "run_async", "settings_of"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+_EXPIRES_ENV = "AGENTBUS_INSTANCE_QUEUE_EXPIRES"
+_CLIENT_QUEUE_EXPIRES = 5.0
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    settings: Settings = ctx.obj
+    return settings
+
+
+def client_settings(ctx: click.Context) -> Settings:
+    # A one-shot command's instance queue needs to outlive a reconnect, not the process
+    # by a minute: unless it is set explicitly, it goes a few seconds after we close.
+    settings = settings_of(ctx)
+    if _EXPIRES_ENV in os.environ:
+        return settings
+    expires = min(settings.instance_queue_expires, _CLIENT_QUEUE_EXPIRES)
+    return settings.model_copy(update={"instance_queue_expires": expires})
+
+
+def run_async(func: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        return asyncio.run(func(*args, **kwargs))
+
+    return wrapper
+
+
+def load_json(value: str | None, what: str) -> Any:
+    """Parse JSON given inline, as ``@file``, or ``-`` for standard input."""
+    if value is None:
+        return None
+    try:
+        if value == "-":
+            text = sys.stdin.read()
+        elif value.startswith("@"):
+            text = Path(value[1:]).read_text(encoding="utf-8")
+        else:
+            text = value
+        return orjson.loads(text)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {value[1:]!r}: {exc.strerror}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from exc
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def read_bytes(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path!r}: {exc.strerror}") from exc

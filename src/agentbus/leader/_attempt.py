@@ -1,0 +1,166 @@
+"""One attempt at a subtask: how it ended, why a subtask failed, who holds the work in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Final
+
+from agentbus._exceptions import AgentBusError, RemoteError
+from agentbus.envelopes import ErrorCode
+from agentbus.leader._aggregate import SubtaskStatus
+
+__all__ = ["Answered", "AttemptResult", "Failed", "Flight", "Holders", "SubtaskError"]
+
+# Errors that another try cannot mend.
+_FINAL_CODES: Final = frozenset(
+    {
+        ErrorCode.INVALID_PARAMETERS,
+        ErrorCode.UNKNOWN_ACTION,
+        ErrorCode.NO_CAPABLE_AGENT,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.PAYLOAD_TOO_LARGE,
+        ErrorCode.INVALID_ENVELOPE,
+        ErrorCode.UNSUPPORTED_VERSION,
+    }
+)
+# Not a wire error code: the ``error.code`` of a subtask that never ran.
+_SKIPPED: Final = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskError:
+    """Why a subtask (or one attempt at it) did not succeed: an error code and a message.
+
+    On the wire (outcomes and progress) it is ``{"code", "message"}``, with ``"details"``
+    when the agent's error envelope carried them.
+    """
+
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, exc: AgentBusError) -> SubtaskError:
+        """Return the error an exception answers with; an agent's own details kept."""
+        details = exc.details if isinstance(exc, RemoteError) else None
+        return cls(str(exc.code), exc.message, details)
+
+    @classmethod
+    def skipped(cls, reason: str) -> SubtaskError:
+        """Return the error of a subtask that never ran."""
+        return cls(_SKIPPED, reason)
+
+    @classmethod
+    def cancelled(cls, reason: str) -> SubtaskError:
+        """Return the error of a subtask the plan's stop cancelled."""
+        return cls(ErrorCode.CANCELLED.value, reason)
+
+    @classmethod
+    def missing_input(cls, reference: str) -> SubtaskError:
+        """Return the error of an input the dependency's result does not have."""
+        message = f"input {reference!r} is not in the dependency's result"
+        return cls(ErrorCode.INVALID_PARAMETERS.value, message)
+
+    @classmethod
+    def deadline(cls) -> SubtaskError:
+        """Return the error of an attempt the plan's deadline left no time for."""
+        return cls(ErrorCode.TIMEOUT.value, "plan deadline passed")
+
+    @classmethod
+    def holder_offline(cls, holder: str | None) -> SubtaskError:
+        """Return the error of an attempt whose agent went offline while holding it."""
+        message = f"agent {holder} went offline while holding the subtask"
+        return cls(ErrorCode.AGENT_UNAVAILABLE.value, message)
+
+    @property
+    def is_final(self) -> bool:
+        """Return whether another try cannot mend it."""
+        return self.code in _FINAL_CODES
+
+    @property
+    def status(self) -> SubtaskStatus:
+        """Return the status a subtask ends with on this error."""
+        if self.code == _SKIPPED:
+            return SubtaskStatus.SKIPPED
+        if self.code == ErrorCode.CANCELLED:
+            return SubtaskStatus.CANCELLED
+        return SubtaskStatus.FAILED
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the error as outcomes and progress events carry it."""
+        wire: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            wire["details"] = self.details
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The attempt's answer: the subtask's result, from ``agent_id``."""
+
+    result: Any
+    agent_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The attempt failed; ``holder_gone``: its agent went offline, so try again at once."""
+
+    error: SubtaskError
+    holder_gone: bool = False
+
+
+AttemptResult = Answered | Failed
+
+
+class Flight:
+    """One request in flight for a subtask: who holds it, and whether they vanished."""
+
+    __slots__ = ("holder", "message_id", "offline", "task")
+
+    def __init__(self, message_id: str, task: asyncio.Task[Any] | None) -> None:
+        self.message_id = message_id
+        self.holder: str | None = None
+        self.offline = False
+        self.task = task
+
+
+class Holders:
+    """Which agent instance holds which request in flight, to move work on when one goes."""
+
+    def __init__(self) -> None:
+        self._flights: dict[str, Flight] = {}
+        self._held_by: dict[str, set[str]] = {}
+
+    def track(self, message_id: str, task: asyncio.Task[Any] | None) -> Flight:
+        """Return a new flight for a request, waited on by ``task``."""
+        flight = Flight(message_id, task)
+        self._flights[message_id] = flight
+        return flight
+
+    def hand_to(self, flight: Flight, holder: str) -> bool:
+        """Record that ``holder`` took the request; return whether another had it before."""
+        previous, flight.holder = flight.holder, holder
+        moved = previous is not None and previous != holder
+        if previous is not None and moved:
+            # The broker redelivered it: the old holder going offline must not move it on.
+            self._held_by.get(previous, set()).discard(flight.message_id)
+        self._held_by.setdefault(holder, set()).add(flight.message_id)
+        return moved
+
+    def release(self, flight: Flight) -> None:
+        """Forget a flight that ended."""
+        self._flights.pop(flight.message_id, None)
+        if flight.holder is not None:
+            self._held_by.get(flight.holder, set()).discard(flight.message_id)
+
+    def gone(self, agent_id: str) -> list[Flight]:
+        """Mark the flights an offline agent held, and return them (each once)."""
+        lost: list[Flight] = []
+        for message_id in self._held_by.pop(agent_id, set()):
+            flight = self._flights.get(message_id)
+            if flight is not None and not flight.offline and flight.task is not None:
+                flight.offline = True
+                lost.append(flight)
+        return lost

@@ -1,0 +1,73 @@
+"""Submit plans to a leader from Python, following their progress."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentbus._exceptions import AgentBusError
+from agentbus.bus import Transport
+from agentbus.envelopes import EventEnvelope
+from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
+from agentbus.leader._plan import Plan
+
+__all__ = ["PlanClient"]
+
+ProgressCallback = Callable[[Progress], Awaitable[None] | None]
+
+
+class PlanClient:
+    """Sends plans to the ``leader`` service and hands their progress events to callbacks."""
+
+    def __init__(self, bus: Transport, *, leader: str = "leader") -> None:
+        self._bus = bus
+        self._leader = leader
+        self._callbacks: dict[str, ProgressCallback] = {}
+        self._subscribed = False
+
+    async def run(
+        self,
+        plan: Plan | dict[str, Any],
+        *,
+        timeout: float = 600.0,
+        on_progress: ProgressCallback | None = None,
+    ) -> Aggregate:
+        """Run ``plan`` on a leader and return its aggregate.
+
+        Raises:
+            RemoteError: the leader refused the plan (``invalid_parameters`` for an invalid one).
+            RequestTimeout: no aggregate within ``timeout`` seconds.
+        """
+        plan = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
+        if on_progress is not None:
+            await self._subscribe()
+            self._callbacks[plan.id] = on_progress
+        try:
+            reply = await self._bus.request(
+                self._leader, "run_plan", {"plan": plan.model_dump(mode="json")}, timeout=timeout
+            )
+        finally:
+            self._callbacks.pop(plan.id, None)
+        try:
+            return Aggregate.model_validate(reply.result)
+        except ValidationError as exc:
+            raise AgentBusError(f"the leader's answer is not an aggregate: {exc}") from exc
+
+    async def _subscribe(self) -> None:
+        if not self._subscribed:
+            await self._bus.subscribe(f"agent.{self._bus.agent_id}.event", self._on_event)
+            self._subscribed = True
+
+    async def _on_event(self, event: EventEnvelope) -> None:
+        if event.payload.event_name != PLAN_PROGRESS:
+            return
+        report = ProgressReport.model_validate(event.payload.event_data)
+        callback = self._callbacks.get(report.plan_id)
+        if callback is None:
+            return
+        for progress in report.transitions:
+            result = callback(progress)
+            if result is not None:
+                await result

@@ -1,0 +1,165 @@
+"""The plan: subtasks, their dependencies and inputs, validated before anything is sent."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from agentbus.envelopes import AgentId, utcnow
+
+__all__ = ["Plan", "Subtask", "resolve_input"]
+
+InputRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,128}(\.[^.]+)*$")]
+
+
+class Subtask(BaseModel):
+    """One unit of work: a skill to call with parameters, after its dependencies."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: AgentId
+    skill: AgentId
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[AgentId] = Field(default_factory=list)
+    inputs: dict[str, InputRef | list[InputRef]] = Field(
+        default_factory=dict,
+        description=(
+            "Parameter name to a dependency's result: 'draft' passes the whole result of "
+            "subtask draft, 'outline.sections' a dotted path inside it, and a list of such "
+            "references passes the list of their values (a fan-in)."
+        ),
+    )
+    critical: bool = True
+    timeout: float = Field(default=30.0, gt=0, description="Seconds per attempt.")
+    retries: int = Field(default=0, ge=0, le=20)
+    service: AgentId | None = Field(
+        default=None,
+        description="Send to this service without asking the registry who offers the skill.",
+    )
+
+
+class Plan(BaseModel):
+    """A task split into subtasks: a DAG run by the leader."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: AgentId = Field(default_factory=lambda: f"plan-{uuid.uuid4().hex[:12]}")
+    description: str = ""
+    subtasks: list[Subtask] = Field(min_length=1)
+    deadline: datetime | float | None = Field(
+        default=None,
+        description="When the whole plan must be done: an ISO time, or seconds from its start.",
+    )
+    max_parallel: int = Field(default=16, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _check_graph(self) -> Plan:
+        ids: set[str] = set()
+        for subtask in self.subtasks:
+            if subtask.id in ids:
+                raise ValueError(f"duplicate subtask id {subtask.id!r}")
+            ids.add(subtask.id)
+        for subtask in self.subtasks:
+            _check_links(subtask, ids)
+        cycle = _find_cycle({s.id: s.depends_on for s in self.subtasks})
+        if cycle:
+            raise ValueError(f"the plan has a cycle: {' -> '.join(cycle)}")
+        return self
+
+    def deadline_at(self, started: datetime | None = None) -> datetime | None:
+        """Return the plan's deadline as an absolute UTC time."""
+        if self.deadline is None:
+            return None
+        if isinstance(self.deadline, datetime):
+            return self.deadline
+        return (started or utcnow()) + timedelta(seconds=self.deadline)
+
+    def dependents(self) -> dict[str, list[str]]:
+        """Return, for each subtask id, the ids of the subtasks that depend on it."""
+        found: dict[str, list[str]] = {subtask.id: [] for subtask in self.subtasks}
+        for subtask in self.subtasks:
+            for dependency in dict.fromkeys(subtask.depends_on):
+                found[dependency].append(subtask.id)
+        return found
+
+
+def _check_links(subtask: Subtask, ids: set[str]) -> None:
+    # Dependencies name other subtasks of the plan; inputs come from dependencies only.
+    depends_on = set(subtask.depends_on)  # a fan-in of thousands: no list scans
+    for dependency in depends_on:
+        if dependency not in ids:
+            raise ValueError(f"subtask {subtask.id!r} depends on unknown subtask {dependency!r}")
+        if dependency == subtask.id:
+            raise ValueError(f"subtask {subtask.id!r} depends on itself")
+    for parameter, references in subtask.inputs.items():
+        for reference in _as_list(references):
+            source = reference.split(".", 1)[0]
+            if source not in depends_on:
+                raise ValueError(
+                    f"subtask {subtask.id!r} input {parameter!r} refers to {source!r}, "
+                    "which it does not depend on"
+                )
+        if parameter in subtask.parameters:
+            raise ValueError(
+                f"subtask {subtask.id!r} sets {parameter!r} both in parameters and inputs"
+            )
+
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    # Iterative depth-first search with colours; returns the cycle as a closed path.
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(graph, white)
+    for root in graph:
+        if colour[root] != white:
+            continue
+        path: list[str] = [root]
+        stack = [iter(graph[root])]
+        colour[root] = grey
+        while stack:
+            node = next(stack[-1], None)
+            if node is None:
+                colour[path.pop()] = black
+                stack.pop()
+                continue
+            if colour[node] == grey:
+                return [*path[path.index(node) :], node]
+            if colour[node] == white:
+                colour[node] = grey
+                path.append(node)
+                stack.append(iter(graph[node]))
+    return None
+
+
+def _as_list(references: str | list[str]) -> list[str]:
+    return [references] if isinstance(references, str) else references
+
+
+def resolve_input(reference: str | list[str], results: dict[str, Any]) -> Any:
+    """Return the value ``reference`` names: a subtask's result, or a dotted path inside it.
+
+    A list of references gives the list of their values.
+
+    Raises:
+        KeyError: the path does not exist in the result.
+    """
+    if not isinstance(reference, str):
+        return [resolve_input(item, results) for item in reference]
+    source, *path = reference.split(".")
+    value = results[source]
+    walked = source
+    for part in path:
+        walked += f".{part}"
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and _is_index(part, len(value)):
+            value = value[int(part)]
+        else:
+            raise KeyError(walked)
+    return value
+
+
+def _is_index(part: str, length: int) -> bool:
+    return part.lstrip("-").isdigit() and -length <= int(part) < length

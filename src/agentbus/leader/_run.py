@@ -1,0 +1,338 @@
+"""Run one plan: start what the graph allows, retry with backoff, fail over, cancel, aggregate."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import random
+import time
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import structlog
+
+from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
+from agentbus.agents._agent import NOTIFY_START
+from agentbus.bus import Transport
+from agentbus.envelopes import (
+    BROADCAST,
+    Metadata,
+    RequestEnvelope,
+    RequestPayload,
+    ResponseEnvelope,
+    utcnow,
+)
+from agentbus.leader._aggregate import Aggregate, SubtaskStatus
+from agentbus.leader._attempt import (
+    Answered,
+    AttemptResult,
+    Failed,
+    Flight,
+    Holders,
+    SubtaskError,
+)
+from agentbus.leader._directory import SkillDirectory
+from agentbus.leader._graph import PlanGraph, Skip, Stop
+from agentbus.leader._plan import Plan, Subtask, resolve_input
+from agentbus.leader._progress import ProgressSink, ProgressStream
+from agentbus.leader._record import SubtaskRecord, tally
+
+__all__ = ["PlanRunner", "RunState"]
+
+_log = structlog.get_logger("agentbus.leader")
+
+_LEADER_STOPPING: Final = "the leader is stopping"
+
+
+class RunState(enum.Enum):
+    """Where a plan runner is in its one run."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    STOPPED = "stopped"
+
+
+class PlanRunner:
+    """Runs one validated plan on a transport and returns its aggregate; once.
+
+    ``state`` says where the run is; ``stop_reason`` says why a stopped run stopped early
+    (a critical subtask failed, the plan's deadline passed, or the leader is stopping).
+    """
+
+    def __init__(
+        self,
+        bus: Transport,
+        plan: Plan,
+        *,
+        directory: SkillDirectory,
+        progress: ProgressSink | None = None,
+        retry_base: float = 0.2,
+        retry_cap: float = 5.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.plan = plan
+        self.state = RunState.PENDING
+        self.stop_reason: str | None = None
+        self._bus = bus
+        self._directory = directory
+        self._retry_base = retry_base
+        self._retry_cap = retry_cap
+        self._rng = rng or random.Random()
+        self._graph = PlanGraph(plan)
+        self._by_id = {subtask.id: subtask for subtask in plan.subtasks}
+        self._records = {s.id: SubtaskRecord(s.id, s.skill) for s in plan.subtasks}
+        self._results: dict[str, Any] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # by subtask id, named after it
+        self._ended: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
+        self._holders = Holders()
+        self._deadline: datetime | None = None
+        self._done = 0
+        self._progress = ProgressStream(progress, plan_id=plan.id, total=len(plan.subtasks))
+        self._log = _log.bind(plan_id=plan.id)
+
+    def __repr__(self) -> str:
+        return (
+            f"<PlanRunner plan_id={self.plan.id!r} state={self.state.value} "
+            f"done={self._done}/{len(self._by_id)}>"
+        )
+
+    def agent_offline(self, agent_id: str) -> None:
+        """Move on at once from the work an agent reported offline was holding."""
+        self._directory.forget(agent_id)
+        for flight in self._holders.gone(agent_id):
+            # The attempt's task waits on the reply: cancelled, it sees ``offline`` and
+            # moves on. (A reply already in and not yet taken is lost with it, as is
+            # one still on its way: the subtask is tried again.)
+            assert flight.task is not None
+            flight.task.cancel()
+
+    async def run(self) -> Aggregate:
+        """Run the plan to its end and return the aggregate.
+
+        Raises:
+            UsageError: this runner has run already; a runner runs one plan once.
+        """
+        if self.state is not RunState.PENDING:
+            raise UsageError(
+                f"the runner of plan {self.plan.id!r} has run already ({self.state.value}): "
+                "make a new PlanRunner to run it again"
+            )
+        self.state = RunState.RUNNING
+        started_at, started = utcnow(), time.monotonic()
+        self._deadline = self.plan.deadline_at(started_at)
+        async with self._progress:
+            try:
+                await self._schedule()
+            except asyncio.CancelledError:
+                # Everything launched, whether the graph still counts it or not.
+                self._graph.stop(_LEADER_STOPPING)
+                await self._stop(Stop(_LEADER_STOPPING, tuple(self._tasks)))
+                raise
+        if self.state is RunState.RUNNING:
+            self.state = RunState.FINISHED
+        return tally(
+            self.plan,
+            self._records,
+            started_at=started_at,
+            wall_time=time.monotonic() - started,
+            error=self.stop_reason,
+        )
+
+    async def _schedule(self) -> None:
+        graph = self._graph
+        while True:
+            for subtask_id in graph.start():
+                self._launch(self._by_id[subtask_id])
+            if graph.is_finished:
+                break
+            ended = await self._next_ended()
+            if ended is None:  # the plan's deadline passed with work still running
+                await self._stop(graph.stop("the plan's deadline passed"))
+                break
+            for effect in graph.settle((i, self._records[i].status) for i in ended):
+                await self._carry_out(effect)
+        reason = self.stop_reason or "a dependency did not succeed"
+        for subtask_id in graph.unstarted():
+            self._finish(self._records[subtask_id], SubtaskError.skipped(reason))
+
+    def _launch(self, subtask: Subtask) -> None:
+        task = asyncio.create_task(self._execute(subtask), name=subtask.id)
+        # Finished tasks arrive on a queue: no scan over everything running at each end.
+        task.add_done_callback(self._ended.put_nowait)
+        self._tasks[subtask.id] = task
+
+    async def _next_ended(self) -> list[str] | None:
+        # The subtasks that ended since the last call (at least one); None at the deadline.
+        try:
+            async with asyncio.timeout(self._seconds_left()):
+                done = [await self._ended.get()]
+        except TimeoutError:
+            return None
+        while not self._ended.empty():
+            done.append(self._ended.get_nowait())
+        # A task a stop cancelled ends later: it is no longer the graph's business.
+        return [task.get_name() for task in done if self._tasks.pop(task.get_name(), None) is task]
+
+    async def _carry_out(self, effect: Skip | Stop) -> None:
+        if isinstance(effect, Stop):
+            await self._stop(effect)
+            return
+        reason = f"dependency {effect.cause!r} did not succeed"
+        self._finish(self._records[effect.subtask_id], SubtaskError.skipped(reason))
+
+    async def _stop(self, stop: Stop) -> None:
+        self.state = RunState.STOPPED
+        self.stop_reason = stop.reason
+        tasks = [self._tasks[subtask_id] for subtask_id in stop.cancel]
+        for task in tasks:
+            task.cancel()
+        # Each cancelled attempt sends its own cancel request before it ends.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for subtask_id in stop.cancel:
+            self._tasks.pop(subtask_id, None)
+            record = self._records[subtask_id]
+            if not record.is_settled:
+                self._finish(record, SubtaskError.cancelled(stop.reason))
+
+    async def _execute(self, subtask: Subtask) -> None:
+        record = self._records[subtask.id]
+        try:
+            parameters = {
+                **subtask.parameters,
+                **{name: resolve_input(ref, self._results) for name, ref in subtask.inputs.items()},
+            }
+        except KeyError as exc:
+            self._finish(record, SubtaskError.missing_input(exc.args[0]))
+            return
+        record.status = SubtaskStatus.RUNNING
+        record.started = time.time()
+        self._emit(record, "started")
+        tried: set[str] = set()
+        while True:
+            record.attempts += 1
+            result = await self._attempt(subtask, parameters, record, tried)
+            if isinstance(result, Answered):
+                self._results[subtask.id] = record.result = result.result
+                record.add_agent(result.agent_id)
+                self._finish(record)
+                return
+            error = result.error
+            if error.is_final or record.attempts > subtask.retries or self._seconds_left() == 0:
+                self._finish(record, error)
+                return
+            self._emit(record, "retrying", error=error)
+            if not result.holder_gone:
+                await asyncio.sleep(self._backoff(record.attempts))
+
+    async def _attempt(
+        self, subtask: Subtask, parameters: dict[str, Any], record: SubtaskRecord, tried: set[str]
+    ) -> AttemptResult:
+        timeout = subtask.timeout
+        left = self._seconds_left()
+        if left is not None:
+            timeout = min(timeout, left)
+        if timeout <= 0:
+            return Failed(SubtaskError.deadline())
+        try:
+            receiver = await self._receiver(subtask, tried)
+        except NoCapableAgent as exc:
+            return Failed(SubtaskError.of(exc))
+        # Built from known-valid values (ids from the validated plan, the bus's own id):
+        # no validation on the way out.
+        extra: dict[str, Any] = {NOTIFY_START: True, "plan_id": self.plan.id}
+        extra["subtask_id"] = subtask.id
+        metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
+        request = RequestEnvelope.model_construct(
+            sender_id=self._bus.agent_id,
+            receiver_id=receiver,
+            payload=RequestPayload.model_construct(action=subtask.skill, parameters=parameters),
+            metadata=metadata,
+        )
+        return await self._send(request, timeout, record, tried)
+
+    async def _send(
+        self, request: RequestEnvelope, timeout: float, record: SubtaskRecord, tried: set[str]
+    ) -> AttemptResult:
+        flight = self._holders.track(request.message_id, asyncio.current_task())
+
+        def on_start(notice: ResponseEnvelope) -> None:
+            holder = notice.sender_id
+            if self._holders.hand_to(flight, holder):
+                record.attempts += 1  # the broker redelivered it to another instance
+            tried.add(holder)
+            record.add_agent(holder)
+            self._emit(record, "running", agent_id=holder)
+
+        try:
+            # Awaited in this task, no second one: agent_offline cancels this task.
+            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_start)
+            return Answered(reply.payload.result, reply.sender_id)
+        except RemoteError as exc:
+            tried.add(exc.envelope.sender_id)
+            record.add_agent(exc.envelope.sender_id)
+            return Failed(SubtaskError.of(exc))
+        except AgentBusError as exc:
+            return Failed(SubtaskError.of(exc))
+        except asyncio.CancelledError:
+            if flight.offline and flight.task is not None and flight.task.uncancel() == 0:
+                # Cancelled by agent_offline alone: tell the holder to stop, move on.
+                await self._send_cancel(flight)
+                return Failed(SubtaskError.holder_offline(flight.holder), holder_gone=True)
+            # The plan is stopping: tell whoever holds the work to stop too.
+            await asyncio.shield(self._send_cancel(flight))
+            raise
+        finally:
+            self._holders.release(flight)
+
+    async def _send_cancel(self, flight: Flight) -> None:
+        # To the instance holding the work when known, else to everyone: whoever has it stops.
+        cancel = RequestEnvelope.model_construct(
+            sender_id=self._bus.agent_id,
+            receiver_id=flight.holder or BROADCAST,
+            payload=RequestPayload.model_construct(
+                action="cancel", parameters={"message_id": flight.message_id}
+            ),
+        )
+        try:
+            await self._bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
+        except AgentBusError as exc:
+            self._log.info("cancel not sent", error=str(exc))
+
+    async def _receiver(self, subtask: Subtask, tried: set[str]) -> str:
+        if subtask.service is not None:
+            return subtask.service
+        agents = await self._directory.capable(subtask.skill, fresh=bool(tried))
+        if not tried:
+            return agents[0].service
+        others = [agent for agent in agents if agent.agent_id not in tried]
+        # Prefer an instance that has not failed this subtask yet; else the whole pool.
+        return others[0].agent_id if others else agents[0].service
+
+    def _seconds_left(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max((self._deadline - utcnow()).total_seconds(), 0.0)
+
+    def _backoff(self, attempts: int) -> float:
+        delay: float = min(self._retry_cap, self._retry_base * 2.0 ** (attempts - 1))
+        delay *= self._rng.uniform(0.5, 1.5)
+        left = self._seconds_left()
+        return delay if left is None else min(delay, left)
+
+    def _finish(self, record: SubtaskRecord, error: SubtaskError | None = None) -> None:
+        record.status = SubtaskStatus.SUCCEEDED if error is None else error.status
+        record.error = error
+        record.ended = time.time()
+        self._done += 1
+        self._emit(record, record.status.value, error=error)
+
+    def _emit(
+        self,
+        record: SubtaskRecord,
+        transition: str,
+        *,
+        agent_id: str | None = None,
+        error: SubtaskError | None = None,
+    ) -> None:
+        self._progress.emit(record, transition, done=self._done, agent_id=agent_id, error=error)

@@ -1,0 +1,164 @@
+"""deploy/k8s renders with kustomize and validates against Kubernetes' schemas.
+
+``kubectl kustomize`` renders the base and the production overlay; ``kubernetes-validate
+--strict`` checks every built-in kind (Deployments, PodDisruptionBudgets, ConfigMap,
+Namespace) against the API schemas, rejecting unknown fields. The custom resources
+(RabbitmqCluster, the topology operator's Policy, the Prometheus Operator's PodMonitor and
+PrometheusRule) have no schema there, so their meaning is checked here instead: the
+policies are those of deploy/rabbitmq/definitions.json, the rules those of
+deploy/prometheus/alerts.yml, the PodMonitor selects every agent pod's ``metrics`` port,
+the agents read the Secret and Service the cluster operator creates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploy_support import DEPLOY, run, tool
+
+K8S = DEPLOY / "k8s"
+AGENTS = {"registry", "leader", "files", "code", "text", "report"}
+
+
+def _render(path: Path) -> list[dict[str, Any]]:
+    done = run([tool("kubectl"), "kustomize", str(path)], timeout=120)
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@pytest.fixture(scope="module", params=["base", "overlays/production"])
+def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One kustomization rendered to a file."""
+    out = tmp_path_factory.mktemp("k8s") / "rendered.yaml"
+    out.write_text(yaml.safe_dump_all(_render(K8S / request.param)), encoding="utf-8")
+    return out
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+
+
+def _of(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == kind}
+
+
+def test_kubernetes_validate_strict_passes(rendered: Path) -> None:
+    """Every built-in resource is valid, strictly; only the custom kinds go unvalidated."""
+    done = run([tool("kubernetes-validate"), "--strict", str(rendered)], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    output = done.stdout + done.stderr
+    builtin = [d for d in _docs(rendered) if "." not in d["apiVersion"].split("/")[0]]
+    builtin += [d for d in _docs(rendered) if d["apiVersion"].startswith(("apps/", "policy/"))]
+    for doc in builtin:
+        assert f"passed for resource {doc['kind'].lower()}/{doc['metadata']['name']}" in output
+    skipped = [line for line in output.splitlines() if "Couldn't find schema" in line]
+    unvalidated = {line.split("kind ")[1].split(" ")[0] for line in skipped}
+    assert unvalidated <= {"RabbitmqCluster", "Policy", "PodMonitor", "PrometheusRule"}
+
+
+def test_kubernetes_validate_rejects_an_unknown_field(rendered: Path, tmp_path: Path) -> None:
+    """The check has teeth: a misspelt Deployment field fails --strict."""
+    docs = _docs(rendered)
+    deployment = next(doc for doc in docs if doc["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    done = run([tool("kubernetes-validate"), "--strict", str(broken)], check=False)
+    assert done.returncode != 0
+
+
+def test_every_agent_is_probed_bounded_unprivileged_and_budgeted(rendered: Path) -> None:
+    """Each Deployment: probes, resource requests, non-root, metrics port, a PDB selecting it."""
+    docs = _docs(rendered)
+    deployments, budgets = _of(docs, "Deployment"), _of(docs, "PodDisruptionBudget")
+    assert set(deployments) == AGENTS
+    dockerfile = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    for name, deployment in deployments.items():
+        pod = deployment["spec"]["template"]
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        [container] = pod["spec"]["containers"]
+        assert container["resources"]["requests"].keys() == {"cpu", "memory"}
+        assert {"name": "metrics", "containerPort": 9464, "protocol": "TCP"} in container["ports"]
+        assert container["args"][-2:] == ["--metrics-port", "9464"]
+        assert container["livenessProbe"]["httpGet"]["port"] == "metrics"
+        readiness = container["readinessProbe"]["exec"]["command"]
+        assert " ".join(json.dumps(part) for part in readiness) in dockerfile.replace(", ", " ")
+        selector = budgets[name]["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod["metadata"]["labels"].items()
+        assert deployment["spec"]["selector"]["matchLabels"].items() <= selector.items()
+
+
+def test_agents_reach_the_cluster_the_operator_makes(rendered: Path) -> None:
+    """3 quorum-default replicas; the agents use its Service and default-user Secret."""
+    docs = _docs(rendered)
+    [(cluster_name, cluster)] = _of(docs, "RabbitmqCluster").items()
+    assert cluster["spec"]["replicas"] == 3
+    assert "default_queue_type = quorum" in cluster["spec"]["rabbitmq"]["additionalConfig"]
+    settings = next(
+        d for n, d in _of(docs, "ConfigMap").items() if n.startswith("agentbus-settings")
+    )
+    assert settings["data"]["AGENTBUS_QUEUE_TYPE"] == "quorum"
+    for deployment in _of(docs, "Deployment").values():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        env = {item["name"]: item for item in container["env"]}
+        refs = [item["valueFrom"]["secretKeyRef"] for item in env.values() if "valueFrom" in item]
+        secrets = {ref["name"] for ref in refs}
+        assert secrets == {f"{cluster_name}-default-user"}
+        assert f"@{cluster_name}:5672/" in env["AGENTBUS_URL"]["value"]
+        assert container["envFrom"] == [{"configMapRef": {"name": settings["metadata"]["name"]}}]
+
+
+def test_policies_are_those_of_the_definitions(rendered: Path) -> None:
+    """The Policy resources carry exactly the policies of deploy/rabbitmq/definitions.json."""
+    docs = _docs(rendered)
+    [cluster_name] = _of(docs, "RabbitmqCluster")
+    definitions = json.loads((DEPLOY / "rabbitmq" / "definitions.json").read_text("utf-8"))
+    expected = {
+        p["name"]: (p["vhost"], p["pattern"], p["apply-to"], p["priority"], p["definition"])
+        for p in definitions["policies"]
+    }
+    policies = {}
+    for doc in _of(docs, "Policy").values():
+        spec = doc["spec"]
+        assert spec["rabbitmqClusterReference"] == {"name": cluster_name}
+        policies[spec["name"]] = (
+            spec["vhost"], spec["pattern"], spec["applyTo"], spec["priority"], spec["definition"]
+        )  # fmt: skip
+    assert policies == expected
+
+
+def test_the_pod_monitor_scrapes_every_agent(rendered: Path) -> None:
+    """The agentbus PodMonitor's selector matches every agent pod, on its `metrics` port."""
+    docs = _docs(rendered)
+    monitor = _of(docs, "PodMonitor")["agentbus"]
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics"
+    [expression] = monitor["spec"]["selector"]["matchExpressions"]
+    assert expression["operator"] == "In"
+    for deployment in _of(docs, "Deployment").values():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert labels[expression["key"]] in expression["values"]
+
+
+def test_the_production_overlay_pins_the_image_and_scales_out() -> None:
+    """The overlay: every resource in its namespace, a pinned image, more code workers."""
+    docs = _render(K8S / "overlays" / "production")
+    namespaced = [d for d in docs if d["kind"] != "Namespace"]
+    assert {d["metadata"].get("namespace") for d in namespaced} == {"agentbus"}
+    deployments = _of(docs, "Deployment")
+    images = {d["spec"]["template"]["spec"]["containers"][0]["image"] for d in deployments.values()}
+    assert images == {"registry.example.com/agentbus:0.1.0"}
+    assert deployments["code"]["spec"]["replicas"] == 4
+    cluster = next(iter(_of(docs, "RabbitmqCluster").values()))
+    assert cluster["spec"]["replicas"] == 3
+    assert cluster["spec"]["persistence"]["storage"] == "50Gi"
+
+
+def test_the_prometheus_rule_carries_the_alerts(rendered: Path) -> None:
+    """The PrometheusRule's groups are exactly those of deploy/prometheus/alerts.yml."""
+    [rule] = _of(_docs(rendered), "PrometheusRule").values()
+    alerts = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text(encoding="utf-8"))
+    assert rule["spec"]["groups"] == alerts["groups"]

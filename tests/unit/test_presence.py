@@ -1,0 +1,136 @@
+"""Failing fast when nobody is there: a queue without consumers fails its request early."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentbus import NoInstance, RequestTimeout, Settings, Unroutable
+from agentbus.envelopes import RequestEnvelope
+from agentbus.testing import MemoryBroker, MemoryBus
+
+QUICK = Settings(presence_check=0.1)
+
+
+async def _served_then_gone(broker: MemoryBroker, service: str = "svc") -> None:
+    """Serve ``service`` once (its queue stays) and stop: the queue has no consumer now."""
+
+    async def echo(request: RequestEnvelope) -> str:
+        return "ok"
+
+    async with MemoryBus(broker, QUICK, agent_id=f"{service}-1") as server:
+        await server.serve(echo, service=service)
+
+
+async def test_a_service_whose_instances_are_gone_fails_with_no_instance_not_a_timeout() -> None:
+    """Its queue is there, nothing consumes it: NoInstance (agent_unavailable), long before 30 s."""
+    broker = MemoryBroker()
+    await _served_then_gone(broker)
+    async with MemoryBus(broker, QUICK) as client:
+        with pytest.raises(NoInstance) as raised:
+            await client.request("svc", "go", timeout=30)
+    assert isinstance(raised.value, Unroutable)
+    assert raised.value.code == "agent_unavailable"
+    assert "no instance of 'svc' is running" in str(raised.value)
+    assert client.stats.no_instance == 1
+
+
+async def test_an_instance_that_has_gone_fails_the_same_way() -> None:
+    """A request to an agent id whose queue outlives it (x-expires) fails fast too."""
+    broker = MemoryBroker()
+    await _served_then_gone(broker)
+    async with MemoryBus(broker, QUICK) as client:
+        with pytest.raises(NoInstance, match="no instance of 'svc-1'"):
+            await client.request("svc-1", "go", timeout=30)
+
+
+async def test_a_slow_answer_from_a_live_instance_is_waited_for() -> None:
+    """Past the check, a consumer is there: the request keeps waiting and is answered."""
+    broker = MemoryBroker()
+
+    async def slow(request: RequestEnvelope) -> str:
+        await asyncio.sleep(0.3)  # the handler's own work, past the 0.1 s check
+        return "done"
+
+    async with MemoryBus(broker, QUICK) as server, MemoryBus(broker, QUICK) as client:
+        await server.serve(slow, service="svc")
+        reply = await client.request("svc", "go", timeout=5)
+    assert reply.result == "done"
+    assert client.stats.no_instance == 0
+
+
+async def test_a_request_taken_by_an_instance_that_then_drains_is_waited_for() -> None:
+    """Delivered, then its consumer cancelled (a drain): no consumer, but nothing waits there."""
+    broker = MemoryBroker()
+    taken = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def held(request: RequestEnvelope) -> str:
+        taken.set()
+        await finish.wait()
+        return "finished while draining"
+
+    async with MemoryBus(broker, QUICK) as server, MemoryBus(broker, QUICK) as client:
+        looked: list[bool] = []
+        look = client._unserved
+
+        async def recorded(receiver: str) -> bool:
+            looked.append(await look(receiver))
+            return looked[-1]
+
+        client._requests._presence = recorded
+        await server.serve(held, service="svc")
+        call = asyncio.create_task(client.request("svc", "go", timeout=5))
+        await taken.wait()
+        draining = asyncio.create_task(server.drain(grace=5))
+        async with asyncio.timeout(5):
+            while not looked:  # noqa: ASYNC110 - the check is a timer, not an event
+                await asyncio.sleep(0.01)
+        assert broker.consumer_count(server.topology.service_queue("svc")) == 0
+        finish.set()
+        reply = await call
+        await draining
+    assert reply.result == "finished while draining"
+    assert looked == [False]
+    assert client.stats.no_instance == 0
+
+
+async def test_the_check_can_be_turned_off() -> None:
+    """presence_check=0: the request waits for its whole timeout, as a durable queue allows."""
+    broker = MemoryBroker()
+    await _served_then_gone(broker)
+    async with MemoryBus(broker, Settings(presence_check=0)) as client:
+        with pytest.raises(RequestTimeout):
+            await client.request("svc", "go", timeout=0.3)
+
+
+async def test_a_backlog_of_slow_requests_to_one_service_looks_at_its_queue_once() -> None:
+    """Many requests past the check at once share one look at the receiver's queue."""
+    broker = MemoryBroker()
+    gate = asyncio.Event()
+
+    async def held(request: RequestEnvelope) -> str:
+        await gate.wait()
+        return "done"
+
+    async with MemoryBus(broker, QUICK) as server, MemoryBus(broker, QUICK) as client:
+        await server.serve(held, service="svc", prefetch=100)
+        looks = 0
+        look = client._unserved
+
+        async def counted(receiver: str) -> bool:
+            nonlocal looks
+            looks += 1
+            return await look(receiver)
+
+        client._requests._presence = counted
+        calls = [asyncio.create_task(client.request("svc", "go", timeout=5)) for _ in range(50)]
+        async with asyncio.timeout(5):
+            while looks == 0:  # noqa: ASYNC110 - the checks are timers, not events
+                await asyncio.sleep(0.01)
+        # The 50 checks were timers due together: all have fired and joined that look.
+        gate.set()
+        replies = await asyncio.gather(*calls)
+    assert [reply.result for reply in replies] == ["done"] * 50
+    assert looks == 1

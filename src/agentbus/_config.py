@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     heartbeat: int = Field(default=5, ge=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
     queue_type: Literal["classic", "quorum"] = "classic"
+    instance_queue_type: Literal["classic", "quorum"] | None = None
+    """The instance queue's type (replies and direct requests); None: as ``queue_type``.
+    Quorum survives the loss of the node that holds it: replies are not dropped meanwhile."""
     delivery_limit: int = Field(default=5, ge=1)
     verify_sender: bool = False
     """Set the AMQP user_id (the connection's user) on every publish, and refuse deliveries

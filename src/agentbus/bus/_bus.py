@@ -153,13 +153,17 @@ class Bus(BaseBus):
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.
         # x-expires removes it once this instance has been gone for a while.
+        quorum = (self.settings.instance_queue_type or self.settings.queue_type) == "quorum"
+        arguments: dict[str, Any] = {
+            "x-expires": int(self.settings.instance_queue_expires * 1000),
+            "x-dead-letter-exchange": topology.dead_letter_exchange,
+        }
+        if quorum:
+            # Replicated: on a cluster, losing the node that led it loses no reply, and
+            # replies published meanwhile are still routed (a classic queue is gone then).
+            arguments["x-queue-type"] = "quorum"
         queue = await instance_channel.declare_queue(
-            topology.instance_queue(self.agent_id),
-            durable=False,
-            arguments={
-                "x-expires": int(self.settings.instance_queue_expires * 1000),
-                "x-dead-letter-exchange": topology.dead_letter_exchange,
-            },
+            topology.instance_queue(self.agent_id), durable=quorum, arguments=arguments
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
-import structlog
-
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, ConfigurationError, UnknownAction
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.agents._card import AgentCard, SkillCard
 from agentbus.agents._heartbeat import (
@@ -43,7 +42,7 @@ _HEARTBEAT_TTL_INTERVALS: Final = 3
 # its confirm would otherwise be awaited for the whole request timeout.
 _GOODBYE_TIMEOUT: Final = 2.0
 
-_log = structlog.get_logger("agentbus.agents")
+_log = get_logger("agentbus.agents")
 _current_request: contextvars.ContextVar[RequestEnvelope] = contextvars.ContextVar(
     "agentbus_current_request"
 )

@@ -10,13 +10,12 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
 
-import structlog
-
 from agentbus._config import Settings
 from agentbus._exceptions import (
     BusClosed,
     ConfigurationError,
 )
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
@@ -40,7 +39,7 @@ from agentbus.envelopes import (
 
 __all__ = ["BaseBus"]
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class BaseBus(abc.ABC):

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, Self
 
 import aiormq.exceptions
-import structlog
 from aio_pika.abc import (
     AbstractQueue,
     AbstractRobustChannel,
@@ -17,6 +16,7 @@ from aio_pika.abc import (
 
 from agentbus._config import Settings, mask_url
 from agentbus._exceptions import AgentBusError, BusClosed
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import NoAckConsumer
@@ -34,7 +34,7 @@ __all__ = ["Bus", "connect"]
 _REPLY_PREFETCH: Final = 512
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
 _SHUTDOWN_STEP_TIMEOUT: Final = 2.0
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 def connect(

@@ -8,10 +8,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol, TypeAlias
 
-import structlog
-
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
-from agentbus._logging import bind_delivery_ids
+from agentbus._logging import bind_delivery_ids, get_logger
 from agentbus.bus._admission import Refusal, refusal
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
@@ -45,7 +43,7 @@ Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 
 _AMQP_MESSAGE_ID: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
 _NO_ANSWER_TYPES: Final = frozenset({"response", "error", "event"})
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class ReplyPublisher(Protocol):

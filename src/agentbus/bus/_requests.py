@@ -8,9 +8,8 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Protocol
 
-import structlog
-
 from agentbus._exceptions import AgentBusError, NoInstance, RemoteError, RequestTimeout
+from agentbus._logging import get_logger
 from agentbus.bus._pending import PendingRequests, ProgressCallback, Reply
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import ErrorCode, ErrorEnvelope, RequestEnvelope, ResponseEnvelope
@@ -20,7 +19,7 @@ __all__ = ["Presence", "RequestPublisher", "Requester", "Slots"]
 Presence = Callable[[str], Awaitable[bool]]
 """Whether the receiver's queue holds requests and no consumer (False: no such queue)."""
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 _MAX_LOOKS = 1024
 
 

@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Final
 
-import structlog
-
+from agentbus._logging import get_logger
 from agentbus.leader._aggregate import Progress
 from agentbus.leader._attempt import SubtaskError
 from agentbus.leader._record import SubtaskRecord
@@ -22,7 +21,7 @@ ProgressSink = Callable[[list[Progress]], Awaitable[None]]
 _INTERVAL: Final = 0.1
 _BATCH: Final = 256
 
-_log = structlog.get_logger("agentbus.leader")
+_log = get_logger("agentbus.leader")
 
 
 class ProgressStream:

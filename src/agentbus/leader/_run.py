@@ -9,9 +9,8 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import structlog
-
 from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
+from agentbus._logging import get_logger
 from agentbus.agents._agent import NOTIFY_START
 from agentbus.bus import Transport
 from agentbus.envelopes import (
@@ -39,7 +38,7 @@ from agentbus.leader._record import SubtaskRecord, tally
 
 __all__ = ["PlanRunner", "RunState"]
 
-_log = structlog.get_logger("agentbus.leader")
+_log = get_logger("agentbus.leader")
 
 _LEADER_STOPPING: Final = "the leader is stopping"
 

@@ -110,9 +110,13 @@ class Agent:
             raise ConfigurationError(
                 f"{type(self).__name__}.name must be a service name of [A-Za-z0-9_-]{{1,128}}"
             )
-        self.id = agent_id or f"{self.name}-{secrets.token_hex(3)}"
+        # A bus handed in already has the id this agent answers to.
+        given = agent_id or (bus.agent_id if bus is not None else None)
+        self.id: str = given or f"{self.name}-{secrets.token_hex(3)}"
         if not is_valid_id(self.id) or self.id == self.name:
             raise ConfigurationError(f"agent id {self.id!r} must be valid and differ from the name")
+        if bus is not None and bus.agent_id != self.id:
+            raise ConfigurationError(f"agent id {self.id!r} differs from its bus's {bus.agent_id!r}")
         self.capacity = concurrency or self.concurrency
         if self.capacity < 1:
             raise ConfigurationError("concurrency must be at least 1")

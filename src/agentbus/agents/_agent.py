@@ -110,13 +110,7 @@ class Agent:
             raise ConfigurationError(
                 f"{type(self).__name__}.name must be a service name of [A-Za-z0-9_-]{{1,128}}"
             )
-        # A bus handed in already has the id this agent answers to.
-        given = agent_id or (bus.agent_id if bus is not None else None)
-        self.id: str = given or f"{self.name}-{secrets.token_hex(3)}"
-        if not is_valid_id(self.id) or self.id == self.name:
-            raise ConfigurationError(f"agent id {self.id!r} must be valid and differ from the name")
-        if bus is not None and bus.agent_id != self.id:
-            raise ConfigurationError(f"agent id {self.id!r} differs from its bus's {bus.agent_id!r}")
+        self.id = _instance_id(self.name, agent_id, bus)
         self.capacity = concurrency or self.concurrency
         if self.capacity < 1:
             raise ConfigurationError("concurrency must be at least 1")
@@ -372,3 +366,14 @@ class Agent:
     async def _announce(self, request: RequestEnvelope) -> dict[str, Any]:
         await self.beat(full=True)
         return {"agent_id": self.id}
+
+
+def _instance_id(service: str, agent_id: str | None, bus: Transport | None) -> str:
+    # A bus handed in already has the id its agent answers to.
+    chosen = agent_id or (bus.agent_id if bus is not None else None)
+    chosen = chosen or f"{service}-{secrets.token_hex(3)}"
+    if not is_valid_id(chosen) or chosen == service:
+        raise ConfigurationError(f"agent id {chosen!r} must be valid and differ from the name")
+    if bus is not None and bus.agent_id != chosen:
+        raise ConfigurationError(f"agent id {chosen!r} differs from its bus's {bus.agent_id!r}")
+    return chosen

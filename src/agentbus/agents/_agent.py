@@ -25,9 +25,10 @@ from agentbus.agents._heartbeat import (
     Heartbeat,
     OfflineNotice,
 )
+from agentbus.agents._progress import ProgressReporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.bus import Bus, Transport
-from agentbus.envelopes import RequestEnvelope, ResponseStatus, is_valid_id, utcnow
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, is_valid_id, utcnow
 
 __all__ = ["NOTIFY_START", "NOTIFY_START_AFTER", "Agent", "current_request"]
 
@@ -297,9 +298,11 @@ class Agent:
         arguments = spec.bind(request.payload.parameters)
         async with self._slots:
             token = _current_request.set(request)
+            reporting = ProgressReporter(request, self.id, self._send_progress).bind()
             try:
-                task = asyncio.create_task(spec.method(self, **arguments))
+                task = asyncio.create_task(spec.run(self, arguments))
             finally:
+                ProgressReporter.unbind(reporting)
                 _current_request.reset(token)
             work = _Work(action=action, task=task)
             self._work[request.message_id] = work
@@ -332,15 +335,14 @@ class Agent:
             notice.add_done_callback(self._notices.discard)
 
     async def _send_start_notice(self, request: RequestEnvelope) -> None:
-        started = request.response(
-            {"agent_id": self.id, "state": "started"},
-            sender_id=self.id,
-            status=ResponseStatus.IN_PROGRESS,
-        )
+        await ProgressReporter(request, self.id, self._send_progress).started()
+
+    async def _send_progress(self, update: ResponseEnvelope) -> None:
+        # Best effort, as the requester may have gone: the work goes on either way.
         try:
-            await self.bus.publish(started, persistent=False, mandatory=False)
+            await self.bus.publish(update, persistent=False, mandatory=False)
         except AgentBusError as exc:
-            self._log.info("start notice not sent", error=str(exc))
+            self._log.info("progress not sent", error=str(exc), state=update.payload.result)
 
     async def _ping(self, request: RequestEnvelope) -> dict[str, Any]:
         return {

@@ -14,7 +14,6 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
 from agentbus.agents import Agent
-from agentbus.agents.builtin import CodeAgent, FilesAgent, ReportAgent, TextAgent
 from agentbus.cli._analysis import analyse, timings
 from agentbus.leader import Leader, PlanClient
 from agentbus.registry import Registry
@@ -27,6 +26,9 @@ _READY_TIMEOUT: Final = 30.0
 
 
 def _team(broker: MemoryBroker, settings: Settings, root: Path, code_instances: int) -> list[Agent]:
+    # Here, not at the top: the code agents need radon (the demo extra), the CLI does not.
+    from agentbus.agents.builtin import CodeAgent, FilesAgent, ReportAgent, TextAgent
+
     def bus(agent_id: str) -> MemoryBus:
         return MemoryBus(broker, settings, agent_id=agent_id)
 

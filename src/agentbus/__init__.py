@@ -29,7 +29,14 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import configure_logging
 from agentbus._metrics import Metrics
-from agentbus.agents import Agent, AgentCard, current_request, skill
+from agentbus.agents import (
+    Agent,
+    AgentCard,
+    current_request,
+    report_progress,
+    send_partial,
+    skill,
+)
 from agentbus.bus import Bus, Transport, connect
 from agentbus.envelopes import (
     Envelope,
@@ -88,5 +95,7 @@ __all__ = [
     "current_request",
     "decode",
     "encode",
+    "report_progress",
+    "send_partial",
     "skill",
 ]

@@ -53,6 +53,8 @@ EXPECTED_TOP_LEVEL = [
     "current_request",
     "decode",
     "encode",
+    "report_progress",
+    "send_partial",
     "skill",
 ]
 

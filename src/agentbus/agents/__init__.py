@@ -11,6 +11,7 @@ from agentbus.agents._heartbeat import (
     Heartbeat,
     OfflineNotice,
 )
+from agentbus.agents._progress import PROGRESS_STATES, report_progress, send_partial
 from agentbus.agents._runner import run_until_signalled
 from agentbus.agents._skills import SkillSpec, skill
 
@@ -19,6 +20,7 @@ __all__ = [
     "AGENT_ONLINE",
     "ANNOUNCE",
     "HEARTBEAT",
+    "PROGRESS_STATES",
     "Agent",
     "AgentCard",
     "AgentStatus",
@@ -27,6 +29,8 @@ __all__ = [
     "SkillCard",
     "SkillSpec",
     "current_request",
+    "report_progress",
     "run_until_signalled",
+    "send_partial",
     "skill",
 ]

@@ -289,8 +289,12 @@ class BaseBus(abc.ABC):
         *,
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResponseEnvelope:
         """Send a request to an instance or service and wait for its response.
+
+        ``on_progress`` is called with every ``in_progress`` response that comes first:
+        the skill's start, its progress and its partial results, in order.
 
         Raises:
             RemoteError: the receiver answered with an error envelope.
@@ -312,7 +316,7 @@ class BaseBus(abc.ABC):
                 "metadata": metadata | deadline if metadata else deadline,
             }
         )
-        return await self.send_request(envelope, timeout=timeout)
+        return await self.send_request(envelope, timeout=timeout, on_progress=on_progress)
 
     async def send_request(
         self,

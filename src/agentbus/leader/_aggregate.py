@@ -99,6 +99,8 @@ class Progress(BaseModel):
     attempt: int
     agent_id: str | None = None
     error: dict[str, Any] | None = None
+    detail: dict[str, Any] | None = None
+    """``progress``: ``fraction`` and ``message``; ``partial``: ``seq`` and ``chunk``."""
     done: int
     total: int
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 from agentbus._logging import get_logger
 from agentbus.leader._aggregate import Progress
@@ -71,6 +71,7 @@ class ProgressStream:
         done: int,
         agent_id: str | None = None,
         error: SubtaskError | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> None:
         """Queue one transition of a subtask."""
         if self._sink is None:
@@ -84,6 +85,7 @@ class ProgressStream:
                 attempt=record.attempts,
                 agent_id=agent_id,
                 error=None if error is None else error.to_wire(),
+                detail=detail,
                 done=done,
                 total=self._total,
             )

@@ -255,17 +255,23 @@ class PlanRunner:
     ) -> AttemptResult:
         flight = self._holders.track(request.message_id, asyncio.current_task())
 
-        def on_start(notice: ResponseEnvelope) -> None:
+        def on_progress(notice: ResponseEnvelope) -> None:
             holder = notice.sender_id
-            if self._holders.hand_to(flight, holder):
-                record.attempts += 1  # the broker redelivered it to another instance
-            tried.add(holder)
-            record.add_agent(holder)
-            self._emit(record, "running", agent_id=holder)
+            update = notice.payload.result if isinstance(notice.payload.result, dict) else {}
+            state = str(update.get("state", "started"))
+            if state == "started" or flight.holder != holder:  # its first word: it holds it
+                if self._holders.hand_to(flight, holder):
+                    record.attempts += 1  # the broker redelivered it to another instance
+                tried.add(holder)
+                record.add_agent(holder)
+                self._emit(record, "running", agent_id=holder)
+            if state != "started":  # the skill's own progress, or a partial result
+                detail = {k: v for k, v in update.items() if k not in ("state", "agent_id")}
+                self._emit(record, state, agent_id=holder, detail=detail)
 
         try:
             # Awaited in this task, no second one: agent_offline cancels this task.
-            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_start)
+            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_progress)
             return Answered(reply.payload.result, reply.sender_id)
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
@@ -333,5 +339,8 @@ class PlanRunner:
         *,
         agent_id: str | None = None,
         error: SubtaskError | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> None:
-        self._progress.emit(record, transition, done=self._done, agent_id=agent_id, error=error)
+        self._progress.emit(
+            record, transition, done=self._done, agent_id=agent_id, error=error, detail=detail
+        )

@@ -34,6 +34,7 @@ from agentbus.agents import (
     AgentCard,
     current_request,
     report_progress,
+    report_usage,
     send_partial,
     skill,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "decode",
     "encode",
     "report_progress",
+    "report_usage",
     "send_partial",
     "skill",
 ]

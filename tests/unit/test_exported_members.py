@@ -54,6 +54,7 @@ EXPECTED_TOP_LEVEL = [
     "decode",
     "encode",
     "report_progress",
+    "report_usage",
     "send_partial",
     "skill",
 ]

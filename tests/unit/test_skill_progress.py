@@ -10,12 +10,14 @@ import pytest
 from agentbus import (
     Agent,
     Leader,
+    Metrics,
     PlanClient,
     RemoteError,
     ResponseEnvelope,
     Settings,
     UsageError,
     report_progress,
+    report_usage,
     send_partial,
     skill,
 )
@@ -130,3 +132,70 @@ async def test_a_plan_reports_a_subtask_s_progress_and_partials_in_order() -> No
     transitions = [p.transition for p in seen]
     assert transitions.index("running") < transitions.index("partial")
     assert transitions[-1] == "succeeded"
+
+
+class Metered(Agent):
+    name = "metered"
+
+    @skill
+    async def think(self, prompt: str) -> str:
+        """Reports what it used, in two goes: the amounts are summed."""
+        report_usage(tokens_in=len(prompt), usd=0.001)
+        report_usage(tokens_out=5, usd=0.002)
+        return prompt.upper()
+
+    @skill
+    async def wasteful(self) -> None:
+        report_usage(tokens_in=-1)
+
+
+async def test_usage_rides_on_the_response_and_is_counted_per_service() -> None:
+    """report_usage sums per unit into metadata.usage; the metrics count it by service."""
+    broker = MemoryBroker()
+    metrics = Metrics()
+    agent = Metered(bus=MemoryBus(broker, agent_id="metered-1"), metrics=metrics)
+    async with agent, MemoryBus(broker) as client:
+        reply = await client.request("metered", "think", {"prompt": "bees"})
+        with pytest.raises(RemoteError, match="tokens_in=-1 is not a finite amount"):
+            await client.request("metered", "wasteful")
+    assert reply.result == "BEES"
+    assert reply.metadata.model_extra == {"usage": {"tokens_in": 4, "usd": 0.003, "tokens_out": 5}}
+    sample = metrics.registry.get_sample_value
+    labels = {"service": "metered", "action": "think"}
+    assert sample("agentbus_usage_total", labels | {"unit": "tokens_in"}) == 4
+    assert sample("agentbus_usage_total", labels | {"unit": "usd"}) == pytest.approx(0.003)
+
+
+async def test_a_plan_sums_usage_per_subtask_and_stops_when_its_budget_is_spent() -> None:
+    """Per subtask and in totals, exact; past the budget no further attempt starts."""
+    broker = MemoryBroker()
+    settings = Settings(shutdown_grace=0.5)
+    step = {"skill": "think", "parameters": {"prompt": "0123456789"}}
+    plan = {
+        "id": "budgeted",
+        "budget": {"tokens_in": 15},
+        "subtasks": [
+            {"id": "a", **step},
+            {"id": "b", **step, "depends_on": ["a"]},
+            {"id": "c", **step, "depends_on": ["b"]},
+        ],
+    }
+    async with (
+        Registry(bus=MemoryBus(broker, settings, agent_id="registry-1"), heartbeat_interval=0.2),
+        Leader(bus=MemoryBus(broker, settings, agent_id="leader-1"), heartbeat_interval=0.2),
+        Metered(bus=MemoryBus(broker, settings, agent_id="metered-1"), heartbeat_interval=0.2),
+        MemoryBus(broker, settings, agent_id="submitter") as bus,
+    ):
+        aggregate = await PlanClient(bus).run(plan, timeout=20)
+    one = {"tokens_in": 10, "tokens_out": 5, "usd": 0.003}
+    assert aggregate.subtask("a").usage == one
+    assert aggregate.subtask("b").usage == one
+    assert aggregate.totals.usage == {
+        "tokens_in": 20,
+        "tokens_out": 10,
+        "usd": pytest.approx(0.006),
+    }
+    c = aggregate.subtask("c")
+    assert (c.status.value, c.attempts, c.usage) == ("cancelled", 1, None)
+    assert c.error == {"code": "cancelled", "message": "plan budget spent (tokens_in 20 of 15)"}
+    assert aggregate.status is PlanStatus.FAILED

@@ -11,7 +11,12 @@ from agentbus.agents._heartbeat import (
     Heartbeat,
     OfflineNotice,
 )
-from agentbus.agents._progress import PROGRESS_STATES, report_progress, send_partial
+from agentbus.agents._reporting import (
+    PROGRESS_STATES,
+    report_progress,
+    report_usage,
+    send_partial,
+)
 from agentbus.agents._runner import run_until_signalled
 from agentbus.agents._skills import SkillSpec, skill
 
@@ -30,6 +35,7 @@ __all__ = [
     "SkillSpec",
     "current_request",
     "report_progress",
+    "report_usage",
     "run_until_signalled",
     "send_partial",
     "skill",

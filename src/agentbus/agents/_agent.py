@@ -25,7 +25,7 @@ from agentbus.agents._heartbeat import (
     Heartbeat,
     OfflineNotice,
 )
-from agentbus.agents._progress import ProgressReporter
+from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.bus import Bus, Transport
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, is_valid_id, utcnow
@@ -298,11 +298,12 @@ class Agent:
         arguments = spec.bind(request.payload.parameters)
         async with self._slots:
             token = _current_request.set(request)
-            reporting = ProgressReporter(request, self.id, self._send_progress).bind()
+            reporter = Reporter(request, self.id, self._send_progress)
+            reporting = reporter.bind()
             try:
                 task = asyncio.create_task(spec.run(self, arguments))
             finally:
-                ProgressReporter.unbind(reporting)
+                Reporter.unbind(reporting)
                 _current_request.reset(token)
             work = _Work(action=action, task=task)
             self._work[request.message_id] = work
@@ -323,7 +324,19 @@ class Agent:
                 self._work.pop(request.message_id, None)
                 if notice is not None:
                     notice.cancel()
-        return spec.dump(result)
+        if not reporter.usage:
+            return spec.dump(result)
+        return self._with_usage(request, spec.dump(result), dict(reporter.usage))
+
+    def _with_usage(
+        self, request: RequestEnvelope, result: Any, usage: dict[str, float]
+    ) -> ResponseEnvelope:
+        # The response carries what the skill used; this process's metrics count it.
+        if self.metrics is not None:
+            for unit, amount in usage.items():
+                action = request.payload.action
+                self.metrics.usage.labels(self.name, action, unit).inc(amount)
+        return request.response(result, sender_id=self.id, metadata={"usage": usage})
 
     def _notify_start(self, request: RequestEnvelope, work: asyncio.Task[Any]) -> None:
         # Tells the requester which instance holds the work, so it can move the work on
@@ -335,7 +348,7 @@ class Agent:
             notice.add_done_callback(self._notices.discard)
 
     async def _send_start_notice(self, request: RequestEnvelope) -> None:
-        await ProgressReporter(request, self.id, self._send_progress).started()
+        await Reporter(request, self.id, self._send_progress).started()
 
     async def _send_progress(self, update: ResponseEnvelope) -> None:
         # Best effort, as the requester may have gone: the work goes on either way.

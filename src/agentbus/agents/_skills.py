@@ -12,7 +12,7 @@ from typing import Any, Final, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from agentbus._exceptions import ConfigurationError, InvalidParameters
-from agentbus.agents._progress import send_partial
+from agentbus.agents._reporting import send_partial
 from agentbus.envelopes import is_valid_id
 
 __all__ = ["SkillSpec", "collect_skills", "skill"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import random
 import time
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -86,6 +88,7 @@ class PlanRunner:
         self._ended: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
         self._holders = Holders()
         self._deadline: datetime | None = None
+        self._spent: Counter[str] = Counter()  # what the answers so far used, by unit
         self._done = 0
         self._progress = ProgressStream(progress, plan_id=plan.id, total=len(plan.subtasks))
         self._log = _log.bind(plan_id=plan.id)
@@ -213,11 +216,15 @@ class PlanRunner:
             result = await self._attempt(subtask, parameters, record, tried)
             if isinstance(result, Answered):
                 self._results[subtask.id] = record.result = result.result
+                if result.usage:
+                    record.usage = result.usage
+                    self._spent.update(result.usage)
                 record.add_agent(result.agent_id)
                 self._finish(record)
                 return
             error = result.error
-            if error.is_final or record.attempts > subtask.retries or self._seconds_left() == 0:
+            out_of_time = self._seconds_left() == 0 or self._over_budget()
+            if error.is_final or record.attempts > subtask.retries or out_of_time:
                 self._finish(record, error)
                 return
             self._emit(record, "retrying", error=error)
@@ -233,6 +240,9 @@ class PlanRunner:
             timeout = min(timeout, left)
         if timeout <= 0:
             return Failed(SubtaskError.deadline())
+        if self._over_budget():
+            assert self.plan.budget is not None
+            return Failed(SubtaskError.over_budget(dict(self._spent), self.plan.budget))
         try:
             receiver = await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
@@ -272,7 +282,7 @@ class PlanRunner:
         try:
             # Awaited in this task, no second one: agent_offline cancels this task.
             reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_progress)
-            return Answered(reply.payload.result, reply.sender_id)
+            return Answered(reply.payload.result, reply.sender_id, _usage(reply))
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
             record.add_agent(exc.envelope.sender_id)
@@ -332,6 +342,11 @@ class PlanRunner:
         self._done += 1
         self._emit(record, record.status.value, error=error)
 
+    def _over_budget(self) -> bool:
+        # Once one unit's cap is reached no attempt starts: like the deadline.
+        budget = self.plan.budget or {}
+        return any(self._spent[unit] >= cap for unit, cap in budget.items())
+
     def _emit(
         self,
         record: SubtaskRecord,
@@ -344,3 +359,19 @@ class PlanRunner:
         self._progress.emit(
             record, transition, done=self._done, agent_id=agent_id, error=error, detail=detail
         )
+
+
+def _usage(reply: ResponseEnvelope) -> dict[str, float] | None:
+    # metadata.usage as the agent sent it; anything but a map of unit to amount is ignored.
+    usage = (reply.metadata.model_extra or {}).get("usage")
+    if not isinstance(usage, dict):
+        return None
+    amounts = {
+        str(unit): float(amount)
+        for unit, amount in usage.items()
+        if isinstance(amount, int | float)
+        and not isinstance(amount, bool)
+        and math.isfinite(amount)
+        and amount >= 0
+    }
+    return amounts or None

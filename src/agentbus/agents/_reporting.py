@@ -1,43 +1,47 @@
-"""Progress and partial results from inside a skill, sent as ``in_progress`` responses."""
+"""What a running skill reports: progress and partial results (``in_progress``
+responses, sent at once) and the usage its final response carries."""
 
 from __future__ import annotations
 
 import contextvars
+import math
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from agentbus._exceptions import UsageError
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, ResponseStatus
 
-__all__ = ["PROGRESS_STATES", "ProgressReporter", "report_progress", "send_partial"]
+__all__ = ["PROGRESS_STATES", "Reporter", "report_progress", "report_usage", "send_partial"]
 
 PROGRESS_STATES: Final = ("started", "progress", "partial")
 """The ``state`` of an ``in_progress`` response's result (docs/wire.md)."""
 
 Publish = Callable[[ResponseEnvelope], Awaitable[None]]
 
-_reporter: contextvars.ContextVar[ProgressReporter] = contextvars.ContextVar(
-    "agentbus_progress_reporter"
-)
+_reporter: contextvars.ContextVar[Reporter] = contextvars.ContextVar("agentbus_progress_reporter")
 
 
-class ProgressReporter:
-    """Sends one request's progress and partial results to its requester, in order."""
+class Reporter:
+    """One request's reports: progress and partial results go to its requester at once,
+    in order; usage is summed for the final response."""
 
-    __slots__ = ("_agent_id", "_publish", "_request", "_sequence")
+    __slots__ = ("_agent_id", "_publish", "_request", "_sequence", "usage")
 
     def __init__(self, request: RequestEnvelope, agent_id: str, publish: Publish) -> None:
         self._request = request
         self._agent_id = agent_id
         self._publish = publish
         self._sequence = 0
+        self.usage: Counter[str] = Counter()
+        """What the skill used, by unit (tokens_in, usd, ...), summed."""
 
-    def bind(self) -> contextvars.Token[ProgressReporter]:
+    def bind(self) -> contextvars.Token[Reporter]:
         """Make this the reporter of the current context (the skill's task copies it)."""
         return _reporter.set(self)
 
     @staticmethod
-    def unbind(token: contextvars.Token[ProgressReporter]) -> None:
+    def unbind(token: contextvars.Token[Reporter]) -> None:
         """Undo ``bind``."""
         _reporter.reset(token)
 
@@ -56,6 +60,13 @@ class ProgressReporter:
         sequence, self._sequence = self._sequence, self._sequence + 1
         await self._send({"state": "partial", "seq": sequence, "chunk": chunk})
 
+    def used(self, amounts: dict[str, float]) -> None:
+        """Add to what the skill used."""
+        for unit, amount in amounts.items():
+            if not isinstance(amount, int | float) or not math.isfinite(amount) or amount < 0:
+                raise UsageError(f"usage {unit}={amount!r} is not a finite amount >= 0")
+        self.usage.update(amounts)
+
     async def _send(self, result: dict[str, Any]) -> None:
         reply = self._request.response(
             {"agent_id": self._agent_id, **result},
@@ -65,7 +76,7 @@ class ProgressReporter:
         await self._publish(reply)
 
 
-def _current() -> ProgressReporter:
+def _current() -> Reporter:
     try:
         return _reporter.get()
     except LookupError:
@@ -99,3 +110,15 @@ async def send_partial(chunk: Any) -> None:
         UsageError: not called from a running skill.
     """
     await _current().partial(chunk)
+
+
+def report_usage(**amounts: float) -> None:
+    """From inside a skill: add to what this request used (``tokens_in=812, usd=0.004``).
+
+    The amounts are summed per unit and sent in the final response's ``metadata.usage``;
+    the leader sums them per subtask and per plan, and a plan's ``budget`` caps them.
+
+    Raises:
+        UsageError: not called from a running skill, or an amount that is not >= 0.
+    """
+    _current().used(amounts)

@@ -26,11 +26,13 @@ from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology
+from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
     BROADCAST,
     Envelope,
     EventEnvelope,
     EventPayload,
+    Metadata,
     RequestEnvelope,
     ResponseEnvelope,
     is_valid_id,
@@ -306,7 +308,10 @@ class BaseBus(abc.ABC):
                 as one draining does, is waited for).
         """
         timeout = timeout if timeout is not None else self.settings.request_timeout
-        deadline = {"deadline": utcnow() + timedelta(seconds=timeout)}
+        deadline: dict[str, Any] = {"deadline": utcnow() + timedelta(seconds=timeout)}
+        trace = current_trace()
+        if trace is not None and not (metadata and "trace" in metadata):
+            deadline["trace"] = trace
         # One validation of plain dicts: cheaper than building the three models one by one.
         envelope = RequestEnvelope.model_validate(
             {
@@ -363,6 +368,7 @@ class BaseBus(abc.ABC):
             sender_id=self.agent_id,
             receiver_id=receiver,
             payload=EventPayload(event_name=event_name, event_data=data or {}),
+            metadata=Metadata(trace=current_trace()),
         )
         await self.publish(envelope, persistent=persistent, ttl=ttl, mandatory=mandatory)
         return envelope

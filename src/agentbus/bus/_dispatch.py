@@ -17,6 +17,7 @@ from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
+from agentbus.bus._trace import bind_trace
 from agentbus.envelopes import (
     Envelope,
     ErrorCode,
@@ -261,6 +262,7 @@ class Dispatcher:
                 f"{self.agent_id} serves no requests",
                 sender_id=self.agent_id,
             )
+        bind_trace(request.metadata.trace)  # handed on to what the handler sends
         try:
             result = await handler(request)
         except AgentBusError as exc:

@@ -14,7 +14,7 @@ from typing import Any, Final
 from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
 from agentbus._logging import get_logger
 from agentbus.agents._agent import NOTIFY_START
-from agentbus.bus import Transport
+from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import (
     BROADCAST,
     Metadata,
@@ -89,6 +89,7 @@ class PlanRunner:
         self._holders = Holders()
         self._deadline: datetime | None = None
         self._spent: Counter[str] = Counter()  # what the answers so far used, by unit
+        self._trace = current_trace()  # the run_plan request's, when a leader serves one
         self._done = 0
         self._progress = ProgressStream(progress, plan_id=plan.id, total=len(plan.subtasks))
         self._log = _log.bind(plan_id=plan.id)
@@ -251,6 +252,9 @@ class PlanRunner:
         # no validation on the way out.
         extra: dict[str, Any] = {NOTIFY_START: True, "plan_id": self.plan.id}
         extra["subtask_id"] = subtask.id
+        # The plan's trace (its run_plan request's) goes on to every subtask.
+        if self._trace is not None:
+            extra["trace"] = self._trace
         metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
         request = RequestEnvelope.model_construct(
             sender_id=self._bus.agent_id,

@@ -3,6 +3,8 @@ plan's reaches every subtask."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 from agentbus import Agent, EventEnvelope, Leader, Settings, current_request, skill
@@ -81,3 +83,28 @@ async def test_a_plan_s_trace_reaches_every_subtask() -> None:
         )
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert Back.seen == [TRACE, TRACE]
+
+
+def test_without_tracing_nothing_of_opentelemetry_is_imported() -> None:
+    """Tracing off (the default): a request served and answered imports no OpenTelemetry."""
+    program = """
+import asyncio, sys
+from agentbus import RequestEnvelope
+from agentbus.testing import MemoryBroker, MemoryBus
+
+async def main() -> None:
+    broker = MemoryBroker()
+    async def echo(request: RequestEnvelope) -> str:
+        return "ok"
+    async with MemoryBus(broker) as server, MemoryBus(broker) as client:
+        await server.serve(echo, service="echo")
+        await client.request("echo", "go", metadata={"trace": sys.argv[1]})
+    print(sorted(name for name in sys.modules if name.startswith("opentelemetry")))
+
+asyncio.run(main())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program, TRACE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

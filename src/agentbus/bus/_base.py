@@ -17,6 +17,7 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
+from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
@@ -63,6 +64,8 @@ class BaseBus(abc.ABC):
                 f"agent id {self.agent_id!r} is not valid: use 1 to 128 of [A-Za-z0-9_-]"
             )
         self.topology = Topology(self.settings.exchange)
+        if self.settings.tracing and not tracing_enabled():
+            enable_tracing(trace_file=self.settings.trace_file)
         self.stats = BusStats()
         self.service: str | None = None
         self._app_id = app_id

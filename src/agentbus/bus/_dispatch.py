@@ -10,6 +10,7 @@ from typing import Any, Final, Protocol, TypeAlias
 
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus._logging import bind_delivery_ids, get_logger
+from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._admission import Refusal, refusal
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
@@ -262,7 +263,23 @@ class Dispatcher:
                 f"{self.agent_id} serves no requests",
                 sender_id=self.agent_id,
             )
-        bind_trace(request.metadata.trace)  # handed on to what the handler sends
+        trace = request.metadata.trace
+        span = start_span(
+            f"process {request.payload.action}",
+            "consumer",
+            trace,
+            {"messaging.operation.type": "process", "messaging.message.id": request.message_id},
+        )
+        bind_trace(child_trace(span, trace))  # handed on to what the handler sends
+        try:
+            reply = await self._call(handler, request)
+        except BaseException:
+            end_span(span, "cancelled")
+            raise
+        end_span(span, reply.payload.code if isinstance(reply, ErrorEnvelope) else "success")
+        return reply
+
+    async def _call(self, handler: RequestHandler, request: RequestEnvelope) -> Reply:
         try:
             result = await handler(request)
         except AgentBusError as exc:

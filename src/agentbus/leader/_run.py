@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
 from agentbus._logging import get_logger
+from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.agents._agent import NOTIFY_START
 from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import (
@@ -253,8 +254,15 @@ class PlanRunner:
         extra: dict[str, Any] = {NOTIFY_START: True, "plan_id": self.plan.id}
         extra["subtask_id"] = subtask.id
         # The plan's trace (its run_plan request's) goes on to every subtask.
-        if self._trace is not None:
-            extra["trace"] = self._trace
+        span = start_span(
+            f"plan step {subtask.id}",
+            "internal",
+            self._trace,
+            {"agentbus.plan.id": self.plan.id, "agentbus.subtask.id": subtask.id},
+        )
+        trace = child_trace(span, self._trace)
+        if trace is not None:
+            extra["trace"] = trace
         metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
         request = RequestEnvelope.model_construct(
             sender_id=self._bus.agent_id,
@@ -262,7 +270,15 @@ class PlanRunner:
             payload=RequestPayload.model_construct(action=subtask.skill, parameters=parameters),
             metadata=metadata,
         )
-        return await self._send(request, timeout, record, tried)
+        result: AttemptResult | None = None
+        try:
+            result = await self._send(request, timeout, record, tried)
+        finally:
+            outcome = "cancelled" if result is None else "success"
+            if isinstance(result, Failed):
+                outcome = result.error.code
+            end_span(span, outcome)
+        return result
 
     async def _send(
         self, request: RequestEnvelope, timeout: float, record: SubtaskRecord, tried: set[str]

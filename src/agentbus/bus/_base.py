@@ -278,19 +278,26 @@ class BaseBus(abc.ABC):
         queue = self.topology.journal_queue(_checked(name, "journal name"))
         return await self._open_journal(queue, max_age)
 
-    async def reply_queue(self, name: str) -> Callable[[bool], Awaitable[None]]:
+    async def reply_queue(
+        self, name: str, *, expect: Iterable[str] = ()
+    ) -> Callable[[bool], Awaitable[None]]:
         """Declare the durable reply queue ``name`` and take the replies that reach it.
 
         A request sent with ``reply_to=`` that queue is answered there; a bus that opens
         the same queue later (another process, after this one died) gets the answers that
-        came meanwhile. Returns what stops taking them: ``await stop(True)`` also deletes it.
+        came meanwhile. ``expect``: ids of requests sent before whose answers may wait
+        there already; each is kept for this bus's ``send_request`` under that id.
+        Returns what stops taking them: ``await stop(True)`` also deletes the queue.
 
         Raises:
             ConfigurationError: ``name`` is not a valid id.
             BusClosed: the bus is not open.
         """
         self._require_open()
-        return await self._open_reply_queue(self.topology.reply_queue(_checked(name, "name")))
+        queue = self.topology.reply_queue(_checked(name, "name"))
+        for message_id in expect:
+            self._pending.add(message_id)
+        return await self._open_reply_queue(queue)
 
     async def publish(
         self,

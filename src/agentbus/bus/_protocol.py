@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -113,7 +113,9 @@ class Transport(Protocol):
 
     async def journal(self, name: str, *, max_age: str = ...) -> Journal: ...
 
-    async def reply_queue(self, name: str) -> Callable[[bool], Awaitable[None]]: ...
+    async def reply_queue(
+        self, name: str, *, expect: Iterable[str] = ...
+    ) -> Callable[[bool], Awaitable[None]]: ...
 
     async def emit(
         self,

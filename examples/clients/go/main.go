@@ -155,6 +155,7 @@ func request(receiver, action string, parameters map[string]any, wait time.Durat
 	if err != nil {
 		return Envelope{}, err
 	}
+	fmt.Fprintf(os.Stderr, "sent %s on agent.%s.request, replies to %s\n", sent.MessageID, receiver, s.queue)
 	for {
 		select {
 		case r := <-returned:

@@ -84,6 +84,7 @@ async function request(receiver, action, parameters, { timeout = TIMEOUT, onEven
       persistent: true,
       mandatory: true,
     });
+    console.error(`sent ${sent.message_id} on agent.${receiver}.request, replies to ${queue}`);
     return await reply;
   } finally {
     await connection.close();

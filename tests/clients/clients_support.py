@@ -17,12 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import INTERVAL, SLACK, AgentProcess, Processes, poll
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_CLIENT = ROOT / "examples" / "clients" / "node" / "client.mjs"
 GO_CLIENT = ROOT / ".cache" / "clients" / "agentbus-go-client"
 ASYNCAPI_CHECK = ROOT / "tests" / "clients" / "asyncapi" / "check.mjs"
 ENSURE = "./scripts/ensure-foreign-clients installs it"
+REGISTRY = "registry-1"
+LEADER = "leader-1"
+WORKER = "worker-1"
 
 
 def required() -> bool:
@@ -112,3 +116,19 @@ def finished(status: int, out: bytes, err: bytes, seconds: float) -> Finished:
     """The output of a client: one JSON envelope per stdout line."""
     envelopes = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
     return Finished(status, envelopes, err.decode(errors="replace"), seconds)
+
+
+async def started(procs: Processes, *processes: AgentProcess) -> None:
+    """Wait until every process serves and the registry (if one runs) lists them all."""
+    for process in processes:
+        await process.started()
+    if not any(process.agent_id == REGISTRY for process in processes):
+        return
+    bus = await procs.client()
+    wanted = {process.agent_id for process in processes}
+
+    async def all_listed() -> bool | None:
+        reply = await bus.request(REGISTRY, "list_agents", timeout=2)
+        return True if {row["agent_id"] for row in reply.result} >= wanted else None
+
+    await poll(all_listed, INTERVAL + SLACK + 5, "the registry to list every process")

@@ -15,14 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
-from clients_support import Finished, ForeignClient, finished
-from processes import INTERVAL, SLACK, AgentProcess, Processes, poll
+from clients_support import LEADER, REGISTRY, WORKER, Finished, ForeignClient, finished, started
+from processes import Processes
 
 pytestmark = [pytest.mark.clients, pytest.mark.integration]
 
-REGISTRY = "registry-1"
-LEADER = "leader-1"
-WORKER = "worker-1"
 SENT = re.compile(r"sent (\S+) on agent\.(\S+)\.request, replies to (\S+)")
 
 
@@ -31,22 +28,6 @@ def client(request: pytest.FixtureRequest, procs: Processes) -> ForeignClient:
     """The Node.js or the Go client, on this test's exchange."""
     kind: str = request.param
     return ForeignClient(kind, procs.url, procs.exchange)
-
-
-async def started(procs: Processes, *processes: AgentProcess) -> None:
-    """Wait until every process serves and the registry (if one runs) lists them all."""
-    for process in processes:
-        await process.started()
-    if not any(process.agent_id == REGISTRY for process in processes):
-        return
-    bus = await procs.client()
-    wanted = {process.agent_id for process in processes}
-
-    async def all_listed() -> bool | None:
-        reply = await bus.request(REGISTRY, "list_agents", timeout=2)
-        return True if {row["agent_id"] for row in reply.result} >= wanted else None
-
-    await poll(all_listed, INTERVAL + SLACK + 5, "the registry to list every process")
 
 
 def sent_request(run: Finished, client: ForeignClient) -> tuple[str, str, str]:

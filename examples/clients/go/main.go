@@ -12,6 +12,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -36,6 +37,8 @@ type Envelope struct {
 	MessageType     string         `json:"message_type"`
 	Payload         map[string]any `json:"payload"`
 	Metadata        map[string]any `json:"metadata,omitempty"`
+
+	raw []byte // the bytes received, unknown fields and all
 }
 
 var (
@@ -85,10 +88,23 @@ func newEnvelope(receiver, messageType string, payload map[string]any) Envelope 
 	}
 }
 
-// printLine writes one envelope as a JSON line on stdout.
-func printLine(value any) {
-	line, _ := json.Marshal(value)
-	fmt.Println(string(line))
+// printLine writes an envelope as received, as one JSON line on stdout.
+func printLine(envelope Envelope) {
+	var line bytes.Buffer
+	if err := json.Compact(&line, envelope.raw); err != nil {
+		panic(err) // raw is JSON that json.Unmarshal accepted
+	}
+	fmt.Println(line.String())
+}
+
+// decode reads an envelope from the bytes of a delivery, keeping them for printLine.
+func decode(body []byte) (Envelope, error) {
+	var envelope Envelope
+	if err := json.Unmarshal(body, &envelope); err != nil {
+		return Envelope{}, fmt.Errorf("not an envelope: %w", err)
+	}
+	envelope.raw = body
+	return envelope, nil
 }
 
 // session is a connection, a channel and an exclusive, server-named queue of our own.
@@ -166,9 +182,9 @@ func request(receiver, action string, parameters map[string]any, wait time.Durat
 			if !ok {
 				return Envelope{}, errors.New("the broker closed the channel")
 			}
-			var reply Envelope
-			if err := json.Unmarshal(d.Body, &reply); err != nil {
-				return Envelope{}, fmt.Errorf("not an envelope: %w", err)
+			reply, err := decode(d.Body)
+			if err != nil {
+				return Envelope{}, err
 			}
 			if reply.MessageType == "event" {
 				if onEvent != nil {
@@ -235,9 +251,9 @@ func listen(name string, count int) error {
 		if !ok {
 			return errors.New("the broker closed the channel")
 		}
-		var event Envelope
-		if err := json.Unmarshal(d.Body, &event); err != nil {
-			return fmt.Errorf("not an envelope: %w", err)
+		event, err := decode(d.Body)
+		if err != nil {
+			return err
 		}
 		printLine(event)
 	}

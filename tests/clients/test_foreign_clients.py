@@ -13,6 +13,7 @@ import asyncio
 import re
 from typing import Any
 
+import aio_pika
 import orjson
 import pytest
 from clients_support import LEADER, REGISTRY, WORKER, Finished, ForeignClient, finished, started
@@ -144,3 +145,44 @@ async def test_an_event_from_the_team_is_received_on_broadcast(
     assert event["payload"]["event_name"] == "agent_online"
     assert event["payload"]["event_data"]["agent_id"] == WORKER
     assert event["payload"]["event_data"]["service"] == "worker"
+
+
+async def test_a_reply_to_another_request_is_ignored(
+    procs: Processes, client: ForeignClient
+) -> None:
+    """A stray reply on the client's queue (another correlation id) is not taken for its own."""
+    await started(procs, procs.agent("Alpha", "alpha-1"))
+    caller = await client.start("request", "alpha", "slow", '{"seconds": 1}')
+    try:
+        assert caller.stderr is not None
+        note = await asyncio.wait_for(caller.stderr.readline(), 30)
+        match = SENT.search(note.decode())
+        assert match is not None, note
+        message_id, _, queue = match.groups()
+        stray = {
+            "protocol_version": "1.0",
+            "sender_id": "alpha-1",
+            "receiver_id": "someone",
+            "message_type": "response",
+            "metadata": {"correlation_id": f"not-{message_id}"},
+            "payload": {"status": "success", "result": "stray", "error": None},
+        }
+        connection = await aio_pika.connect(procs.url)
+        async with connection:
+            channel = await connection.channel()
+            message = aio_pika.Message(
+                orjson.dumps(stray),
+                content_type="application/json",
+                correlation_id=f"not-{message_id}",
+            )
+            await channel.default_exchange.publish(message, routing_key=queue)
+        out, err = await asyncio.wait_for(caller.communicate(), 30)
+    finally:
+        if caller.returncode is None:
+            caller.kill()
+            await caller.wait()
+    run = finished(caller.returncode, out, note + err, 0)
+    assert run.status == 0, run.notes
+    [reply] = run.envelopes
+    assert reply["payload"]["result"] == "slept 1s"
+    assert reply["metadata"]["correlation_id"] == message_id

@@ -37,6 +37,7 @@ _BINDING: Final = "0.3.0"  # the AMQP bindings' version
 _SCHEMAS: Final = "#/components/schemas/"
 _REPLIES: Final = "replies"
 _CLIENT_EVENTS: Final = "client.events"
+_DEFINITIONS: Final = ("$defs", "definitions")  # where JSON Schemas keep definitions
 # What every agent answers besides its skills (docs/wire.md, "Built-in actions").
 _BUILTINS: Final = (
     SkillCard(
@@ -325,30 +326,38 @@ class _Builder:
         """Return ``schema`` with its ``$defs`` moved to components.schemas, refs rewritten.
 
         A definition keeps its name unless another, different one has it already; then it
-        is named after its owner (``<service>.<skill>.<name>``).
+        is named after its owner (``<service>.<skill>.<name>``). Draft-07 ``definitions``
+        (a card from a client in another language) move the same way.
         """
         schema = copy.deepcopy(schema)
         schema.pop("$schema", None)
-        definitions: dict[str, Any] = schema.pop("$defs", {})
+        definitions: dict[str, Any] = {}
+        for container in _DEFINITIONS:
+            for name, definition in schema.pop(container, {}).items():
+                definitions[f"#/{container}/{name}"] = (name, definition)
+        as_is = {pointer: _SCHEMAS + name for pointer, (name, _) in definitions.items()}
+        targets: dict[str, str] = {}
         names: dict[str, str] = {}
-        for name, definition in definitions.items():
+        for pointer, (name, definition) in definitions.items():
             taken = self.schemas.get(name)
-            names[name] = name if taken is None or taken == definition else f"{owner}.{name}"
-        for name, definition in definitions.items():
-            self.schemas[names[name]] = _rewrite(definition, names)
-        return _rewrite(schema, names)  # type: ignore[no-any-return]
+            same = taken is None or taken == _rewrite(definition, as_is)
+            names[pointer] = name if same else f"{owner}.{name}"
+            targets[pointer] = _SCHEMAS + names[pointer]
+        for pointer, (_, definition) in definitions.items():
+            self.schemas[names[pointer]] = _rewrite(definition, targets)
+        return _rewrite(schema, targets)  # type: ignore[no-any-return]
 
 
-def _rewrite(node: Any, names: dict[str, str]) -> Any:
-    """``node`` with every ``#/$defs/<name>`` reference pointing into components.schemas."""
+def _rewrite(node: Any, targets: dict[str, str]) -> Any:
+    """``node`` with each ``$ref`` found in ``targets`` (a pointer to a definition) replaced."""
     if isinstance(node, dict):
-        rewritten = {key: _rewrite(value, names) for key, value in node.items()}
+        rewritten = {key: _rewrite(value, targets) for key, value in node.items()}
         target = node.get("$ref")
-        if isinstance(target, str) and target.startswith("#/$defs/"):
-            rewritten["$ref"] = _SCHEMAS + names[target.removeprefix("#/$defs/")]
+        if isinstance(target, str) and target in targets:
+            rewritten["$ref"] = targets[target]
         return rewritten
     if isinstance(node, list):
-        return [_rewrite(item, names) for item in node]
+        return [_rewrite(item, targets) for item in node]
     return node
 
 

@@ -169,3 +169,34 @@ def test_the_cli_refuses_what_is_no_agent_class(args: list[str], says: str) -> N
 
     assert result.exit_code == 2
     assert says in result.output
+
+
+def test_definitions_with_references_are_shared_and_draft_07_ones_move_too() -> None:
+    """A definition that refers to another is shared, not copied; ``definitions`` move too."""
+    nested = {
+        "$defs": {
+            "Outer": {"type": "object", "properties": {"inner": {"$ref": "#/$defs/Inner"}}},
+            "Inner": {"type": "string"},
+        },
+        "$ref": "#/$defs/Outer",
+    }
+    draft_07 = {
+        "definitions": {"Point": {"type": "array", "items": {"type": "number"}}},
+        "type": "object",
+        "properties": {"at": {"$ref": "#/definitions/Point"}, "odd": {"$ref": "#/nowhere"}},
+    }
+    document = asyncapi_document(
+        [
+            card("a-1", "a", SkillCard(name="one", result=nested)),
+            card("b-1", "b", SkillCard(name="two", result=nested, parameters=draft_07)),
+        ]
+    )
+
+    schemas = document["components"]["schemas"]
+    assert {"Outer", "Inner", "Point"} <= set(schemas)
+    assert not [name for name in schemas if name.startswith(("a.", "b."))]
+    assert schemas["Outer"]["properties"]["inner"] == {"$ref": "#/components/schemas/Inner"}
+    two = document["components"]["messages"]["b.two.request"]["payload"]
+    parameters = two["properties"]["payload"]["properties"]["parameters"]
+    assert parameters["properties"]["at"] == {"$ref": "#/components/schemas/Point"}
+    assert parameters["properties"]["odd"] == {"$ref": "#/nowhere"}  # left for the parser

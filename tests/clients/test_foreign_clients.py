@@ -16,7 +16,16 @@ from typing import Any
 import aio_pika
 import orjson
 import pytest
-from clients_support import LEADER, REGISTRY, WORKER, Finished, ForeignClient, finished, started
+from clients_support import (
+    LEADER,
+    REGISTRY,
+    WORKER,
+    Finished,
+    ForeignClient,
+    client_command,
+    finished,
+    started,
+)
 from processes import Processes
 
 pytestmark = [pytest.mark.clients, pytest.mark.integration]
@@ -28,6 +37,7 @@ SENT = re.compile(r"sent (\S+) on agent\.(\S+)\.request, replies to (\S+)")
 def client(request: pytest.FixtureRequest, procs: Processes) -> ForeignClient:
     """The Node.js or the Go client, on this test's exchange."""
     kind: str = request.param
+    client_command(kind)  # skip (or fail under CI) before a team is started for nothing
     return ForeignClient(kind, procs.url, procs.exchange)
 
 

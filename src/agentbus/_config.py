@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     """The instance queue's type (replies and direct requests); None: as ``queue_type``.
     Quorum survives the loss of the node that holds it: replies are not dropped meanwhile."""
     delivery_limit: int = Field(default=5, ge=1)
+    durable_plans: bool = False
+    """Leaders journal each plan on the broker, so another leader finishes a plan whose
+    leader died (``Leader(durable=...)``, ``agentbus leader --durable``)."""
     tracing: bool = False
     """OpenTelemetry spans for sending, handling and plan steps (the ``otel`` extra)."""
     trace_file: str | None = None

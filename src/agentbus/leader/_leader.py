@@ -27,8 +27,9 @@ class Leader(Agent):
     """Runs plans: each subtask goes to an agent offering its skill; results are aggregated.
 
     Progress goes out as ``plan_progress`` events, to the requester and on broadcast.
-    ``durable``: each plan's steps are journaled on the broker (a stream shared by the
-    leaders), so a plan whose leader dies goes on under another one, from where it was.
+    ``durable`` (default: the ``durable_plans`` setting): each plan's steps are journaled
+    on the broker (a stream shared by the leaders), so a plan whose leader dies goes on
+    under another one, from where it was.
     """
 
     name = "leader"
@@ -36,10 +37,12 @@ class Leader(Agent):
     version = "1.0.0"
     concurrency = 8
 
-    def __init__(self, *, registry: str = "registry", durable: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *, registry: str = "registry", durable: bool | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._registry = registry
-        self._durable = durable
+        self._durable = self.settings.durable_plans if durable is None else durable
         self._journal: Journal | None = None
         self._runners: set[PlanRunner] = set()
         self._directory: SkillDirectory | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import orjson
 import pytest
 
 from agentbus import Agent, Leader, Settings, current_request, skill
@@ -69,8 +70,8 @@ async def test_a_durable_plan_runs_as_any_and_journals_its_steps() -> None:
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert [s["result"] for s in reply.result["subtasks"]] == [1, 2, 3]
     [journal] = broker.journals.values()
-    kinds = Counter(__import__("orjson").loads(body)["kind"] for _, body in journal)
-    assert kinds == {"begun": 1, "sent": 3, "settled": 3}
+    records = [record for _, body in journal for record in orjson.loads(body)["records"]]
+    assert Counter(record["kind"] for record in records) == {"begun": 1, "sent": 3, "settled": 3}
     assert not [q for q in broker.queues if ".replies.plan-" in q]  # deleted at the end
 
 

@@ -53,12 +53,15 @@ class Restored:
 
 
 class PlanJournal:
-    """One plan's records in the leaders' journal; appends run in order, off the hot path."""
+    """One plan's records in the leaders' journal, in order. Records made while a write
+    is out go together in the next one: one confirmed append per batch, not per record."""
 
     def __init__(self, journal: Journal, key: str) -> None:
         self.key = key
         self._journal = journal
-        self._writing: asyncio.Task[None] | None = None
+        self._batch: list[dict[str, Any]] = []
+        self._batch_written: asyncio.Future[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     @property
     def reply_queue(self) -> str:
@@ -73,30 +76,21 @@ class PlanJournal:
         """Read the plan's records back; None if no leader began it."""
         since = min(sent_at, datetime.now(UTC)) - _LOOK_BACK
         restored: Restored | None = None
-        for record in await self._journal.read(since):
-            if record.get("plan") != self.key:
+        for entry in await self._journal.read(since):
+            if entry.get("plan") != self.key:
                 continue
-            kind = record.get("kind")
-            if kind == "begun":
-                restored = restored or Restored(leader=str(record.get("leader")))
-            elif restored is not None and kind == "sent":
-                sent = Sent(record["attempt"], record["message_id"], record["receiver"])
-                restored.in_flight[record["subtask"]] = sent
-            elif restored is not None and kind == "settled":
-                restored.in_flight.pop(record["subtask"], None)
-                restored.settled[record["subtask"]] = record
+            for record in entry.get("records", ()):
+                restored = _apply(restored, record)
         return restored
 
     async def begun(self, leader: str) -> None:
         """Record that ``leader`` runs the plan."""
-        await self._journal.append({"plan": self.key, "kind": "begun", "leader": leader})
+        await self._add({"kind": "begun", "leader": leader})
 
     async def sent(self, subtask_id: str, attempt: int, message_id: str, receiver: str) -> None:
-        """Record an attempt's request before it goes out."""
-        await self._after_earlier()
-        await self._journal.append(
+        """Record an attempt's request; return once the journal has it (send it then)."""
+        await self._add(
             {
-                "plan": self.key,
                 "kind": "sent",
                 "subtask": subtask_id,
                 "attempt": attempt,
@@ -106,36 +100,65 @@ class PlanJournal:
         )
 
     def settled(self, record: SubtaskRecord) -> None:
-        """Record a subtask's end, after what was recorded before (in the background)."""
-        entry = {
-            "plan": self.key,
-            "kind": "settled",
-            "subtask": record.id,
-            "status": record.status.value,
-            "result": record.result,
-            "error": None if record.error is None else record.error.to_wire(),
-            "attempts": record.attempts,
-            "agents": record.agents,
-            "started": record.started,
-            "ended": record.ended,
-            "usage": record.usage,
-        }
-        previous = self._writing
-
-        async def write() -> None:
-            if previous is not None:
-                await asyncio.shield(previous)
-            await self._journal.append(entry)
-
-        self._writing = asyncio.ensure_future(write())
+        """Record a subtask's end (written with the next batch; ``flush`` waits for it)."""
+        self._add(
+            {
+                "kind": "settled",
+                "subtask": record.id,
+                "status": record.status.value,
+                "result": record.result,
+                "error": None if record.error is None else record.error.to_wire(),
+                "attempts": record.attempts,
+                "agents": record.agents,
+                "started": record.started,
+                "ended": record.ended,
+                "usage": record.usage,
+            }
+        )
 
     async def flush(self) -> None:
         """Wait until every record so far is in the journal."""
-        await self._after_earlier()
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
 
-    async def _after_earlier(self) -> None:
-        if self._writing is not None:
-            await asyncio.shield(self._writing)
+    def _add(self, record: dict[str, Any]) -> asyncio.Future[None]:
+        if self._batch_written is None:
+            self._batch_written = asyncio.get_running_loop().create_future()
+        self._batch.append(record)
+        written = self._batch_written
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        return written
+
+    async def _write(self) -> None:
+        while self._batch:
+            batch, written = self._batch, self._batch_written
+            self._batch, self._batch_written = [], None
+            assert written is not None
+            try:
+                await self._journal.append({"plan": self.key, "records": batch})
+            except BaseException as exc:
+                if not written.done():
+                    written.set_exception(exc)
+                    written.exception()  # retrieved: settled() does not await its batch
+                raise
+            if not written.done():
+                written.set_result(None)
+
+
+def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None:
+    kind = record.get("kind")
+    if kind == "begun":
+        return restored or Restored(leader=str(record.get("leader")))
+    if restored is None:
+        return None
+    if kind == "sent":
+        sent = Sent(record["attempt"], record["message_id"], record["receiver"])
+        restored.in_flight[record["subtask"]] = sent
+    elif kind == "settled":
+        restored.in_flight.pop(record["subtask"], None)
+        restored.settled[record["subtask"]] = record
+    return restored
 
 
 def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:

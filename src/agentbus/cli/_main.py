@@ -18,13 +18,14 @@ from agentbus._logging import configure_logging
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import print_json, settings_of
 from agentbus.cli._demo import demo_command
+from agentbus.cli._gateway import gateway
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
 from agentbus.leader import Plan
 
 __all__ = ["cli", "main"]
 
-_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo"})
+_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo", "gateway", "run-a2a"})
 
 
 def plan_schema() -> dict[str, Any]:
@@ -104,6 +105,7 @@ def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int)
 
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
+cli.add_command(gateway)
 
 
 def main() -> None:

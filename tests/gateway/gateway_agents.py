@@ -1,0 +1,65 @@
+"""Agents the gateway tests put on the bus."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agentbus import Agent, AgentBusError, current_request, skill
+
+
+class Calc(Agent):
+    name = "calc"
+    description = "Doubles numbers, sleeps, and fails on request"
+    version = "2.1.0"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seen: list[tuple[str, str]] = []
+        """(skill, sender_id) of every request that reached a skill."""
+        self.ended: list[str] = []
+        """How each ``slow`` call ended: ``done`` or ``cancelled``."""
+
+    @skill
+    async def double(self, n: int) -> int:
+        """Return twice ``n``."""
+        self.seen.append(("double", current_request().sender_id))
+        return 2 * n
+
+    @skill
+    async def slow(self, seconds: float) -> str:
+        """Sleep ``seconds``, then say so."""
+        self.seen.append(("slow", current_request().sender_id))
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.ended.append("cancelled")
+            raise
+        self.ended.append("done")
+        return f"slept {seconds:g}s"
+
+    @skill
+    async def fail(self, code: str) -> None:
+        """Answer with the error ``code``."""
+        self.seen.append(("fail", current_request().sender_id))
+        raise AgentBusError(f"failed as asked: {code}", code=code)
+
+
+class Shouter(Agent):
+    name = "shouter"
+    description = "Shouts text"
+
+    @skill
+    async def shout(self, text: str) -> str:
+        """Return ``text`` in capitals."""
+        return text.upper()
+
+
+class Counter(Agent):
+    name = "counter"
+    description = "Counts words"
+
+    @skill
+    async def count(self, text: str) -> dict[str, int]:
+        """Return the number of words in ``text``."""
+        return {"words": len(text.split())}

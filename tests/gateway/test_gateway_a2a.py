@@ -16,9 +16,9 @@ from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidParamsError, InvalidRequestError
 from a2a_client import data_of, sdk_client, send, state_name, user_message
 from gateway_agents import Calc, Shouter
+from gateway_team import HEARTBEAT, KEY, OTHER_KEY, Team
 
 from agentbus.gateway import SCHEMAS_EXTENSION
-from conftest import HEARTBEAT, KEY, OTHER_KEY, Team
 from waiting import wait_until
 
 DEADLINE = 15.0

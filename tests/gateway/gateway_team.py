@@ -34,6 +34,27 @@ def free_port() -> int:
         return port
 
 
+async def start_uvicorn(app: Any, port: int) -> tuple[Any, asyncio.Task[None]]:
+    """Serve ``app`` on 127.0.0.1:``port`` with uvicorn in this loop; return it once started."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve())
+    async with asyncio.timeout(10):
+        while not server.started:
+            if serving.done():
+                serving.result()
+            await asyncio.sleep(0.01)
+    return server, serving
+
+
+async def stop_uvicorn(server: Any, serving: asyncio.Task[None], *, force: bool = False) -> None:
+    """Stop a server ``start_uvicorn`` started (``force``: drop open connections at once)."""
+    server.should_exit = True
+    server.force_exit = force
+    await serving
+
+
 @dataclass
 class Team:
     """Agents, a gateway and a client bus on one test's exchange."""
@@ -65,23 +86,14 @@ class Team:
         config = GatewaySettings(host="127.0.0.1", port=port, refresh_interval=HEARTBEAT, **options)
         keys = ApiKeys.from_mapping({KEY: "alice", OTHER_KEY: "bob"})
         self.gateway = await Gateway(self.settings, config, keys).open()
-        server = uvicorn.Server(
-            uvicorn.Config(self.gateway.app, host="127.0.0.1", port=port, lifespan="off",
-                           log_level="warning")
-        )  # fmt: skip
-        self._server = server
-        self._serving = asyncio.create_task(server.serve())
-        async with asyncio.timeout(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn exposes a flag, no event
-                await asyncio.sleep(0.01)
+        self._server, self._serving = await start_uvicorn(self.gateway.app, port)
         self.url = f"http://127.0.0.1:{port}"
         return self.gateway
 
     async def aclose(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
             assert self._serving is not None
-            await self._serving
+            await stop_uvicorn(self._server, self._serving)
         if self.gateway is not None:
             topology = Topology(self.settings.exchange)
             for bus in [*self.gateway.callers._buses.values(), self.gateway._bus]:

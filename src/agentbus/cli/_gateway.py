@@ -10,12 +10,13 @@ from pydantic import ValidationError
 
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
+from agentbus.agents import run_until_signalled
 from agentbus.cli._context import settings_of
 
 if TYPE_CHECKING:
     from agentbus.gateway import ApiKeys, GatewaySettings
 
-__all__ = ["gateway"]
+__all__ = ["gateway", "run_a2a"]
 
 
 @click.command()
@@ -93,3 +94,55 @@ async def _serve(
         )
         click.echo(f"agentbus gateway on {served.public_url}/agents", err=True)
         await server.serve()
+
+
+@click.command("run-a2a")
+@click.argument("url")
+@click.option("--service", help="Service name on the bus [from the card's name].")
+@click.option("--id", "agent_id", metavar="ID", help="Instance id [service-<random>].")
+@click.option(
+    "--key", envvar="AGENTBUS_A2A_KEY", metavar="KEY",
+    help="Bearer key for the A2A agent [env AGENTBUS_A2A_KEY].",
+)  # fmt: skip
+@click.option("--concurrency", type=click.IntRange(min=1), help="Requests forwarded at once.")
+@click.option("--heartbeat", type=click.FloatRange(min=0.05), default=5.0, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds an A2A call may take.")  # fmt: skip
+@click.pass_context
+def run_a2a(
+    ctx: click.Context,
+    /,
+    url: str,
+    service: str | None,
+    agent_id: str | None,
+    key: str | None,
+    concurrency: int | None,
+    heartbeat: float,
+    timeout: float,
+) -> None:
+    """Put the A2A agent at URL on the bus: its card's skills, forwarded over HTTP.
+
+    The agent heartbeats like any other; requests become A2A messages, their tasks' artifacts
+    the results, failed tasks error envelopes, and a bus cancel cancels the A2A task.
+    """
+    try:
+        from agentbus.gateway import RemoteA2AAgent
+    except ImportError as exc:
+        raise click.UsageError(
+            f"run-a2a needs the a2a extra: pip install 'agentbus[a2a]' ({exc})"
+        ) from exc
+
+    async def serve() -> None:
+        agent = await RemoteA2AAgent.from_url(
+            url,
+            service=service,
+            key=key,
+            timeout=timeout,
+            agent_id=agent_id,
+            concurrency=concurrency,
+            heartbeat_interval=heartbeat,
+            settings=settings_of(ctx),
+        )
+        await run_until_signalled(agent)
+
+    asyncio.run(serve())

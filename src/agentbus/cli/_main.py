@@ -18,7 +18,7 @@ from agentbus._logging import configure_logging
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import print_json, settings_of
 from agentbus.cli._demo import demo_command
-from agentbus.cli._gateway import gateway
+from agentbus.cli._gateway import gateway, run_a2a
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
 from agentbus.leader import Plan
@@ -106,6 +106,7 @@ def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int)
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
 cli.add_command(gateway)
+cli.add_command(run_a2a)
 
 
 def main() -> None:

@@ -84,7 +84,7 @@ async def measure(url: str, exchange: str, base: str, args: Any) -> dict[str, An
             reply = await bus.request("echo", "echo", {"n": n}, timeout=30)
             assert reply.result == n
 
-        headers = {"Authorization": f"Bearer {KEY}"}
+        headers = {"Authorization": f"Bearer {KEY}", "A2A-Version": "1.0"}
         limits = httpx.Limits(max_connections=args.workers + 4)
         async with httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as http:
             endpoint = f"{base}/agents/echo/"

@@ -71,5 +71,20 @@ async def test_protocol_errors_and_a_task_over_plain_http(team: Team) -> None:
         )
         assert unauthorized.status_code == 401
         assert unauthorized.headers["www-authenticate"] == "Bearer"
-    assert [skill for skill, _ in calc.seen] == ["double"]
+    async with httpx.AsyncClient(headers=AUTH, timeout=30) as http:
+        # An A2A 0.3 client (no A2A-Version header, message/send, kind-tagged parts).
+        legacy = {
+            "message": {
+                "messageId": str(uuid.uuid4()),
+                "role": "user",
+                "kind": "message",
+                "parts": [{"kind": "data", "data": {"n": 4}}],
+                "metadata": {"skill": "double"},
+            }
+        }
+        old = await http.post(endpoint, json=rpc("message/send", legacy, 10))
+        assert old.json()["result"]["status"]["state"] == "completed"
+        # 0.3 data parts hold objects: a number comes wrapped.
+        assert old.json()["result"]["artifacts"][0]["parts"][0]["data"] == {"value": 8}
+    assert [skill for skill, _ in calc.seen] == ["double", "double"]
     assert len(gateway.open_tasks) == 0

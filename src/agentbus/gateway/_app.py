@@ -153,8 +153,9 @@ class Gateway:
         async def current(served: a2a.AgentCard) -> a2a.AgentCard:
             return self.a2a_card(service) or served
 
+        # v0.3 compatibility too: clients without the A2A-Version header, message/send.
         routes = create_agent_card_routes(card, card_modifier=current) + create_jsonrpc_routes(
-            handler, "/"
+            handler, "/", enable_v0_3_compat=True
         )
         self._handlers[service] = handler
         mount = self._mounts[service] = Mount(f"{_PREFIX}/{service}", routes=routes)

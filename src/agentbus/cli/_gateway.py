@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -14,6 +17,8 @@ from agentbus.agents import run_until_signalled
 from agentbus.cli._context import settings_of
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from agentbus.gateway import ApiKeys, GatewaySettings
 
 __all__ = ["gateway", "run_a2a"]
@@ -80,7 +85,7 @@ async def _serve(
     from agentbus.gateway import Gateway
 
     async with Gateway(settings, config, keys) as served:
-        server = uvicorn.Server(
+        server = _server_class()(
             uvicorn.Config(
                 served.app,
                 host=config.host,
@@ -146,3 +151,22 @@ def run_a2a(
         await run_until_signalled(agent)
 
     asyncio.run(serve())
+
+
+def _server_class() -> type[uvicorn.Server]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        # uvicorn raises a caught SIGTERM/SIGINT again once it has shut down, which would
+        # end the process before the gateway closes its buses: here it only stops serving.
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            handled = (signal.SIGINT, signal.SIGTERM)
+            previous = {signum: signal.signal(signum, self.handle_exit) for signum in handled}
+            try:
+                yield
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+
+    return Server

@@ -15,12 +15,15 @@ from google.protobuf.json_format import MessageToDict
 
 @asynccontextmanager
 async def sdk_client(
-    url: str, key: str | None, *, streaming: bool = False
+    url: str, key: str | None, *, streaming: bool = False, binding: str = "JSONRPC"
 ) -> AsyncIterator[Client]:
     """Open an SDK client for the agent at ``url`` (its card is fetched first)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(headers=headers, timeout=30) as http:
-        client = await create_client(url, ClientConfig(streaming=streaming, httpx_client=http))
+        config = ClientConfig(
+            streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding]
+        )
+        client = await create_client(url, config)
         async with client:
             yield client
 

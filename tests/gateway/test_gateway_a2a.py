@@ -49,7 +49,11 @@ async def test_cards_follow_the_registry_as_agents_join_and_leave(team: Team) ->
     assert (card.name, card.version) == ("calc", "2.1.0")
     assert {skill.id for skill in card.skills} == {"double", "slow", "fail"}
     assert card.capabilities.streaming
-    assert card.supported_interfaces[0].url == f"{team.url}/agents/calc/"
+    interfaces = [(i.protocol_binding, i.url) for i in card.supported_interfaces]
+    assert interfaces == [
+        ("JSONRPC", f"{team.url}/agents/calc/"),
+        ("HTTP+JSON", f"{team.url}/agents/calc/rest"),
+    ]
     assert card.security_schemes["bearer"].http_auth_security_scheme.scheme == "Bearer"
     (extension,) = [e for e in card.capabilities.extensions if e.uri == SCHEMAS_EXTENSION]
     schema = dict(extension.params["double"]["parameters"])
@@ -231,3 +235,20 @@ async def test_many_concurrent_tasks_all_complete(team: Team) -> None:
     assert sorted(data_of(r[0].task.artifacts[0].parts[0]) for r in replies) == [
         2 * n for n in range(20)
     ]
+
+
+async def test_the_rest_binding_sends_streams_and_reads_tasks(team: Team) -> None:
+    """The SDK client on HTTP+JSON: the same task semantics as JSON-RPC."""
+    calc = await calc_team(team)
+    url = f"{team.url}/agents/calc"
+    async with sdk_client(url, KEY, binding="HTTP+JSON") as client:
+        (response,) = await send(client, user_message({"n": 4}, skill="double"))
+        assert data_of(response.task.artifacts[0].parts[0]) == 8
+        read = await client.get_task(a2a.GetTaskRequest(id=response.task.id))
+        assert state_name(read.status.state) == "TASK_STATE_COMPLETED"
+        with pytest.raises(InvalidParamsError, match="do not fit its schema"):
+            await send(client, user_message({"n": "four"}, skill="double"))
+    async with sdk_client(url, KEY, streaming=True, binding="HTTP+JSON") as client:
+        events = await send(client, user_message({"seconds": 0.1}, skill="slow"))
+    assert state_name(events[-1].status_update.status.state) == "TASK_STATE_COMPLETED"
+    assert [skill for skill, _ in calc.seen] == ["double", "slow"]

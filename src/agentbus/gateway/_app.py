@@ -1,7 +1,8 @@
 """The gateway: an ASGI app serving each live bus service as an A2A agent, on the SDK's routes.
 
 Paths: ``/agents`` lists the agent cards; ``/agents/<service>/.well-known/agent-card.json``
-is a service's card; ``/agents/<service>/`` takes its JSON-RPC calls. The routes follow the
+is a service's card; ``/agents/<service>/`` takes its JSON-RPC calls, and
+``/agents/<service>/rest/...`` the same calls in the HTTP+JSON (REST) binding. The routes follow the
 registry: a service that leaves is gone (404), a new one appears, without a restart.
 """
 
@@ -12,7 +13,11 @@ from typing import Self
 
 import structlog
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
@@ -27,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentbus._config import Settings
 from agentbus.bus import Bus
 from agentbus.gateway._callers import Callers
-from agentbus.gateway._cards import a2a_card
+from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._directory import Directory
 from agentbus.gateway._executor import BusExecutor
 from agentbus.gateway._handler import GatewayHandler
@@ -154,9 +159,11 @@ class Gateway:
             return self.a2a_card(service) or served
 
         # v0.3 compatibility too: clients without the A2A-Version header, message/send.
-        routes = create_agent_card_routes(card, card_modifier=current) + create_jsonrpc_routes(
-            handler, "/", enable_v0_3_compat=True
-        )
+        routes = [
+            *create_agent_card_routes(card, card_modifier=current),
+            *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
+            *create_rest_routes(handler, path_prefix=REST_PREFIX),
+        ]
         self._handlers[service] = handler
         mount = self._mounts[service] = Mount(f"{_PREFIX}/{service}", routes=routes)
         return mount

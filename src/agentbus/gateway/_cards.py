@@ -10,15 +10,20 @@ from google.protobuf.struct_pb2 import Struct
 
 from agentbus.agents import AgentCard, SkillCard
 
-__all__ = ["BEARER", "SCHEMAS_EXTENSION", "a2a_card", "skill_schemas"]
+__all__ = ["BEARER", "REST_PREFIX", "SCHEMAS_EXTENSION", "a2a_card", "skill_schemas"]
 
 SCHEMAS_EXTENSION = "urn:agentbus:a2a:skill-schemas:v1"
 """An A2A card extension whose params hold each skill's parameter and result JSON Schemas."""
 BEARER = "bearer"
+REST_PREFIX = "/rest"
+"""Where, under an agent's URL, the HTTP+JSON (REST) binding is served."""
 
 
 def a2a_card(card: AgentCard, url: str, *, streaming: bool = True) -> a2a.AgentCard:
-    """Return the A2A card of the bus service ``card`` describes, served at ``url``."""
+    """Return the A2A card of the bus service ``card`` describes, served at ``url``.
+
+    The card names two interfaces: JSON-RPC at ``url``, HTTP+JSON under ``url`` + ``/rest``.
+    """
     schemas = Struct()
     schemas.update(
         {
@@ -31,7 +36,12 @@ def a2a_card(card: AgentCard, url: str, *, streaming: bool = True) -> a2a.AgentC
         description=card.description or f"the {card.name} agent on the bus",
         version=card.version,
         supported_interfaces=[
-            a2a.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+            a2a.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            a2a.AgentInterface(
+                url=url.rstrip("/") + REST_PREFIX,
+                protocol_binding="HTTP+JSON",
+                protocol_version="1.0",
+            ),
         ],
         capabilities=a2a.AgentCapabilities(
             streaming=streaming,

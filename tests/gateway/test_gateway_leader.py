@@ -4,9 +4,10 @@ is the artifact."""
 from __future__ import annotations
 
 import pytest
+from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidParamsError
 from a2a_client import data_of, sdk_client, send, state_name, user_message
-from gateway_agents import Counter, Shouter
+from gateway_agents import Calc, Counter, Shouter
 from gateway_team import HEARTBEAT, KEY, Team
 
 from agentbus.leader import Leader
@@ -63,3 +64,21 @@ async def test_an_invalid_plan_is_a_protocol_error_before_the_leader(team: Team)
         ):
             await send(client, user_message({"plan": {"subtasks": "none"}}))
     assert len(gateway.open_tasks) == 0
+
+
+async def test_cancelling_a_plans_task_cancels_its_running_subtasks(team: Team) -> None:
+    """CancelTask on a plan: the leader stops the plan and the worker's skill is cancelled."""
+    calc = Calc(agent_id="calc-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    leader = Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    for agent in (leader, calc):
+        await team.add(agent)
+    gateway = await team.serve()
+    await wait_until(lambda: {"leader", "calc"} <= set(gateway.directory.cards), 15)
+    plan = {"subtasks": [{"id": "nap", "skill": "slow", "parameters": {"seconds": 60}}]}
+    async with sdk_client(f"{team.url}/agents/leader", KEY) as client:
+        (response,) = await send(client, user_message({"plan": plan}), return_immediately=True)
+        await wait_until(lambda: calc.in_flight == 1, 15)
+        cancelled = await client.cancel_task(a2a.CancelTaskRequest(id=response.task.id))
+    assert state_name(cancelled.status.state) == "TASK_STATE_CANCELED"
+    await wait_until(lambda: calc.ended == ["cancelled"], 15)
+    await wait_until(lambda: leader.in_flight == 0 and len(gateway.open_tasks) == 0, 15)

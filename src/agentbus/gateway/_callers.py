@@ -25,7 +25,8 @@ class Callers:
         self._keys = keys
         self._buses: dict[str, Bus] = {}
         self._lock = asyncio.Lock()
-        self._plans: dict[str, PlanWatcher] = {}
+        self._plans: dict[tuple[str, str], PlanWatcher] = {}
+        """Watchers by (the bus the plan was sent from, plan id): ids are the callers'."""
 
     def __repr__(self) -> str:
         return f"<Callers {sorted(self._buses)}>"
@@ -48,19 +49,19 @@ class Callers:
                 self._buses[identity] = bus
         return bus
 
-    def watch_plan(self, plan_id: str, watcher: PlanWatcher) -> None:
-        """Hand ``plan_id``'s progress to ``watcher`` until ``unwatch_plan``."""
-        self._plans[plan_id] = watcher
+    def watch_plan(self, bus: Bus, plan_id: str, watcher: PlanWatcher) -> None:
+        """Hand the progress of ``plan_id``, sent from ``bus``, to ``watcher``."""
+        self._plans[bus.agent_id, plan_id] = watcher
 
-    def unwatch_plan(self, plan_id: str) -> None:
+    def unwatch_plan(self, bus: Bus, plan_id: str) -> None:
         """Stop handing ``plan_id``'s progress on."""
-        self._plans.pop(plan_id, None)
+        self._plans.pop((bus.agent_id, plan_id), None)
 
     async def _on_event(self, event: EventEnvelope) -> None:
         if event.payload.event_name != PLAN_PROGRESS:
             return
         report = ProgressReport.model_validate(event.payload.event_data)
-        watcher = self._plans.get(report.plan_id)
+        watcher = self._plans.get((event.receiver_id, report.plan_id))
         if watcher is not None:
             for progress in report.transitions:
                 watcher(progress)

@@ -90,7 +90,9 @@ class BusExecutor(AgentExecutor):
                 }
             )
             flight = self._flights[task_id] = _Flight(bus, envelope.message_id)
-            reply = await self._request(bus, envelope, flight, updater, parameters)
+            plan = parameters.get("plan") if self._is_plan(call) else None
+            plan_id = str(plan["id"]) if isinstance(plan, dict) else None
+            reply = await self._request(bus, envelope, flight, updater, plan_id)
             if flight.cancelled:
                 return
             await updater.add_artifact(result_parts(reply.payload.result), name=call.skill)
@@ -122,7 +124,7 @@ class BusExecutor(AgentExecutor):
         envelope: RequestEnvelope,
         flight: _Flight,
         updater: TaskUpdater,
-        parameters: dict[str, Any],
+        plan_id: str | None,
     ) -> ResponseEnvelope:
         updates: asyncio.Queue[a2a.Message | None] = asyncio.Queue()
 
@@ -135,16 +137,14 @@ class BusExecutor(AgentExecutor):
                 _working({"plan_progress": progress.model_dump(mode="json")}, updater)
             )
 
-        plan_id = None
-        if envelope.receiver_id == self._leader and envelope.payload.action == "run_plan":
-            plan_id = str(parameters["plan"]["id"])
-            self._callers.watch_plan(plan_id, on_plan)
+        if plan_id is not None:
+            self._callers.watch_plan(bus, plan_id, on_plan)
         pump = asyncio.create_task(_pump(updates, updater))
         try:
             return await bus.send_request(envelope, timeout=self._timeout, on_progress=on_reply)
         finally:
             if plan_id is not None:
-                self._callers.unwatch_plan(plan_id)
+                self._callers.unwatch_plan(bus, plan_id)
             updates.put_nowait(None)
             await pump
 

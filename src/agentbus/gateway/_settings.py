@@ -22,6 +22,8 @@ class GatewaySettings(BaseSettings):
     allow_anonymous: bool = False
     """Without keys: every caller is the identity ``anonymous`` (for local use only)."""
     registry: str = "registry"
+    leader: str = "leader"
+    """The leader service: its ``run_plan`` tasks stream the plan's progress."""
     refresh_interval: float = Field(default=1.0, gt=0)
     """Seconds between looks at the registry (online/offline events also trigger one)."""
     max_open_tasks: int = Field(default=256, ge=1)

@@ -13,7 +13,7 @@ import pytest
 from a2a.client import A2ACardResolver
 from a2a.client.errors import AgentCardResolutionError
 from a2a.types import a2a_pb2 as a2a
-from a2a.utils.errors import InvalidParamsError, InvalidRequestError
+from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
 from a2a_client import data_of, sdk_client, send, state_name, user_message
 from gateway_agents import Calc, Shouter
 from gateway_team import HEARTBEAT, KEY, OTHER_KEY, Team
@@ -83,6 +83,10 @@ async def test_a_data_part_is_the_parameters_and_the_result_an_artifact(team: Te
         assert state_name(task.status.state) == "TASK_STATE_COMPLETED"
         assert data_of(task.artifacts[0].parts[0]) == 42
         again = await client.get_task(a2a.GetTaskRequest(id=task.id))
+        follow_up = user_message({"n": 1}, skill="double")
+        follow_up.task_id = task.id
+        with pytest.raises(UnsupportedOperationError, match="each task is one bus request"):
+            await send(client, follow_up)
     assert state_name(again.status.state) == "TASK_STATE_COMPLETED"
     assert data_of(again.artifacts[0].parts[0]) == 42
     # The request went out under the key's identity, not the gateway's.

@@ -9,7 +9,7 @@ from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as a2a
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 
 from agentbus.agents import AgentCard
 from agentbus.gateway._executor import CALL_KEY, BusExecutor
@@ -45,6 +45,11 @@ class GatewayHandler(DefaultRequestHandler):
         return f"<GatewayHandler {self.service}>"
 
     def _admit(self, params: a2a.SendMessageRequest, context: ServerCallContext) -> str:
+        if params.message.task_id:
+            raise UnsupportedOperationError(
+                message="each task is one bus request: send a new message without taskId "
+                "(the bus agents take no follow-up input)"
+            )
         card = self._card()
         if card is None:
             raise InvalidParamsError(message=f"the agent {self.service!r} is not on the bus now")

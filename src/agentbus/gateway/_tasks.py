@@ -90,6 +90,11 @@ class BoundedTaskStore(InMemoryTaskStore):
             self._finished.move_to_end(task.id)
         await self._prune()
 
+    async def get(self, task_id: str, context: ServerCallContext) -> a2a.Task | None:
+        await self._prune()
+        task: a2a.Task | None = await super().get(task_id, context)
+        return task
+
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         if await super().get(task_id, context) is not None:
             self._count -= 1

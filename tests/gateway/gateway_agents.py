@@ -63,3 +63,18 @@ class Counter(Agent):
     async def count(self, text: str) -> dict[str, int]:
         """Return the number of words in ``text``."""
         return {"words": len(text.split())}
+
+
+class Writer(Agent):
+    name = "writer"
+    description = "Drafts text from section headings, and summarises text"
+
+    @skill
+    async def draft(self, title: str, sections: list[str]) -> str:
+        """Return the title and one sentence per section."""
+        return f"{title}. " + " ".join(f"On {section}." for section in sections)
+
+    @skill
+    async def summary(self, text: str) -> dict[str, Any]:
+        """Return the word count and the first sentence of ``text``."""
+        return {"words": len(text.split()), "first": text.split(".")[0]}

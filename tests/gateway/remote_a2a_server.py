@@ -25,6 +25,7 @@ def wordsmith_card(url: str) -> a2a.AgentCard:
             ("stats", "Count words and letters of a text"),
             ("wait", "Wait some seconds, saying so first"),
             ("refuse", "Always fail, with a code"),
+            ("outline", "A title and three section headings for a topic"),
         )
     ]
     return a2a.AgentCard(
@@ -68,6 +69,12 @@ class Wordsmith(AgentExecutor):
             words = str(data.get("text", text)).split()
             result = {"words": len(words), "letters": sum(len(w) for w in words)}
             await updater.add_artifact([new_data_part(result)])
+        elif skill == "outline":
+            topic = text or str(data.get("text", ""))
+            sections = [f"{topic}: {part}" for part in ("why", "how", "what next")]
+            await updater.add_artifact(
+                [new_data_part({"title": topic.title(), "sections": sections})]
+            )
         elif skill == "wait":
             seconds = float(data["seconds"])
             await updater.update_status(

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_agents import Shouter
-from gateway_team import HEARTBEAT, Team, free_port, start_uvicorn, stop_uvicorn
+from a2a_client import data_of, sdk_client, send, user_message
+from gateway_agents import Shouter, Writer
+from gateway_team import HEARTBEAT, KEY, Team, free_port, start_uvicorn, stop_uvicorn
 from remote_a2a_server import Wordsmith, wordsmith_app
 
 from agentbus import AgentBusError, RemoteError
@@ -193,3 +194,47 @@ async def eventually_agent(team: Team, url: str) -> RemoteA2AAgent:
                 continue
             await team.add(agent)
             return agent
+
+
+async def test_the_pipeline_runs_from_outside_through_the_gateway(
+    team: Team, remote: Remote
+) -> None:
+    """outline (an HTTP A2A agent via run-a2a) -> draft -> summary (bus), as one A2A task.
+
+    A plain A2A client sends the plan to the leader through the gateway; the leader mixes
+    the external agent and bus agents; the aggregate comes back as the task's artifact.
+    """
+    await on_the_bus(team, remote)
+    for agent in (
+        Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+        Writer(agent_id="writer-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+    ):
+        await team.add(agent)
+    gateway = await team.serve()
+    await wait_until(lambda: {"leader", "writer", SERVICE} <= set(gateway.directory.cards), 15)
+    plan = {
+        "subtasks": [
+            {"id": "outline", "skill": "outline", "parameters": {"text": "agent buses"}},
+            {
+                "id": "draft",
+                "skill": "draft",
+                "depends_on": ["outline"],
+                "inputs": {"title": "outline.title", "sections": "outline.sections"},
+            },
+            {
+                "id": "summary",
+                "skill": "summary",
+                "depends_on": ["draft"],
+                "inputs": {"text": "draft"},
+            },
+        ]
+    }
+    async with sdk_client(f"{team.url}/agents/leader", KEY, streaming=True) as client:
+        events = await send(client, user_message({"plan": plan}))
+    aggregate = data_of(events[-2].artifact_update.artifact.parts[0])
+    assert aggregate["status"] == "completed"
+    results = {s["id"]: s["result"] for s in aggregate["subtasks"]}
+    assert results["outline"]["sections"][0] == "agent buses: why"
+    assert results["draft"].startswith("Agent Buses. On agent buses: why.")
+    assert results["summary"] == {"words": 15, "first": "Agent Buses"}
+    assert remote.executor.asked == ["outline"]

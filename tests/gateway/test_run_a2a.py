@@ -69,7 +69,7 @@ async def test_the_a2a_agents_skills_are_offered_and_answered_on_the_bus(
     agent = await on_the_bus(team, remote)
     assert agent.name == SERVICE
     skills = await listed_skills(team)
-    assert skills[SERVICE] == ["refuse", "reverse", "stats", "wait"]
+    assert skills[SERVICE] == ["outline", "refuse", "reverse", "stats", "wait"]
     reply = await team.client.request(SERVICE, "reverse", {"text": "one two three"}, timeout=10)
     assert reply.result == "three two one"
     reply = await team.client.request(SERVICE, "stats", {"text": "hello bus world"}, timeout=10)

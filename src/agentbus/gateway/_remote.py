@@ -27,8 +27,7 @@ from jsonschema import Draft202012Validator
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, InvalidParameters
-from agentbus.agents import Agent, current_request
-from agentbus.agents._skills import SkillSpec
+from agentbus.agents import Agent, SkillSpec, current_request
 from agentbus.envelopes import ErrorCode, ResponseStatus
 from agentbus.gateway._cards import skill_schemas
 from agentbus.gateway._parts import SKILL_KEY, from_json
@@ -173,7 +172,12 @@ class RemoteA2AAgent(Agent):
 
 
 class _RemoteSkill(SkillSpec):
-    """A skill of the remote card: JSON Schema checked, forwarded as a message."""
+    """A skill of the remote card: JSON Schema checked, forwarded as a message.
+
+    The agent runtime uses a skill's name, description, schemas, ``bind``, ``method`` and
+    ``dump``; a remote skill has no Python signature to derive them from, so it sets them
+    from the card instead of calling ``SkillSpec.__init__``.
+    """
 
     def __init__(self, skill: a2a.AgentSkill, card: a2a.AgentCard) -> None:
         schemas = skill_schemas(card).get(skill.id, {})

@@ -80,11 +80,11 @@ class Team:
         """Stop the agent ``agent_id`` (it says goodbye: offline at once)."""
         await self.agents.pop(agent_id).stop()
 
-    async def serve(self, **options: Any) -> Gateway:
+    async def serve(self, keys: ApiKeys | None = None, **options: Any) -> Gateway:
         """Start a gateway on a free port; ``url`` is its base URL."""
         port = free_port()
         config = GatewaySettings(host="127.0.0.1", port=port, refresh_interval=HEARTBEAT, **options)
-        keys = ApiKeys.from_mapping({KEY: "alice", OTHER_KEY: "bob"})
+        keys = keys or ApiKeys.from_mapping({KEY: "alice", OTHER_KEY: "bob"})
         self.gateway = await Gateway(self.settings, config, keys).open()
         self._server, self._serving = await start_uvicorn(self.gateway.app, port)
         self.url = f"http://127.0.0.1:{port}"

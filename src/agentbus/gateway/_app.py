@@ -8,6 +8,7 @@ registry: a service that leaves is gone (404), a new one appears, without a rest
 
 from __future__ import annotations
 
+import uuid
 from types import TracebackType
 from typing import Self
 
@@ -31,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentbus._config import Settings
 from agentbus.bus import Bus
+from agentbus.bus._admission import connection_user
 from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._directory import Directory
@@ -63,7 +65,7 @@ class Gateway:
         )
         self.open_tasks = OpenTasks(gateway.max_open_tasks)
         self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
-        self._bus = Bus(settings, app_id="gateway")
+        self._bus = Bus(settings, agent_id=_gateway_id(settings), app_id="gateway")
         self.callers = Callers(settings, keys)
         self.directory = Directory(
             self._bus,
@@ -171,6 +173,12 @@ class Gateway:
     async def _listing(self, request: Request) -> JSONResponse:
         cards = [self.a2a_card(service) for service in sorted(self.directory.cards)]
         return JSONResponse({"agents": [agent_card_to_dict(card) for card in cards if card]})
+
+
+def _gateway_id(settings: Settings) -> str:
+    # With verify_sender, an id must belong to the connection's broker user.
+    suffix = f"gateway-{uuid.uuid4().hex[:8]}"
+    return f"{connection_user(settings.url)}-{suffix}" if settings.verify_sender else suffix
 
 
 def _is_public(scope: Scope) -> bool:

@@ -7,8 +7,9 @@ import uuid
 from collections.abc import Callable
 
 from agentbus._config import Settings
+from agentbus._exceptions import AgentBusError
 from agentbus.bus import Bus
-from agentbus.envelopes import EventEnvelope
+from agentbus.envelopes import ErrorCode, EventEnvelope
 from agentbus.gateway._keys import ApiKeys
 from agentbus.leader import PLAN_PROGRESS, Progress, ProgressReport
 
@@ -32,7 +33,12 @@ class Callers:
         return f"<Callers {sorted(self._buses)}>"
 
     async def bus(self, identity: str) -> Bus:
-        """Return the open bus of ``identity``, opening it the first time."""
+        """Return the open bus of ``identity``, opening it the first time.
+
+        Raises:
+            AgentBusError: ``unauthorized`` when ``verify_sender`` is on and the identity
+                has no broker URL of its own; a transport error when it cannot connect.
+        """
         bus = self._buses.get(identity)
         if bus is not None:
             return bus
@@ -43,6 +49,13 @@ class Callers:
                 settings = self._settings
                 if url is not None:
                     settings = settings.model_copy(update={"url": url})
+                elif settings.verify_sender:
+                    # Its requests would carry the gateway's broker user, not its own.
+                    raise AgentBusError(
+                        f"the identity {identity!r} has no broker user of its own, and "
+                        "verify_sender is on: give it a url in the keys file",
+                        code=ErrorCode.UNAUTHORIZED,
+                    )
                 bus = Bus(settings, agent_id=f"{identity}-{uuid.uuid4().hex[:8]}", app_id="gateway")
                 await bus.open()
                 await bus.subscribe(f"agent.{bus.agent_id}.event", self._on_event)

@@ -90,15 +90,21 @@ class Team:
         self.url = f"http://127.0.0.1:{port}"
         return self.gateway
 
-    async def aclose(self) -> None:
+    async def close_gateway(self) -> None:
+        """Stop serving and close the gateway (its buses' queues are deleted at the end)."""
         if self._server is not None:
             assert self._serving is not None
             await stop_uvicorn(self._server, self._serving)
+            self._server = None
         if self.gateway is not None:
             topology = Topology(self.settings.exchange)
             for bus in [*self.gateway.callers._buses.values(), self.gateway._bus]:
                 self.queues.add(topology.instance_queue(bus.agent_id))
             await self.gateway.aclose()
+            self.gateway = None
+
+    async def aclose(self) -> None:
+        await self.close_gateway()
         for agent in list(self.agents.values()):
             await agent.stop()
         self.queues.add(Topology(self.settings.exchange).instance_queue(self.client.agent_id))

@@ -256,3 +256,14 @@ async def test_the_rest_binding_sends_streams_and_reads_tasks(team: Team) -> Non
         events = await send(client, user_message({"seconds": 0.1}, skill="slow"))
     assert state_name(events[-1].status_update.status.state) == "TASK_STATE_COMPLETED"
     assert [skill for skill, _ in calc.seen] == ["double", "slow"]
+
+
+async def test_closing_the_gateway_cancels_the_work_it_started(team: Team) -> None:
+    """A gateway shut down with a task running sends the bus cancel: no orphan work."""
+    calc = await calc_team(team)
+    async with sdk_client(f"{team.url}/agents/calc", KEY) as client:
+        await send(client, user_message({"seconds": 60}, skill="slow"), return_immediately=True)
+    await wait_until(lambda: calc.in_flight == 1, DEADLINE)
+    await team.close_gateway()
+    await wait_until(lambda: calc.ended == ["cancelled"], DEADLINE)
+    assert calc.in_flight == 0

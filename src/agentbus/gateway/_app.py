@@ -118,8 +118,9 @@ class Gateway:
         return self
 
     async def aclose(self) -> None:
-        """Stop following the registry, end running tasks, close every bus."""
+        """Stop following the registry, cancel running tasks (on the bus too), close every bus."""
         await self.directory.aclose()
+        await self._executor.aclose()
         for handler in list(self._handlers.values()):
             await handler.aclose()
         await self.callers.aclose()

@@ -45,6 +45,7 @@ class Directory:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.refreshed = 0
+        self._failing = False
 
     def __repr__(self) -> str:
         return f"<Directory services={sorted(self.cards)}>"
@@ -74,10 +75,17 @@ class Directory:
             await self._refresh_logged()
 
     async def _refresh_logged(self) -> None:
+        # One warning when the registry stops answering, one line when it is back.
         try:
             await self.refresh()
         except AgentBusError as exc:
-            _log.warning("registry not asked", registry=self._registry, error=str(exc))
+            log = _log.debug if self._failing else _log.warning
+            log("registry not asked", registry=self._registry, error=str(exc))
+            self._failing = True
+            return
+        if self._failing:
+            _log.info("registry answers again", registry=self._registry)
+            self._failing = False
 
     async def refresh(self) -> None:
         """Ask the registry once and update the cards.

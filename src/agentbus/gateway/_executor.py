@@ -148,6 +148,13 @@ class BusExecutor(AgentExecutor):
             updates.put_nowait(None)
             await pump
 
+    async def aclose(self) -> None:
+        """Send the bus cancel for every request still running: the gateway is going away."""
+        flights = list(self._flights.values())
+        for flight in flights:
+            flight.cancelled = True
+        await asyncio.gather(*(_send_cancel(flight) for flight in flights))
+
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
         flight = self._flights.get(task_id)

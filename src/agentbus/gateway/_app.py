@@ -73,7 +73,9 @@ class Gateway:
             interval=gateway.refresh_interval,
             on_change=self._reroute,
         )
-        self._executor = BusExecutor(self.callers, self.open_tasks, timeout=gateway.request_timeout)
+        self._executor = BusExecutor(
+            self.callers, self.open_tasks, timeout=gateway.request_timeout, leader=gateway.leader
+        )
         self._handlers: dict[str, GatewayHandler] = {}
         self._mounts: dict[str, Mount] = {}
         self.app = Starlette(
@@ -90,7 +92,8 @@ class Gateway:
         self.app.router.default = _no_such_agent
 
     def __repr__(self) -> str:
-        return f"<Gateway {self.public_url} services={sorted(self.directory.cards)}>"
+        state = self._bus.state.value
+        return f"<Gateway {self.public_url} {state} services={sorted(self.directory.cards)}>"
 
     async def __aenter__(self) -> Self:
         return await self.open()

@@ -267,3 +267,15 @@ async def test_closing_the_gateway_cancels_the_work_it_started(team: Team) -> No
     await team.close_gateway()
     await wait_until(lambda: calc.ended == ["cancelled"], DEADLINE)
     assert calc.in_flight == 0
+
+
+async def test_a_bus_timeout_is_a_failed_task_with_the_timeout_code(team: Team) -> None:
+    """No answer within the request timeout: failed, code timeout; the bus cancel stops the work."""
+    calc = await calc_team(team, request_timeout=0.5)
+    async with sdk_client(f"{team.url}/agents/calc", KEY) as client:
+        (response,) = await send(client, user_message({"seconds": 30}, skill="slow"))
+    status = response.task.status
+    assert state_name(status.state) == "TASK_STATE_FAILED"
+    assert data_of(status.message.parts[1])["code"] == "timeout"
+    assert len(team.gateway.open_tasks) == 0  # type: ignore[union-attr]
+    await wait_until(lambda: calc.ended == ["cancelled"], DEADLINE)

@@ -20,7 +20,7 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as a2a
 
-from agentbus._exceptions import AgentBusError, RemoteError
+from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
 from agentbus.agents._agent import NOTIFY_START
 from agentbus.bus import Bus
 from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope, utcnow
@@ -102,6 +102,8 @@ class BusExecutor(AgentExecutor):
                 error = exc.envelope.payload
                 await updater.failed(error_message(error.code, error.message, error.details))
         except AgentBusError as exc:
+            if isinstance(exc, RequestTimeout) and flight is not None:
+                await _send_cancel(flight)  # the answer would come to nobody: stop the work
             if flight is None or not flight.cancelled:
                 await updater.failed(error_message(exc.code, exc.message, exc.details))
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentbus import Agent, AgentBusError, current_request, skill
+from agentbus import Agent, AgentBusError, current_request, report_progress, skill
 
 
 class Calc(Agent):
@@ -37,6 +37,14 @@ class Calc(Agent):
             raise
         self.ended.append("done")
         return f"slept {seconds:g}s"
+
+    @skill
+    async def steps(self, count: int) -> int:
+        """Report progress ``count`` times, then return ``count``."""
+        self.seen.append(("steps", current_request().sender_id))
+        for step in range(count):
+            await report_progress((step + 1) / count, f"step {step + 1} of {count}")
+        return count
 
     @skill
     async def fail(self, code: str) -> None:

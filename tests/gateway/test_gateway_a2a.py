@@ -47,7 +47,7 @@ async def test_cards_follow_the_registry_as_agents_join_and_leave(team: Team) ->
     async with httpx.AsyncClient() as http:
         card = await A2ACardResolver(http, f"{team.url}/agents/calc").get_agent_card()
     assert (card.name, card.version) == ("calc", "2.1.0")
-    assert {skill.id for skill in card.skills} == {"double", "slow", "fail"}
+    assert {skill.id for skill in card.skills} == {"double", "slow", "steps", "fail"}
     assert card.capabilities.streaming
     interfaces = [(i.protocol_binding, i.url) for i in card.supported_interfaces]
     assert interfaces == [
@@ -139,6 +139,21 @@ async def test_streaming_reports_progress_then_the_artifact(team: Team) -> None:
     assert {"in_progress": {"agent_id": "calc-1", "state": "started"}} in notices
     assert events[-2].artifact_update.artifact.parts[0].text == "slept 0.8s"
     assert state_name(events[-1].status_update.status.state) == "TASK_STATE_COMPLETED"
+
+
+async def test_a_skills_progress_reports_stream_as_working_updates(team: Team) -> None:
+    """report_progress in a skill: a working update each, data and text, in order."""
+    await calc_team(team)
+    async with sdk_client(f"{team.url}/agents/calc", KEY, streaming=True) as client:
+        events = await send(client, user_message({"count": 3}, skill="steps"))
+    reports = [
+        event.status_update.status.message.parts
+        for event in events
+        if event.HasField("status_update") and len(event.status_update.status.message.parts) == 2
+    ]
+    assert [parts[1].text for parts in reports] == ["step 1 of 3", "step 2 of 3", "step 3 of 3"]
+    assert [data_of(parts[0])["in_progress"]["fraction"] for parts in reports] == [1 / 3, 2 / 3, 1]
+    assert data_of(events[-2].artifact_update.artifact.parts[0]) == 3
 
 
 async def test_cancel_sends_the_bus_cancel_to_the_agent(team: Team) -> None:

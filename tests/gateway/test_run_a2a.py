@@ -89,7 +89,7 @@ async def test_a_failed_a2a_task_is_an_error_envelope_with_its_code(
 
 
 async def test_working_updates_are_in_progress_replies(team: Team, remote: Remote) -> None:
-    """A streamed working update reaches the bus requester as an in_progress reply."""
+    """A streamed working update's text reaches the bus requester as a progress report."""
     await on_the_bus(team, remote)
     notices: list[ResponseEnvelope] = []
     request = RequestEnvelope(
@@ -99,8 +99,8 @@ async def test_working_updates_are_in_progress_replies(team: Team, remote: Remot
     )
     reply = await team.client.send_request(request, timeout=10, on_progress=notices.append)
     assert reply.result == "waited"
-    updates = [n.payload.result.get("update") for n in notices]
-    assert "waiting 0.3s" in updates
+    progress = [n.payload.result for n in notices if n.payload.result["state"] == "progress"]
+    assert [(p["agent_id"], p["message"]) for p in progress] == [("words-1", "waiting 0.3s")]
 
 
 async def test_a_bus_cancel_cancels_the_a2a_task(team: Team, remote: Remote) -> None:

@@ -174,11 +174,12 @@ async def _pump(updates: asyncio.Queue[a2a.Message | None], updater: TaskUpdater
 
 
 def _working(data: dict[str, Any], updater: TaskUpdater) -> a2a.Message:
-    return new_message(
-        [new_data_part(data, media_type="application/json")],
-        context_id=updater.context_id,
-        task_id=updater.task_id,
-    )
+    # The data as it came; a progress report's message also as text, for people.
+    parts = [new_data_part(data, media_type="application/json")]
+    report = data.get("in_progress")
+    if isinstance(report, dict) and isinstance(report.get("message"), str):
+        parts.append(new_text_part(report["message"], media_type="text/plain"))
+    return new_message(parts, context_id=updater.context_id, task_id=updater.task_id)
 
 
 async def _send_cancel(flight: _Flight) -> None:

@@ -3,8 +3,9 @@
 The bus agent fetches the A2A card, offers each A2A skill under the same name (with the
 card's JSON Schemas when it carries agentbus's schema extension, else an object whose
 ``text`` goes as a text part and anything else as one data part), heartbeats like any agent,
-and forwards each request with the SDK's client. Working updates become ``in_progress``
-replies, artifacts the result, a failed or rejected task an error envelope (its code when the
+and forwards each request with the SDK's client. A working update's text is reported as
+progress (``report_progress``) and its data as partial results (``send_partial``), the
+artifacts are the result, a failed or rejected task an error envelope (its code when the
 status message carries one), and a bus ``cancel`` cancels the A2A task.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
@@ -27,8 +27,9 @@ from jsonschema import Draft202012Validator
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, InvalidParameters
-from agentbus.agents import Agent, SkillSpec, current_request
-from agentbus.envelopes import ErrorCode, ResponseStatus
+from agentbus.agents import Agent, SkillSpec, report_progress, send_partial
+from agentbus.agents._skills import _Mark
+from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
 from agentbus.gateway._parts import SKILL_KEY, from_json
 
@@ -150,18 +151,15 @@ class RemoteA2AAgent(Agent):
         return _outcome(task)
 
     async def _progress(self, status: a2a.TaskStatus) -> None:
-        if status.state != a2a.TaskState.TASK_STATE_WORKING or not status.message.parts:
+        # A working update's text is progress; its data is a part of the result.
+        if status.state != a2a.TaskState.TASK_STATE_WORKING:
             return
-        request = current_request()
-        notice = request.response(
-            {"agent_id": self.id, "update": _result(list(status.message.parts))},
-            sender_id=self.id,
-            status=ResponseStatus.IN_PROGRESS,
-        )
-        try:
-            await self.bus.publish(notice, persistent=False, mandatory=False)
-        except AgentBusError as exc:
-            self._log.info("progress not sent", error=str(exc))
+        parts = list(status.message.parts)
+        text = " ".join(part.text for part in parts if part.HasField("text"))
+        if text:
+            await report_progress(message=text)
+        for data in get_data_parts(parts):
+            await send_partial(from_json(data))
 
     async def _cancel_remote(self, task_id: str) -> None:
         assert self._client is not None
@@ -172,21 +170,18 @@ class RemoteA2AAgent(Agent):
 
 
 class _RemoteSkill(SkillSpec):
-    """A skill of the remote card: JSON Schema checked, forwarded as a message.
+    """A skill of the remote card: checked against its JSON Schema, forwarded as a message.
 
-    The agent runtime uses a skill's name, description, schemas, ``bind``, ``method`` and
-    ``dump``; a remote skill has no Python signature to derive them from, so it sets them
-    from the card instead of calling ``SkillSpec.__init__``.
+    Built on a placeholder method without parameters (a remote skill has no Python
+    signature); its schemas, ``bind`` and ``run`` come from the card instead.
     """
 
     def __init__(self, skill: a2a.AgentSkill, card: a2a.AgentCard) -> None:
+        super().__init__(_placeholder, _Mark(skill.id, skill.description or skill.name))
         schemas = skill_schemas(card).get(skill.id, {})
-        self.name = skill.id
-        self.description = skill.description
-        self._parameters = schemas.get("parameters") or _FREE_FORM
+        self._parameters: dict[str, Any] = schemas.get("parameters") or _FREE_FORM
         self._result_schema: dict[str, Any] = schemas.get("result") or {}
         self._validator = Draft202012Validator(self._parameters)
-        self.method = _forwarder(skill.id)
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -204,17 +199,15 @@ class _RemoteSkill(SkillSpec):
                 f"invalid parameters for {self.name!r}: {where}: {error.message}",
                 details={"skill": self.name, "errors": [{"field": where, "error": error.message}]},
             )
-        return {"parameters": parameters}
+        return parameters
 
-    def dump(self, result: Any) -> Any:
-        return result
+    async def run(self, agent: Any, arguments: dict[str, Any]) -> Any:
+        assert isinstance(agent, RemoteA2AAgent)
+        return await agent.forward(self.name, arguments)
 
 
-def _forwarder(skill: str) -> Callable[..., Coroutine[Any, Any, Any]]:
-    async def forward(agent: RemoteA2AAgent, parameters: dict[str, Any]) -> Any:
-        return await agent.forward(skill, parameters)
-
-    return forward
+async def _placeholder(agent: Any) -> Any:  # pragma: no cover - never called: run forwards
+    raise NotImplementedError
 
 
 def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:

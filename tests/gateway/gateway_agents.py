@@ -68,9 +68,9 @@ class Counter(Agent):
     description = "Counts words"
 
     @skill
-    async def count(self, text: str) -> dict[str, int]:
-        """Return the number of words in ``text``."""
-        return {"words": len(text.split())}
+    async def count(self, text: str, shortest: int = 1) -> dict[str, int]:
+        """Return the number of words in ``text`` of at least ``shortest`` letters."""
+        return {"words": len([word for word in text.split() if len(word) >= shortest])}
 
 
 class Writer(Agent):

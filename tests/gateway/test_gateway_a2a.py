@@ -15,7 +15,7 @@ from a2a.client.errors import AgentCardResolutionError
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
 from a2a_client import data_of, sdk_client, send, state_name, user_message
-from gateway_agents import Calc, Shouter
+from gateway_agents import Calc, Counter, Shouter
 from gateway_team import HEARTBEAT, KEY, OTHER_KEY, Team
 
 from agentbus.gateway import SCHEMAS_EXTENSION
@@ -94,16 +94,21 @@ async def test_a_data_part_is_the_parameters_and_the_result_an_artifact(team: Te
     assert len(team.gateway.open_tasks) == 0  # type: ignore[union-attr]
 
 
-async def test_a_text_part_fills_the_only_string_parameter(team: Team) -> None:
-    """The agent's only skill is chosen; a text part fills its single string parameter."""
-    await team.add(
-        Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
-    )
+async def test_a_text_part_fills_the_one_string_parameter(team: Team) -> None:
+    """The agent's only skill is chosen; a text part fills its one required string parameter."""
+    for agent in (
+        Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+        Counter(agent_id="counter-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+    ):
+        await team.add(agent)
     gateway = await team.serve()
-    await wait_until(lambda: "shouter" in gateway.directory.cards, DEADLINE)
+    await wait_until(lambda: {"shouter", "counter"} <= set(gateway.directory.cards), DEADLINE)
     async with sdk_client(f"{team.url}/agents/shouter", KEY) as client:
         (response,) = await send(client, user_message(text="hello bus"))
     assert response.task.artifacts[0].parts[0].text == "HELLO BUS"
+    async with sdk_client(f"{team.url}/agents/counter", KEY) as client:  # count(text, shortest=1)
+        (response,) = await send(client, user_message(text="a bus of agents"))
+    assert data_of(response.task.artifacts[0].parts[0]) == {"words": 4}
 
 
 async def test_text_for_a_skill_without_one_string_parameter_is_refused(team: Team) -> None:

@@ -1,7 +1,8 @@
 """Between A2A parts and bus payloads: a message's parts as a skill's parameters, a result as parts.
 
-A data part is the parameters (a JSON object). A text part fills the skill's single string
-parameter; any other skill refuses text with an error naming its schema. The skill is the
+A data part is the parameters (a JSON object). A text part fills the skill's one required
+string parameter (or, with none required, its only string parameter); any other skill
+refuses text with an error naming its schema. The skill is the
 message's ``skill`` metadata, or the agent's only skill. Parameters are checked against the
 skill's JSON Schema before anything is sent on the bus.
 """
@@ -84,12 +85,16 @@ def _choose_skill(card: AgentCard, message: a2a.Message) -> SkillCard:
 
 
 def _text_parameter(skill: SkillCard) -> str:
+    # The one required parameter, a string (others have defaults); with none required,
+    # the only string parameter.
     properties: dict[str, Any] = skill.parameters.get("properties", {})
-    strings = [name for name, spec in properties.items() if spec.get("type") == "string"]
-    if len(properties) == 1 and len(strings) == 1:
-        return strings[0]
+    required = set(skill.parameters.get("required", []))
+    strings = {name for name, spec in properties.items() if spec.get("type") == "string"}
+    candidates = required if required else strings
+    if len(candidates) == 1 and candidates <= strings:
+        return next(iter(candidates))
     raise _schema_error(
-        skill, "a text part fits only a skill with a single string parameter: send a data part"
+        skill, "a text part fits only a skill with one string parameter to fill: send a data part"
     )
 
 

@@ -18,6 +18,7 @@ from gateway_agents import Calc
 from gateway_team import HEARTBEAT, KEY, Team, free_port
 
 AGENTBUS = str(Path(sys.executable).with_name("agentbus"))
+ENV = {**os.environ, "AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}  # its queues go soon after it
 
 
 async def run(*args: str) -> tuple[int, str]:
@@ -51,7 +52,7 @@ async def test_the_gateway_command_serves_the_bus_agents(team: Team, tmp_path: P
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         AGENTBUS, "--url", team.settings.url, "--exchange", team.settings.exchange,
-        "gateway", "--keys", str(keys), "--port", str(port),
+        "gateway", "--keys", str(keys), "--port", str(port), env=ENV,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -88,7 +89,7 @@ async def test_the_gateway_serves_tls_with_uvicorns_options(team: Team, tmp_path
     process = await asyncio.create_subprocess_exec(
         AGENTBUS, "--url", team.settings.url, "--exchange", team.settings.exchange,
         "gateway", "--keys", str(keys), "--port", str(port), "--public-url", url,
-        "--ssl-certfile", str(cert), "--ssl-keyfile", str(key),
+        "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), env=ENV,
     )  # fmt: skip
     try:
         trust = ssl.create_default_context(cafile=str(cert))

@@ -69,6 +69,7 @@ async def test_the_readme_gateway_block_runs_as_written(broker_url: str, tmp_pat
         "AGENTBUS_URL": broker_url,
         "AGENTBUS_EXCHANGE": exchange,
         "AGENTBUS_LOG_LEVEL": "warning",
+        "AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5",  # the processes' own queues go soon after them
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     background: list[asyncio.subprocess.Process] = []

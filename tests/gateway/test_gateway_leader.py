@@ -32,7 +32,7 @@ async def test_a_plan_streams_its_progress_and_ends_with_the_aggregate(team: Tea
     gateway = await team.serve()
     await wait_until(lambda: {"leader", "shouter", "counter"} <= set(gateway.directory.cards), 15)
     async with sdk_client(f"{team.url}/agents/leader", KEY, streaming=True) as client:
-        events = await send(client, user_message({"plan": PLAN}))
+        events = await send(client, user_message({"plan": PLAN}, skill="run_plan"))
     progress = [
         data_of(event.status_update.status.message.parts[0])["plan_progress"]
         for event in events
@@ -62,7 +62,7 @@ async def test_an_invalid_plan_is_a_protocol_error_before_the_leader(team: Team)
         with pytest.raises(
             InvalidParamsError, match="plan/subtasks: 'none' is not of type 'array'"
         ):
-            await send(client, user_message({"plan": {"subtasks": "none"}}))
+            await send(client, user_message({"plan": {"subtasks": "none"}}, skill="run_plan"))
     assert len(gateway.open_tasks) == 0
 
 
@@ -76,7 +76,9 @@ async def test_cancelling_a_plans_task_cancels_its_running_subtasks(team: Team) 
     await wait_until(lambda: {"leader", "calc"} <= set(gateway.directory.cards), 15)
     plan = {"subtasks": [{"id": "nap", "skill": "slow", "parameters": {"seconds": 60}}]}
     async with sdk_client(f"{team.url}/agents/leader", KEY) as client:
-        (response,) = await send(client, user_message({"plan": plan}), return_immediately=True)
+        (response,) = await send(
+            client, user_message({"plan": plan}, skill="run_plan"), return_immediately=True
+        )
         await wait_until(lambda: calc.in_flight == 1, 15)
         cancelled = await client.cancel_task(a2a.CancelTaskRequest(id=response.task.id))
     assert state_name(cancelled.status.state) == "TASK_STATE_CANCELED"

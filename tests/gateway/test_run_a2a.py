@@ -230,7 +230,7 @@ async def test_the_pipeline_runs_from_outside_through_the_gateway(
         ]
     }
     async with sdk_client(f"{team.url}/agents/leader", KEY, streaming=True) as client:
-        events = await send(client, user_message({"plan": plan}))
+        events = await send(client, user_message({"plan": plan}, skill="run_plan"))
     aggregate = data_of(events[-2].artifact_update.artifact.parts[0])
     assert aggregate["status"] == "completed"
     results = {s["id"]: s["result"] for s in aggregate["subtasks"]}

@@ -17,6 +17,7 @@ from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import print_json, settings_of
+from agentbus.cli._dashboard import dashboard
 from agentbus.cli._demo import demo_command
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
@@ -104,6 +105,7 @@ def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int)
 
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
+cli.add_command(dashboard)
 
 
 def main() -> None:

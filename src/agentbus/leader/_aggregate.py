@@ -110,3 +110,5 @@ class ProgressReport(BaseModel):
     done: int
     total: int
     transitions: list[Progress]
+    request_id: str | None = None
+    """The ``message_id`` of the ``run_plan`` request: broadcast ``cancel`` of it stops the plan."""

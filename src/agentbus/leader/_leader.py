@@ -45,10 +45,13 @@ class Leader(Agent):
     async def run_plan(self, plan: Plan) -> Aggregate:
         """Run a plan to its end and return the aggregate."""
         assert self._directory is not None
-        requester = current_request().sender_id
+        request = current_request()
         structlog.contextvars.bind_contextvars(plan_id=plan.id)
         runner = PlanRunner(
-            self.bus, plan, directory=self._directory, progress=self._sink_for(requester)
+            self.bus,
+            plan,
+            directory=self._directory,
+            progress=self._sink_for(request.sender_id, request.message_id),
         )
         self._runners.add(runner)
         self._log.info("plan started", plan_id=plan.id, subtasks=len(plan.subtasks))
@@ -73,11 +76,15 @@ class Leader(Agent):
             for runner in list(self._runners):
                 runner.agent_offline(agent_id)
 
-    def _sink_for(self, requester: str) -> ProgressSink:
+    def _sink_for(self, requester: str, request_id: str) -> ProgressSink:
         async def publish(batch: list[Progress]) -> None:
             last = batch[-1]
             report = ProgressReport(
-                plan_id=last.plan_id, done=last.done, total=last.total, transitions=batch
+                plan_id=last.plan_id,
+                done=last.done,
+                total=last.total,
+                transitions=batch,
+                request_id=request_id,
             )
             data = report.model_dump(mode="json", exclude_none=True)
             await asyncio.gather(

@@ -1,0 +1,58 @@
+"""The dashboard's bus side: the boards it keeps, and what changed on them."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+from agentbus.bus import Transport
+from agentbus.dashboard._agents import AgentBoard
+from agentbus.dashboard._changes import Changes
+from agentbus.dashboard._plans import PlanBoard
+
+__all__ = ["Dashboard"]
+
+
+class Dashboard:
+    """Follows a team on an open bus: its agents and its plans, each a live board."""
+
+    def __init__(self, bus: Transport, *, missed_intervals: int = 3) -> None:
+        self.bus = bus
+        self.changes = Changes()
+        self.agents = AgentBoard(
+            bus, on_change=lambda: self.changes.touch("agents"), missed=missed_intervals
+        )
+        self.plans = PlanBoard(bus, on_change=lambda: self.changes.touch("plans"))
+
+    def __repr__(self) -> str:
+        return f"<Dashboard agent_id={self.bus.agent_id!r} exchange={self.bus.settings.exchange!r}>"
+
+    async def start(self) -> Self:
+        """Start following the team (the bus must be open)."""
+        await self.plans.start()
+        await self.agents.start()
+        return self
+
+    async def aclose(self) -> None:
+        """Stop following; the bus stays open (its owner closes it)."""
+        await self.agents.aclose()
+        await self.plans.aclose()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def snapshot(self, topic: str) -> dict[str, Any]:
+        """Return what the page shows of ``topic``."""
+        if topic == "agents":
+            return self.agents.snapshot()
+        if topic == "plans":
+            return self.plans.snapshot()
+        return {}

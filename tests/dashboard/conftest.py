@@ -85,18 +85,33 @@ def chromium() -> str:
 
 
 @pytest.fixture
-async def browser(chromium: str) -> AsyncIterator[Any]:
-    """A headless Chromium, through Playwright."""
+async def browser(chromium: str) -> AsyncIterator[Browser]:
+    """A headless Chromium, through Playwright; a script error on any page fails the test."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
         _missing("playwright is needed for the browser tests: pip install -e '.[dev]'")
+    errors: list[str] = []
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=chromium, headless=True)
+        launched = await playwright.chromium.launch(executable_path=chromium, headless=True)
         try:
-            yield browser
+            yield Browser(launched, errors)
         finally:
-            await browser.close()
+            await launched.close()
+    assert not errors, f"script errors on the page: {errors}"
+
+
+@dataclass
+class Browser:
+    """Opens pages that report their script errors."""
+
+    browser: Any
+    errors: list[str]
+
+    async def new_page(self, *, viewport: dict[str, int]) -> Any:
+        page = await self.browser.new_page(viewport=viewport)
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+        return page
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 from processes import INTERVAL, MISSED, SLACK, STARTUP, Processes, within
 
-from conftest import DESKTOP, PHONE, DashboardProcess
+from conftest import DESKTOP, PHONE, Browser, DashboardProcess
 
 # Records, in the page, when a row for an agent id first shows (epoch ms), by agent id.
 _WATCH_ROWS = """
@@ -42,7 +42,7 @@ async def shot(page: Any, screens: Path, name: str) -> None:
 
 
 async def test_agents_join_get_listed_and_go_offline_live(
-    procs: Processes, dashboard: DashboardProcess, browser: Any, screens: Path
+    procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
 ) -> None:
     """The page lists the team; a new agent shows within a beat; killed ones turn offline."""
     team = [procs.registry("registry-1"), procs.agent("Alpha", "alpha-1")]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 from processes import SLACK, Processes, poll, within
@@ -13,7 +12,7 @@ from test_dashboard_agents import shot
 from agentbus import Bus
 from agentbus._exceptions import RemoteError
 from agentbus.leader import Aggregate, PlanClient
-from conftest import DESKTOP, DashboardProcess
+from conftest import DESKTOP, Browser, DashboardProcess
 
 PLAN_TIMEOUT = 60.0
 
@@ -54,7 +53,7 @@ async def team(procs: Processes) -> Bus:
 
 
 async def test_plan_subtasks_change_state_live(
-    procs: Processes, dashboard: DashboardProcess, browser: Any, screens: Path
+    procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
 ) -> None:
     """Running, retrying, succeeded and failed show as they happen; the aggregate at the end."""
     client = await team(procs)
@@ -103,7 +102,7 @@ async def test_plan_subtasks_change_state_live(
 
 
 async def test_cancel_is_refused_without_the_token_and_stops_the_plan_with_it(
-    procs: Processes, dashboard: DashboardProcess, browser: Any, screens: Path
+    procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
 ) -> None:
     """Without the token the cancel is refused (401); with it, the running subtasks cancel."""
     client = await team(procs)

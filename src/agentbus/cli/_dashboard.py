@@ -66,7 +66,9 @@ def dashboard(
         raise click.UsageError("the dashboard token is empty")
     settings = settings_of(ctx)
     bus = Bus(settings, agent_id=agent_id or f"dashboard-{uuid.uuid4().hex[:8]}")
-    board = Dashboard(bus, missed_intervals=options.missed_intervals)
+    board = Dashboard(
+        bus, dead_letters=bus.dead_letters(), missed_intervals=options.missed_intervals
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:

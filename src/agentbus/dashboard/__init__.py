@@ -7,7 +7,15 @@ boards themselves run on any transport.
 from agentbus.dashboard._agents import AgentBoard
 from agentbus.dashboard._changes import Changes
 from agentbus.dashboard._dashboard import Dashboard
+from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
 from agentbus.dashboard._settings import DashboardSettings
 
-__all__ = ["AgentBoard", "Changes", "Dashboard", "DashboardSettings", "PlanBoard"]
+__all__ = [
+    "AgentBoard",
+    "Changes",
+    "Dashboard",
+    "DashboardSettings",
+    "DeadLetterBoard",
+    "PlanBoard",
+]

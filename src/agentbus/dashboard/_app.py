@@ -111,12 +111,44 @@ def create_app(
         _log.info("plan cancel sent", plan_id=plan_id, request_id=answer["request_id"])
         return answer
 
+    async def dead_letters(request: Request) -> Response:
+        # Looking is read-only: every message goes back to the queue (see DeadLetters).
+        board = get_dashboard().dead_letters
+        try:
+            await board.refresh()
+        except AgentBusError as exc:
+            return _error(409, str(exc))
+        return _JSON(board.snapshot(), headers={"Cache-Control": "no-store"})
+
+    async def settle(request: Request, how: str) -> dict[str, Any]:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"the body is not JSON: {exc}") from exc
+        ids = body.get("ids") if isinstance(body, dict) else None
+        if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids)):
+            raise UsageError('expected {"ids": ["<message id>", ...]}')
+        board = get_dashboard().dead_letters
+        by = f"token@{request.client.host if request.client else 'unknown'}"
+        action = board.replay if how == "replay" else board.discard
+        settled = await action(ids, by=by)
+        return {how + "ed": settled.done, "failed": settled.failed}
+
+    async def replay(request: Request) -> dict[str, Any]:
+        return await settle(request, "replay")
+
+    async def discard(request: Request) -> dict[str, Any]:
+        return await settle(request, "discard")
+
     routes = [
         Route("/", page),
         Route("/api/state", state),
         Route("/api/events", events),
         Route("/api/auth", guarded(whoami), methods=["POST"]),
         Route("/api/plans/{plan_id}/cancel", guarded(cancel_plan), methods=["POST"]),
+        Route("/api/dead-letters", dead_letters),
+        Route("/api/dead-letters/replay", guarded(replay), methods=["POST"]),
+        Route("/api/dead-letters/discard", guarded(discard), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan)

@@ -5,24 +5,34 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Self
 
-from agentbus.bus import Transport
+from agentbus.bus import DeadLetters, Transport
 from agentbus.dashboard._agents import AgentBoard
 from agentbus.dashboard._changes import Changes
+from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
 
 __all__ = ["Dashboard"]
 
 
 class Dashboard:
-    """Follows a team on an open bus: its agents and its plans, each a live board."""
+    """Follows a team on an open bus: agents, plans and dead letters, each a live board."""
 
-    def __init__(self, bus: Transport, *, missed_intervals: int = 3) -> None:
+    def __init__(
+        self,
+        bus: Transport,
+        *,
+        dead_letters: DeadLetters | None = None,
+        missed_intervals: int = 3,
+    ) -> None:
         self.bus = bus
         self.changes = Changes()
         self.agents = AgentBoard(
             bus, on_change=lambda: self.changes.touch("agents"), missed=missed_intervals
         )
         self.plans = PlanBoard(bus, on_change=lambda: self.changes.touch("plans"))
+        self.dead_letters = DeadLetterBoard(
+            dead_letters, on_change=lambda: self.changes.touch("dead_letters")
+        )
 
     def __repr__(self) -> str:
         return f"<Dashboard agent_id={self.bus.agent_id!r} exchange={self.bus.settings.exchange!r}>"
@@ -31,10 +41,12 @@ class Dashboard:
         """Start following the team (the bus must be open)."""
         await self.plans.start()
         await self.agents.start()
+        await self.dead_letters.start()
         return self
 
     async def aclose(self) -> None:
         """Stop following; the bus stays open (its owner closes it)."""
+        await self.dead_letters.aclose()
         await self.agents.aclose()
         await self.plans.aclose()
 
@@ -55,4 +67,6 @@ class Dashboard:
             return self.agents.snapshot()
         if topic == "plans":
             return self.plans.snapshot()
+        if topic == "dead_letters":
+            return self.dead_letters.snapshot()
         return {}

@@ -168,6 +168,87 @@ function renderPlan(plan) {
   return el("div", { class: "card", "data-plan-id": plan.plan_id, "data-state": plan.state }, parts);
 }
 
+// ---- dead letters ----------------------------------------------------------
+
+const selected = new Set();
+
+function renderDeadLetters(board) {
+  const root = document.getElementById("dlq-body");
+  const summary = document.getElementById("dlq-summary");
+  if (!board.available) {
+    summary.textContent = "";
+    root.replaceChildren(el("p", { class: "muted" }, "not available on this transport"));
+    return;
+  }
+  summary.textContent = board.count === null ? "" :
+    `${board.count} in the queue · ${board.replayed} replayed · ${board.discarded} discarded here`;
+  const ids = new Set(board.letters.map((letter) => letter.id));
+  for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
+  const parts = [];
+  if (board.error) parts.push(el("p", { class: "muted" }, `cannot read the queue: ${board.error}`));
+  parts.push(el("div", { class: "actions" },
+    el("button", { "data-action": "refresh-dlq", onclick: refreshDeadLetters }, "Refresh"),
+    el("button", { "data-action": "replay-selected", disabled: !state.token,
+      onclick: () => settle("replay", [...selected]) }, "Replay selected"),
+    el("button", { class: "danger", "data-action": "discard-selected", disabled: !state.token,
+      onclick: () => settle("discard", [...selected]) }, "Discard selected")));
+  if (!board.letters.length) {
+    parts.push(el("p", { class: "muted" }, "the dead-letter queue is empty"));
+    root.replaceChildren(...parts);
+    return;
+  }
+  const rows = board.letters.map((letter) => el(
+    "tr",
+    { "data-letter-id": letter.id },
+    cell("pick", el("input", {
+      type: "checkbox", "aria-label": `select ${letter.id}`, checked: selected.has(letter.id),
+      onchange: (event) => (event.target.checked ? selected.add(letter.id) : selected.delete(letter.id)),
+    })),
+    cell("reason", pill(letter.reason || "unknown", "failed")),
+    cell("routing key", el("code", {}, letter.routing_key || "–")),
+    cell("sender", letter.sender_id || "–"),
+    cell("when", el("span", { class: "age", "data-at": letter.dead_lettered_at }, ago(letter.dead_lettered_at))),
+    cell("envelope", el("details", {},
+      el("summary", {}, `${letter.id} · ${letter.size} bytes`),
+      el("pre", {}, letter.body + (letter.truncated ? "\n… (cut)" : "")))),
+    cell("", el("span", { class: "actions" },
+      el("button", { "data-action": "replay", disabled: !state.token,
+        onclick: () => settle("replay", [letter.id]) }, "Replay"),
+      el("button", { class: "danger", "data-action": "discard", disabled: !state.token,
+        onclick: () => settle("discard", [letter.id]) }, "Discard"))),
+  ));
+  parts.push(el("table", {},
+    el("thead", {}, el("tr", {}, ...["", "reason", "routing key", "sender", "when", "envelope", ""]
+      .map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows)));
+  root.replaceChildren(...parts);
+}
+
+async function refreshDeadLetters() {
+  const response = await fetch("/api/dead-letters", { cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) notice(`dead letters: ${body.error}`, "error");
+  else render("dead_letters", body);
+}
+
+async function settle(how, ids) {
+  if (!ids.length) {
+    notice("select dead letters first", "error");
+    return;
+  }
+  try {
+    const answer = await act(`/api/dead-letters/${how}`, { ids });
+    const done = answer[`${how}ed`];
+    const failed = Object.entries(answer.failed);
+    const why = failed.map(([id, reason]) => `${id} (${reason})`).join(", ");
+    notice(`${how}ed ${done.length}` + (failed.length ? `; not: ${why}` : ""),
+      failed.length ? "error" : "info");
+    for (const id of done) selected.delete(id);
+  } catch (error) {
+    notice(`${how} refused: ${error.message}`, "error");
+  }
+}
+
 // ---- actions ---------------------------------------------------------------
 
 async function act(path, body) {
@@ -214,7 +295,7 @@ async function unlock(event) {
 
 // ---- wiring ----------------------------------------------------------------
 
-const renderers = { agents: renderAgents, plans: renderPlans };
+const renderers = { agents: renderAgents, plans: renderPlans, dead_letters: renderDeadLetters };
 const latest = {};
 
 function render(topic, data) {

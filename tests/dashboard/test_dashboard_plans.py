@@ -100,6 +100,22 @@ async def test_plan_subtasks_change_state_live(
     assert aggregate.status.value == "partial"
     assert "partial" in card  # the aggregate the page shows agrees with the leader's
 
+    # Traffic, from the worker's own heartbeats: its requests, the two failures, latency.
+    worker = page.locator('tr[data-traffic-service="worker"]')
+    await page.wait_for_selector(
+        'tr[data-traffic-service="worker"]:has-text("processing_failed 2")', timeout=10_000
+    )
+    await page.wait_for_function(  # 2 squares and 2 fails answered, told by a later beat
+        """() => Number(document.querySelector('tr[data-traffic-service="worker"]')
+                 ?.dataset.requests) >= 4""",
+        timeout=10_000,
+    )
+    cells = await worker.locator("td").all_inner_texts()
+    print(f"traffic row: {cells}")
+    assert cells[5].endswith(("ms", " s"))  # p50
+    assert cells[6].endswith(("ms", " s"))  # p99
+    await shot(page, screens, "3-traffic")
+
 
 async def test_cancel_is_refused_without_the_token_and_stops_the_plan_with_it(
     procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path

@@ -27,6 +27,7 @@ from agentbus.agents._heartbeat import (
     OfflineNotice,
 )
 from agentbus.agents._skills import SkillSpec, collect_skills
+from agentbus.agents._traffic import Traffic
 from agentbus.bus import Bus, Transport
 from agentbus.envelopes import RequestEnvelope, ResponseStatus, is_valid_id, utcnow
 
@@ -131,6 +132,7 @@ class Agent:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._notices: set[asyncio.Task[None]] = set()  # start notices being sent
         self._card: AgentCard | None = None
+        self._traffic: Traffic | None = None
         self._log = _log.bind(agent_id=self.id)
         self._builtins: dict[str, Callable[[RequestEnvelope], Awaitable[Any]]] = {
             "ping": self._ping,
@@ -210,6 +212,9 @@ class Agent:
             self._bus = Bus(self.settings, agent_id=self.id, metrics=self.metrics)
         if not self._bus.is_open:
             await self._bus.open()
+        # What this agent serves goes into its heartbeats (and on to metrics, if any).
+        self._traffic = Traffic(self._bus.stats.observer)
+        self._bus.stats.observer = self._traffic
         await self._bus.serve(
             self._handle,
             service=self.name,
@@ -261,6 +266,7 @@ class Agent:
             card_digest=card.digest(),
             card=card if full else None,
             started_at=self._started_at,
+            traffic=self._traffic.report() if self._traffic is not None else None,
         )
         await self.bus.emit(
             HEARTBEAT,

@@ -10,6 +10,7 @@ from agentbus.dashboard._dashboard import Dashboard
 from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
 from agentbus.dashboard._settings import DashboardSettings
+from agentbus.dashboard._traffic import TrafficBoard
 
 __all__ = [
     "AgentBoard",
@@ -18,4 +19,5 @@ __all__ = [
     "DashboardSettings",
     "DeadLetterBoard",
     "PlanBoard",
+    "TrafficBoard",
 ]

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from agentbus._exceptions import AgentBusError
 from agentbus.agents import AGENT_OFFLINE, ANNOUNCE, HEARTBEAT, AgentCard, Heartbeat
 from agentbus.bus import Feed, Transport
+from agentbus.dashboard._traffic import TrafficBoard
 from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope, RequestPayload, utcnow
 from agentbus.registry import LivenessTable
 
@@ -39,8 +40,10 @@ class AgentBoard:
         on_change: Callable[[], None],
         missed: int = 3,
         forget_after: float = 600.0,
+        traffic: TrafficBoard | None = None,
     ) -> None:
         self._bus = bus
+        self._traffic = traffic
         self._on_change = on_change
         self.table = LivenessTable(missed=missed, forget_after=forget_after)
         self._services: set[str] = set()
@@ -114,6 +117,8 @@ class AgentBoard:
         else:
             record = refreshed[0]
         self._services.add(record.service)
+        if self._traffic is not None and "traffic" in data:
+            self._traffic.take(record.agent_id, record.service, data["traffic"])
         if record.card is None:
             self._ask_card(record.agent_id)
         if self._seen(record.agent_id) != before:

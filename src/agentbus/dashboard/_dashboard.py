@@ -10,12 +10,13 @@ from agentbus.dashboard._agents import AgentBoard
 from agentbus.dashboard._changes import Changes
 from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
+from agentbus.dashboard._traffic import TrafficBoard
 
 __all__ = ["Dashboard"]
 
 
 class Dashboard:
-    """Follows a team on an open bus: agents, plans and dead letters, each a live board."""
+    """Follows a team on an open bus: agents, plans, traffic, dead letters; each a live board."""
 
     def __init__(
         self,
@@ -26,8 +27,12 @@ class Dashboard:
     ) -> None:
         self.bus = bus
         self.changes = Changes()
+        self.traffic = TrafficBoard(on_change=lambda: self.changes.touch("traffic"))
         self.agents = AgentBoard(
-            bus, on_change=lambda: self.changes.touch("agents"), missed=missed_intervals
+            bus,
+            on_change=lambda: self.changes.touch("agents"),
+            missed=missed_intervals,
+            traffic=self.traffic,
         )
         self.plans = PlanBoard(bus, on_change=lambda: self.changes.touch("plans"))
         self.dead_letters = DeadLetterBoard(
@@ -67,6 +72,8 @@ class Dashboard:
             return self.agents.snapshot()
         if topic == "plans":
             return self.plans.snapshot()
+        if topic == "traffic":
+            return self.traffic.snapshot()
         if topic == "dead_letters":
             return self.dead_letters.snapshot()
         return {}

@@ -168,6 +168,38 @@ function renderPlan(plan) {
   return el("div", { class: "card", "data-plan-id": plan.plan_id, "data-state": plan.state }, parts);
 }
 
+// ---- traffic ---------------------------------------------------------------
+
+function latency(value) {
+  if (value === null || value === undefined) return "–";
+  return value < 1 ? `${Math.round(value * 1000)} ms` : `${value.toFixed(2)} s`;
+}
+
+function renderTraffic(board) {
+  const root = document.getElementById("traffic-body");
+  const minutes = Math.round(board.window / 60);
+  if (!board.services.length) {
+    root.replaceChildren(el("p", { class: "muted" }, "no traffic seen yet"));
+    return;
+  }
+  const rows = board.services.map((s) => el(
+    "tr",
+    { "data-traffic-service": s.service, "data-requests": s.requests },
+    cell("service", el("strong", {}, s.service)),
+    cell("instances", s.instances),
+    cell(`req/s (${Math.round(board.rate_window)} s)`, s.rate.toFixed(2)),
+    cell(`requests (${minutes} min)`, s.requests),
+    cell("errors", s.error_count
+      ? Object.entries(s.errors).map(([code, n]) => `${code} ${n}`).join(", ") : "0"),
+    cell("p50", latency(s.p50)),
+    cell("p99", latency(s.p99)),
+  ));
+  root.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ...["service", "instances", `req/s (${Math.round(board.rate_window)} s)`,
+      `requests (${minutes} min)`, "errors by code", "p50", "p99"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows)));
+}
+
 // ---- dead letters ----------------------------------------------------------
 
 const selected = new Set();
@@ -295,7 +327,12 @@ async function unlock(event) {
 
 // ---- wiring ----------------------------------------------------------------
 
-const renderers = { agents: renderAgents, plans: renderPlans, dead_letters: renderDeadLetters };
+const renderers = {
+  agents: renderAgents,
+  plans: renderPlans,
+  traffic: renderTraffic,
+  dead_letters: renderDeadLetters,
+};
 const latest = {};
 
 function render(topic, data) {

@@ -223,8 +223,9 @@ def _apply(
     elif transition == "retrying":
         subtask.status = "retrying"
         subtask.error = error
-    else:  # a terminal status, by its name
+    else:  # a terminal status, by its name (succeeded says which agent answered)
         subtask.status = transition
+        subtask.agent_id = agent_id or subtask.agent_id
         subtask.error = error
         subtask.ended_at = at
         if transition in _TERMINAL and subtask.started_at is None:

@@ -10,6 +10,7 @@ bucket they fall in, as Prometheus's ``histogram_quantile`` does.
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ class TrafficBoard:
             samples = self._samples[agent_id] = collections.deque()
         samples.append(sample)
         self._service[agent_id] = service
-        # Keep one beat older than the window: the base the window's differences start from.
+        # Keep one beat older than the window: the window's differences start from it.
         while len(samples) > 2 and samples[1].at <= sample.at - self._window:
             samples.popleft()
         if sample.at - self._told >= _NOTIFY_EVERY:
@@ -78,13 +79,12 @@ class TrafficBoard:
                 continue
             service = totals.setdefault(self._service[agent_id], _Totals())
             service.instances += 1
-            newest = samples[-1]
-            base = _base(samples, now - self._window)
-            if base is not None:
-                service.add(_delta(base, newest))
-            recent = _base(samples, now - self._rate_window)
-            if recent is not None and newest.at > recent.at:
-                service.rate += _delta(recent, newest).served / (newest.at - recent.at)
+            window = _since(samples, now - self._window)
+            service.add(_sum(window))
+            recent = _since(samples, now - self._rate_window)
+            if len(recent) > 1:
+                served = _sum(recent).served
+                service.rate += served / (recent[-1].at - recent[0].at)
         return {
             "window": self._window,
             "rate_window": self._rate_window,
@@ -139,29 +139,35 @@ def quantile(q: float, buckets: list[int]) -> float | None:
     return LATENCY_BUCKETS[-1]
 
 
-def _base(samples: collections.deque[_Sample], since: float) -> _Sample | None:
-    # The newest beat at or before ``since``, else the oldest: differences start there.
-    if len(samples) < 2:
-        return None
-    base = samples[0]
-    for sample in samples:
-        if sample.at > since:
-            break
-        base = sample
-    return base if base is not samples[-1] else None
+def _since(samples: collections.deque[_Sample], since: float) -> list[_Sample]:
+    # The beats after ``since``, and the last one before it: differences start there.
+    kept = [sample for sample in samples if sample.at > since]
+    older = [sample for sample in samples if sample.at <= since]
+    return older[-1:] + kept
+
+
+def _sum(samples: list[_Sample]) -> _Sample:
+    # Beat to beat, so that counts reset by a restart (same id) in between are not lost.
+    served = 0
+    errors: collections.Counter[str] = collections.Counter()
+    buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+    for before, after in itertools.pairwise(samples):
+        delta = _delta(before, after)
+        served += delta.served
+        errors.update(delta.errors)
+        for i, count in enumerate(delta.buckets):
+            buckets[i] += count
+    return _Sample(samples[-1].at if samples else 0.0, served, errors, tuple(buckets))
 
 
 def _delta(base: _Sample, newest: _Sample) -> _Sample:
     if newest.served < base.served:  # the agent restarted under the same id: counts reset
         return newest
+    errors = {k: v - base.errors.get(k, 0) for k, v in newest.errors.items()}
     return _Sample(
         newest.at,
         newest.served - base.served,
-        {
-            k: v - base.errors.get(k, 0)
-            for k, v in newest.errors.items()
-            if v > base.errors.get(k, 0)
-        },
+        {k: v for k, v in errors.items() if v > 0},
         tuple(n - b for n, b in zip(newest.buckets, base.buckets, strict=True)),
     )
 

@@ -215,7 +215,7 @@ class PlanRunner:
             if isinstance(result, Answered):
                 self._results[subtask.id] = record.result = result.result
                 record.add_agent(result.agent_id)
-                self._finish(record)
+                self._finish(record, agent_id=result.agent_id)
                 return
             error = result.error
             if error.is_final or record.attempts > subtask.retries or self._seconds_left() == 0:
@@ -320,12 +320,18 @@ class PlanRunner:
         left = self._seconds_left()
         return delay if left is None else min(delay, left)
 
-    def _finish(self, record: SubtaskRecord, error: SubtaskError | None = None) -> None:
+    def _finish(
+        self,
+        record: SubtaskRecord,
+        error: SubtaskError | None = None,
+        *,
+        agent_id: str | None = None,
+    ) -> None:
         record.status = SubtaskStatus.SUCCEEDED if error is None else error.status
         record.error = error
         record.ended = time.time()
         self._done += 1
-        self._emit(record, record.status.value, error=error)
+        self._emit(record, record.status.value, agent_id=agent_id, error=error)
 
     def _emit(
         self,

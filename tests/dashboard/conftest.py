@@ -12,13 +12,9 @@ import importlib.util
 import os
 import secrets
 import shutil
-import socket
 import sys
-import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,7 +22,8 @@ _INTEGRATION = str(Path(__file__).resolve().parents[1] / "integration")
 if _INTEGRATION not in sys.path:
     sys.path.insert(0, _INTEGRATION)
 
-from processes import AgentProcess, Processes  # noqa: E402
+from dashboard_support import STARTUP, Browser, DashboardProcess, free_port  # noqa: E402
+from processes import Processes  # noqa: E402
 
 from waiting import eventually  # noqa: E402
 
@@ -42,10 +39,6 @@ _spec.loader.exec_module(_integration)
 exchange_name = _integration.exchange_name
 make_bus = _integration.make_bus
 procs = _integration.procs
-
-STARTUP = 30.0  # s: a process starting (imports, connecting) on a loaded machine
-DESKTOP = {"width": 1280, "height": 900}
-PHONE = {"width": 390, "height": 844}
 
 
 def _required() -> bool:
@@ -101,48 +94,12 @@ async def browser(chromium: str) -> AsyncIterator[Browser]:
     assert not errors, f"script errors on the page: {errors}"
 
 
-@dataclass
-class Browser:
-    """Opens pages that report their script errors."""
-
-    browser: Any
-    errors: list[str]
-
-    async def new_page(self, *, viewport: dict[str, int]) -> Any:
-        page = await self.browser.new_page(viewport=viewport)
-        page.on("pageerror", lambda error: self.errors.append(str(error)))
-        return page
-
-
 @pytest.fixture
 def screens(tmp_path: Path) -> Path:
     """Where a test saves its screenshots (printed, to look at them)."""
     folder = tmp_path / "screens"
     folder.mkdir()
     return folder
-
-
-@dataclass
-class DashboardProcess:
-    """An ``agentbus dashboard`` process and how to reach it."""
-
-    process: AgentProcess
-    url: str
-    token: str
-
-    def state(self) -> dict[str, Any]:
-        import json
-
-        with urllib.request.urlopen(f"{self.url}api/state", timeout=5) as response:
-            body: dict[str, Any] = json.load(response)
-            return body
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture

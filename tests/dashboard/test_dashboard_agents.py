@@ -7,9 +7,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dashboard_support import DESKTOP, PHONE, Browser, DashboardProcess, shot
 from processes import INTERVAL, MISSED, SLACK, STARTUP, Processes, within
-
-from conftest import DESKTOP, PHONE, Browser, DashboardProcess
 
 # Records, in the page, when a row for an agent id first shows (epoch ms), by agent id.
 _WATCH_ROWS = """
@@ -33,12 +32,6 @@ def parse(timestamp: str) -> datetime:
 
 def row(agent_id: str) -> str:
     return f'tr[data-agent-id="{agent_id}"]'
-
-
-async def shot(page: Any, screens: Path, name: str) -> None:
-    path = screens / f"{name}.png"
-    await page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
 
 
 async def test_agents_join_get_listed_and_go_offline_live(

@@ -9,11 +9,10 @@ from typing import Any
 import aio_pika
 import orjson
 import pytest
+from dashboard_support import DESKTOP, Browser, DashboardProcess, shot
 from processes import Processes, within
-from test_dashboard_agents import shot
 
 from agentbus.bus import Topology
-from conftest import DESKTOP, Browser, DashboardProcess
 
 
 def letter(message_id: str) -> str:

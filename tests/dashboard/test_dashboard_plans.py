@@ -6,13 +6,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from dashboard_support import DESKTOP, Browser, DashboardProcess, shot
 from processes import SLACK, Processes, poll, within
-from test_dashboard_agents import shot
 
 from agentbus import Bus
 from agentbus._exceptions import RemoteError
 from agentbus.leader import Aggregate, PlanClient
-from conftest import DESKTOP, Browser, DashboardProcess
 
 PLAN_TIMEOUT = 60.0
 
@@ -158,6 +157,7 @@ async def test_cancel_is_refused_without_the_token_and_stops_the_plan_with_it(
     for subtask_id in ("long-1", "long-2"):
         await page.wait_for_selector(subtask("to-cancel", subtask_id, "cancelled"), timeout=10_000)
     await page.wait_for_selector('[data-plan-id="to-cancel"][data-state="finished"]')
+    assert "cancelled by request" in await page.locator('[data-plan-id="to-cancel"]').inner_text()
     with pytest.raises(RemoteError) as caught:
         await running
     assert caught.value.code == "cancelled"

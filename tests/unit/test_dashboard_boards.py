@@ -126,6 +126,7 @@ async def test_plans_are_followed_and_cancelled_from_the_board(
     await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["state"] == "finished", 5)
     cancelled = next(p for p in dashboard.plans.snapshot()["plans"] if p["plan_id"] == "p2")
     assert [s["status"] for s in cancelled["subtasks"]] == ["cancelled"]
+    assert cancelled["subtasks"][0]["error"]["message"] == "the plan was cancelled by request"
 
 
 async def test_cancel_of_an_unknown_or_finished_plan_is_refused(

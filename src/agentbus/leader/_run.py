@@ -12,7 +12,7 @@ from typing import Any, Final
 import structlog
 
 from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
-from agentbus.agents._agent import NOTIFY_START
+from agentbus.agents._agent import CANCELLED_BY_REQUEST, NOTIFY_START
 from agentbus.bus import Transport
 from agentbus.envelopes import (
     BROADCAST,
@@ -42,6 +42,7 @@ __all__ = ["PlanRunner", "RunState"]
 _log = structlog.get_logger("agentbus.leader")
 
 _LEADER_STOPPING: Final = "the leader is stopping"
+_PLAN_CANCELLED: Final = "the plan was cancelled by request"
 
 
 class RunState(enum.Enum):
@@ -124,10 +125,12 @@ class PlanRunner:
         async with self._progress:
             try:
                 await self._schedule()
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
+                # A cancel request for the plan, or the leader stopping.
+                reason = _PLAN_CANCELLED if CANCELLED_BY_REQUEST in exc.args else _LEADER_STOPPING
                 # Everything launched, whether the graph still counts it or not.
-                self._graph.stop(_LEADER_STOPPING)
-                await self._stop(Stop(_LEADER_STOPPING, tuple(self._tasks)))
+                self._graph.stop(reason)
+                await self._stop(Stop(reason, tuple(self._tasks)))
                 raise
         if self.state is RunState.RUNNING:
             self.state = RunState.FINISHED

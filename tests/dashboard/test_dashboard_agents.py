@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime
 from pathlib import Path
@@ -96,3 +97,28 @@ async def test_agents_join_get_listed_and_go_offline_live(
     await phone.goto(dashboard.url)
     await phone.wait_for_selector(row("alpha-1"))
     await shot(phone, screens, "5-phone")
+
+
+async def test_busy_and_draining_show_as_the_agent_beats_them(
+    procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
+) -> None:
+    """At capacity the row says busy; on SIGTERM with work in hand, draining, then offline."""
+    agent = procs.agent("Alpha", "alpha-9", "--concurrency", "1")
+    await agent.started()
+    client = await procs.client()
+    page = await browser.new_page(viewport=DESKTOP)
+    await page.goto(dashboard.url)
+    await page.wait_for_selector(f'{row("alpha-9")}[data-status="ready"]')
+
+    work = asyncio.create_task(client.request("alpha-9", "slow", {"seconds": 4}, timeout=30))
+    await page.wait_for_selector(f'{row("alpha-9")}[data-status="busy"]', timeout=5_000)
+    assert "1/1" in await page.locator(row("alpha-9")).inner_text()
+    await shot(page, screens, "1-busy")
+
+    agent.popen.terminate()  # drains: finishes the slow request first
+    await page.wait_for_selector(f'{row("alpha-9")}[data-status="draining"]', timeout=5_000)
+    await shot(page, screens, "2-draining")
+    reply = await work
+    assert reply.result == "slept 4s"
+    await page.wait_for_selector(f'{row("alpha-9")}[data-status="offline"]', timeout=10_000)
+    await shot(page, screens, "3-left")

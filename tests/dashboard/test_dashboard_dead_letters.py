@@ -123,6 +123,14 @@ async def test_dead_letters_show_replay_once_discard_and_need_the_token(
     assert await queue_length(channel, dead_letter_queue) == 2
     assert replies == []
 
+    bad = await page.evaluate(
+        """async (token) => (await fetch("/api/dead-letters/replay", {method: "POST",
+             headers: {Authorization: `Bearer ${token}`}, body: "{not json"})).status""",
+        dashboard.token,
+    )
+    assert bad == 400  # bad input: a clear refusal, nothing touched
+    assert await queue_length(channel, dead_letter_queue) == 2
+
     await page.fill("#token", dashboard.token)
     await page.click("#auth button")
     await page.wait_for_selector('#auth-state[data-ok="true"]')

@@ -20,6 +20,7 @@ from agentbus.dashboard import Dashboard
 __all__ = ["dashboard"]
 
 _log = structlog.get_logger("agentbus.dashboard")
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 @click.command()
@@ -72,6 +73,12 @@ def dashboard(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
+        if options.host not in _LOOPBACK:
+            _log.warning(
+                "the dashboard listens beyond this machine: whoever reaches it sees the team",
+                host=options.host,
+                actions=options.token is not None,
+            )
         async with bus, board:
             _log.info(
                 "dashboard started",

@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Lifespan
 
-from agentbus._exceptions import AgentBusError, UsageError
+from agentbus._exceptions import AgentBusError, InvalidParameters, UsageError
 from agentbus.dashboard._changes import TOPICS
 from agentbus.dashboard._dashboard import Dashboard
 from agentbus.dashboard._settings import DashboardSettings
@@ -95,6 +95,8 @@ def create_app(
                 return _error(401, "a valid token is needed for this action")
             try:
                 return _JSON(await action(request))
+            except InvalidParameters as exc:
+                return _error(400, str(exc))
             except UsageError as exc:
                 return _error(409, str(exc))
             except AgentBusError as exc:
@@ -124,10 +126,10 @@ def create_app(
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
-            raise UsageError(f"the body is not JSON: {exc}") from exc
+            raise InvalidParameters(f"the body is not JSON: {exc}") from exc
         ids = body.get("ids") if isinstance(body, dict) else None
         if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids)):
-            raise UsageError('expected {"ids": ["<message id>", ...]}')
+            raise InvalidParameters('expected {"ids": ["<message id>", ...]}')
         board = get_dashboard().dead_letters
         by = f"token@{request.client.host if request.client else 'unknown'}"
         action = board.replay if how == "replay" else board.discard

@@ -13,6 +13,7 @@ from agentbus.bus._protocol import Transport
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
+from agentbus.bus._trace import current_trace
 
 __all__ = [
     "DEFAULT_FEED_LENGTH",
@@ -36,6 +37,7 @@ __all__ = [
     "Topology",
     "Transport",
     "connect",
+    "current_trace",
     "reply_routing_key",
     "routing_key",
     "topic_matches",

@@ -10,14 +10,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
 
-import structlog
-
 from agentbus._config import Settings
 from agentbus._exceptions import (
     BusClosed,
     ConfigurationError,
 )
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
+from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
@@ -27,11 +27,13 @@ from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology
+from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
     BROADCAST,
     Envelope,
     EventEnvelope,
     EventPayload,
+    Metadata,
     RequestEnvelope,
     ResponseEnvelope,
     is_valid_id,
@@ -40,7 +42,7 @@ from agentbus.envelopes import (
 
 __all__ = ["BaseBus"]
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class BaseBus(abc.ABC):
@@ -62,6 +64,8 @@ class BaseBus(abc.ABC):
                 f"agent id {self.agent_id!r} is not valid: use 1 to 128 of [A-Za-z0-9_-]"
             )
         self.topology = Topology(self.settings.exchange)
+        if self.settings.tracing and not tracing_enabled():
+            enable_tracing(trace_file=self.settings.trace_file)
         self.stats = BusStats()
         self.service: str | None = None
         self._app_id = app_id
@@ -290,8 +294,12 @@ class BaseBus(abc.ABC):
         *,
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResponseEnvelope:
         """Send a request to an instance or service and wait for its response.
+
+        ``on_progress`` is called with every ``in_progress`` response that comes first:
+        the skill's start, its progress and its partial results, in order.
 
         Raises:
             RemoteError: the receiver answered with an error envelope.
@@ -303,7 +311,10 @@ class BaseBus(abc.ABC):
                 as one draining does, is waited for).
         """
         timeout = timeout if timeout is not None else self.settings.request_timeout
-        deadline = {"deadline": utcnow() + timedelta(seconds=timeout)}
+        deadline: dict[str, Any] = {"deadline": utcnow() + timedelta(seconds=timeout)}
+        trace = current_trace()
+        if trace is not None and not (metadata and "trace" in metadata):
+            deadline["trace"] = trace
         # One validation of plain dicts: cheaper than building the three models one by one.
         envelope = RequestEnvelope.model_validate(
             {
@@ -313,7 +324,7 @@ class BaseBus(abc.ABC):
                 "metadata": metadata | deadline if metadata else deadline,
             }
         )
-        return await self.send_request(envelope, timeout=timeout)
+        return await self.send_request(envelope, timeout=timeout, on_progress=on_progress)
 
     async def send_request(
         self,
@@ -360,6 +371,7 @@ class BaseBus(abc.ABC):
             sender_id=self.agent_id,
             receiver_id=receiver,
             payload=EventPayload(event_name=event_name, event_data=data or {}),
+            metadata=Metadata(trace=current_trace()),
         )
         await self.publish(envelope, persistent=persistent, ttl=ttl, mandatory=mandatory)
         return envelope

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, Self
 
 import aiormq.exceptions
-import structlog
 from aio_pika.abc import (
     AbstractQueue,
     AbstractRobustChannel,
@@ -17,6 +16,7 @@ from aio_pika.abc import (
 
 from agentbus._config import Settings, mask_url
 from agentbus._exceptions import AgentBusError, BusClosed
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import NoAckConsumer
@@ -35,7 +35,7 @@ __all__ = ["Bus", "connect"]
 _REPLY_PREFETCH: Final = 512
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
 _SHUTDOWN_STEP_TIMEOUT: Final = 2.0
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 def connect(
@@ -163,13 +163,17 @@ class Bus(BaseBus):
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.
         # x-expires removes it once this instance has been gone for a while.
+        quorum = (self.settings.instance_queue_type or self.settings.queue_type) == "quorum"
+        arguments: dict[str, Any] = {
+            "x-expires": int(self.settings.instance_queue_expires * 1000),
+            "x-dead-letter-exchange": topology.dead_letter_exchange,
+        }
+        if quorum:
+            # Replicated: on a cluster, losing the node that led it loses no reply, and
+            # replies published meanwhile are still routed (a classic queue is gone then).
+            arguments["x-queue-type"] = "quorum"
         queue = await instance_channel.declare_queue(
-            topology.instance_queue(self.agent_id),
-            durable=False,
-            arguments={
-                "x-expires": int(self.settings.instance_queue_expires * 1000),
-                "x-dead-letter-exchange": topology.dead_letter_exchange,
-            },
+            topology.instance_queue(self.agent_id), durable=quorum, arguments=arguments
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue

@@ -8,8 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeAlias
 
-import structlog
-
+from agentbus._logging import get_logger
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
 
 __all__ = ["PendingRequests", "ProgressCallback", "Reply", "ReplyOutcome"]
@@ -18,7 +17,7 @@ Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 ProgressCallback: TypeAlias = Callable[[ResponseEnvelope], None]
 """Called with each ``in_progress`` response to a request still waiting."""
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class ReplyOutcome(enum.Enum):

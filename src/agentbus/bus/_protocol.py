@@ -96,6 +96,7 @@ class Transport(Protocol):
         *,
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResponseEnvelope: ...
 
     async def send_request(

@@ -91,16 +91,25 @@ def schema(what: str) -> None:
     "--code-instances", type=click.IntRange(1, 8), default=2, show_default=True,
     help="Instances of the code agent.",
 )  # fmt: skip
+@click.option(
+    "--in-memory", is_flag=True,
+    help="Run the team in this process on the in-memory bus (no broker).",
+)  # fmt: skip
 @click.pass_context
-def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int) -> None:
+def demo(
+    ctx: click.Context, path: Path | None, keep: bool, code_instances: int, in_memory: bool
+) -> None:
     """Start a team of agents, analyse the Python tree at PATH, and print the report.
 
     PATH defaults to agentbus's own source. The team (registry, leader, files, two
     code, text and report agents) runs as separate processes on the broker and is
-    stopped at the end, also on Ctrl-C.
+    stopped at the end, also on Ctrl-C. With no broker to be had (or --in-memory),
+    the team runs in this process on the in-memory bus.
     """
+    if keep and in_memory:
+        raise click.UsageError("--keep needs a broker: the in-memory team ends with the demo")
     root = path if path is not None else Path(__file__).resolve().parents[1]
-    ctx.exit(demo_command(settings_of(ctx), root, keep, code_instances))
+    ctx.exit(demo_command(settings_of(ctx), root, keep, code_instances, in_memory))
 
 
 for _command in (run, registry, leader, plan, agents, request, publish):

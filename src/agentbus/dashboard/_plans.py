@@ -1,6 +1,8 @@
 """Running and recent plans, rebuilt from the leaders' ``plan_progress`` broadcasts.
 
-A progress event carries transitions only: a subtask is listed from its first one, and
+A progress event carries transitions only: a subtask is listed from its first one (a
+skill's own ``progress`` and ``partial`` news keep it running, with its fraction, message
+and the number of partial results), and
 the ones that have not started yet are counted as pending. A plan that is done shows
 the aggregate the transitions add up to (the leader's own aggregate goes to the
 requester alone). Timings are the send times of the batches (the leader sends one
@@ -40,6 +42,9 @@ class _Subtask:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     error: dict[str, Any] | None = None
+    fraction: float | None = None
+    message: str | None = None
+    chunks: int = 0
 
     def view(self) -> dict[str, Any]:
         duration = None
@@ -55,6 +60,9 @@ class _Subtask:
             "ended_at": _iso(self.ended_at),
             "duration": duration,
             "error": self.error,
+            "fraction": self.fraction,
+            "message": self.message,
+            "chunks": self.chunks,
         }
 
 
@@ -196,6 +204,8 @@ class PlanBoard:
                     progress.subtask_id, progress.skill
                 )
             _apply(subtask, progress.transition, progress.agent_id, progress.error, at)
+            if progress.detail is not None:
+                _note(subtask, progress.transition, progress.detail)
             subtask.attempts = max(subtask.attempts, progress.attempt)
         self._on_change()
 
@@ -220,6 +230,9 @@ def _apply(
         subtask.status = "running"
         subtask.agent_id = agent_id or subtask.agent_id
         subtask.started_at = subtask.started_at or at
+    elif transition in ("progress", "partial"):  # the skill's own news: still running
+        subtask.status = "running"
+        subtask.agent_id = agent_id or subtask.agent_id
     elif transition == "retrying":
         subtask.status = "retrying"
         subtask.error = error
@@ -230,6 +243,17 @@ def _apply(
         subtask.ended_at = at
         if transition in _TERMINAL and subtask.started_at is None:
             subtask.started_at = at  # skipped (or cancelled before it started): no time spent
+
+
+def _note(subtask: _Subtask, transition: str, detail: dict[str, Any]) -> None:
+    if transition == "progress":
+        fraction, message = detail.get("fraction"), detail.get("message")
+        if isinstance(fraction, int | float) and not isinstance(fraction, bool):
+            subtask.fraction = max(0.0, min(1.0, float(fraction)))
+        if isinstance(message, str):
+            subtask.message = message[:200]
+    elif transition == "partial":
+        subtask.chunks += 1
 
 
 def _timestamp(value: object) -> datetime:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import random
 import time
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import structlog
-
 from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
+from agentbus._logging import get_logger
+from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.agents._agent import CANCELLED_BY_REQUEST, NOTIFY_START
-from agentbus.bus import Transport
+from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import (
     BROADCAST,
     Metadata,
@@ -39,7 +41,7 @@ from agentbus.leader._record import SubtaskRecord, tally
 
 __all__ = ["PlanRunner", "RunState"]
 
-_log = structlog.get_logger("agentbus.leader")
+_log = get_logger("agentbus.leader")
 
 _LEADER_STOPPING: Final = "the leader is stopping"
 _PLAN_CANCELLED: Final = "the plan was cancelled by request"
@@ -88,6 +90,8 @@ class PlanRunner:
         self._ended: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
         self._holders = Holders()
         self._deadline: datetime | None = None
+        self._spent: Counter[str] = Counter()  # what the answers so far used, by unit
+        self._trace = current_trace()  # the run_plan request's, when a leader serves one
         self._done = 0
         self._progress = ProgressStream(progress, plan_id=plan.id, total=len(plan.subtasks))
         self._log = _log.bind(plan_id=plan.id)
@@ -217,11 +221,15 @@ class PlanRunner:
             result = await self._attempt(subtask, parameters, record, tried)
             if isinstance(result, Answered):
                 self._results[subtask.id] = record.result = result.result
+                if result.usage:
+                    record.usage = result.usage
+                    self._spent.update(result.usage)
                 record.add_agent(result.agent_id)
                 self._finish(record, agent_id=result.agent_id)
                 return
             error = result.error
-            if error.is_final or record.attempts > subtask.retries or self._seconds_left() == 0:
+            out_of_time = self._seconds_left() == 0 or self._over_budget()
+            if error.is_final or record.attempts > subtask.retries or out_of_time:
                 self._finish(record, error)
                 return
             self._emit(record, "retrying", error=error)
@@ -237,6 +245,9 @@ class PlanRunner:
             timeout = min(timeout, left)
         if timeout <= 0:
             return Failed(SubtaskError.deadline())
+        if self._over_budget():
+            assert self.plan.budget is not None
+            return Failed(SubtaskError.over_budget(dict(self._spent), self.plan.budget))
         try:
             receiver = await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
@@ -245,6 +256,16 @@ class PlanRunner:
         # no validation on the way out.
         extra: dict[str, Any] = {NOTIFY_START: True, "plan_id": self.plan.id}
         extra["subtask_id"] = subtask.id
+        # The plan's trace (its run_plan request's) goes on to every subtask.
+        span = start_span(
+            f"plan step {subtask.id}",
+            "internal",
+            self._trace,
+            {"agentbus.plan.id": self.plan.id, "agentbus.subtask.id": subtask.id},
+        )
+        trace = child_trace(span, self._trace)
+        if trace is not None:
+            extra["trace"] = trace
         metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
         request = RequestEnvelope.model_construct(
             sender_id=self._bus.agent_id,
@@ -252,25 +273,39 @@ class PlanRunner:
             payload=RequestPayload.model_construct(action=subtask.skill, parameters=parameters),
             metadata=metadata,
         )
-        return await self._send(request, timeout, record, tried)
+        result: AttemptResult | None = None
+        try:
+            result = await self._send(request, timeout, record, tried)
+        finally:
+            outcome = "cancelled" if result is None else "success"
+            if isinstance(result, Failed):
+                outcome = result.error.code
+            end_span(span, outcome)
+        return result
 
     async def _send(
         self, request: RequestEnvelope, timeout: float, record: SubtaskRecord, tried: set[str]
     ) -> AttemptResult:
         flight = self._holders.track(request.message_id, asyncio.current_task())
 
-        def on_start(notice: ResponseEnvelope) -> None:
+        def on_progress(notice: ResponseEnvelope) -> None:
             holder = notice.sender_id
-            if self._holders.hand_to(flight, holder):
-                record.attempts += 1  # the broker redelivered it to another instance
-            tried.add(holder)
-            record.add_agent(holder)
-            self._emit(record, "running", agent_id=holder)
+            update = notice.payload.result if isinstance(notice.payload.result, dict) else {}
+            state = str(update.get("state", "started"))
+            if state == "started" or flight.holder != holder:  # its first word: it holds it
+                if self._holders.hand_to(flight, holder):
+                    record.attempts += 1  # the broker redelivered it to another instance
+                tried.add(holder)
+                record.add_agent(holder)
+                self._emit(record, "running", agent_id=holder)
+            if state != "started":  # the skill's own progress, or a partial result
+                detail = {k: v for k, v in update.items() if k not in ("state", "agent_id")}
+                self._emit(record, state, agent_id=holder, detail=detail)
 
         try:
             # Awaited in this task, no second one: agent_offline cancels this task.
-            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_start)
-            return Answered(reply.payload.result, reply.sender_id)
+            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_progress)
+            return Answered(reply.payload.result, reply.sender_id, _usage(reply))
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
             record.add_agent(exc.envelope.sender_id)
@@ -336,6 +371,11 @@ class PlanRunner:
         self._done += 1
         self._emit(record, record.status.value, agent_id=agent_id, error=error)
 
+    def _over_budget(self) -> bool:
+        # Once one unit's cap is reached no attempt starts: like the deadline.
+        budget = self.plan.budget or {}
+        return any(self._spent[unit] >= cap for unit, cap in budget.items())
+
     def _emit(
         self,
         record: SubtaskRecord,
@@ -343,5 +383,24 @@ class PlanRunner:
         *,
         agent_id: str | None = None,
         error: SubtaskError | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> None:
-        self._progress.emit(record, transition, done=self._done, agent_id=agent_id, error=error)
+        self._progress.emit(
+            record, transition, done=self._done, agent_id=agent_id, error=error, detail=detail
+        )
+
+
+def _usage(reply: ResponseEnvelope) -> dict[str, float] | None:
+    # metadata.usage as the agent sent it; anything but a map of unit to amount is ignored.
+    usage = (reply.metadata.model_extra or {}).get("usage")
+    if not isinstance(usage, dict):
+        return None
+    amounts = {
+        str(unit): float(amount)
+        for unit, amount in usage.items()
+        if isinstance(amount, int | float)
+        and not isinstance(amount, bool)
+        and math.isfinite(amount)
+        and amount >= 0
+    }
+    return amounts or None

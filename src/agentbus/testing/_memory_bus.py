@@ -6,10 +6,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Self
 
-import structlog
-
 from agentbus._config import Settings
 from agentbus._exceptions import BusClosed
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus import BusState
 from agentbus.bus._admission import publisher_user_id
@@ -22,7 +21,7 @@ from agentbus.testing._publisher import MemoryPublisher
 __all__ = ["MemoryBus"]
 
 _REPLY_PREFETCH: Final = 512  # the instance queue's prefetch on the real bus
-_log = structlog.get_logger("agentbus.testing")
+_log = get_logger("agentbus.testing")
 
 
 _NODE: Final = "memory://"

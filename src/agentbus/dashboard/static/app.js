@@ -153,16 +153,18 @@ function renderPlan(plan) {
       { "data-subtask-id": s.id, "data-status": s.status },
       cell("subtask", el("strong", {}, s.id)),
       cell("skill", s.skill),
-      cell("status", pill(s.status)),
+      cell("status", pill(s.status),
+        s.status === "running" && s.fraction !== null ? ` ${Math.round(100 * s.fraction)}%` : ""),
       cell("agent", s.agent_id || "–"),
       cell("attempts", s.attempts),
       cell("time", s.duration !== null ? seconds(s.duration)
         : el("span", { class: "age", "data-at": s.started_at }, ago(s.started_at))),
-      cell("error", s.error ? `${s.error.code}: ${s.error.message}` : ""),
+      cell("note", s.error ? `${s.error.code}: ${s.error.message}`
+        : [s.message, s.chunks ? `${s.chunks} partial results` : null].filter(Boolean).join(" · ")),
     ),
   );
   parts.push(el("table", {},
-    el("thead", {}, el("tr", {}, ...["subtask", "skill", "status", "agent", "attempts", "time", "error"]
+    el("thead", {}, el("tr", {}, ...["subtask", "skill", "status", "agent", "attempts", "time", "note"]
       .map((h) => el("th", {}, h)))),
     el("tbody", {}, rows)));
   return el("div", { class: "card", "data-plan-id": plan.plan_id, "data-state": plan.state }, parts);

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agentbus import Agent, RemoteError, Settings, skill
+from agentbus.agents import report_progress
 from agentbus.agents._traffic import LATENCY_BUCKETS, Traffic
 from agentbus.dashboard import Changes, Dashboard, TrafficBoard
 from agentbus.dashboard._traffic import quantile
@@ -28,6 +29,12 @@ class Squarer(Agent):
 
     @skill
     async def hang(self) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    @skill
+    async def halfway(self) -> str:
+        await report_progress(0.5, "half done")
         await asyncio.Event().wait()
         return "never"
 
@@ -80,7 +87,7 @@ async def test_agents_are_listed_by_service_and_a_departed_service_shows_gone(
     await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
     row = rows(dashboard)["squarer-1"]
     assert (row["status"], row["capacity"], row["version"]) == ("ready", 8, "2.1.0")
-    assert row["skills"] == ["square", "hang"]
+    assert row["skills"] == ["square", "hang", "halfway"]
     group = service(dashboard, "squarer")
     assert group is not None
     assert (group["live"], group["gone"]) == (1, False)
@@ -127,6 +134,28 @@ async def test_plans_are_followed_and_cancelled_from_the_board(
     cancelled = next(p for p in dashboard.plans.snapshot()["plans"] if p["plan_id"] == "p2")
     assert [s["status"] for s in cancelled["subtasks"]] == ["cancelled"]
     assert cancelled["subtasks"][0]["error"]["message"] == "the plan was cancelled by request"
+
+
+async def test_a_skills_progress_keeps_its_subtask_running_with_the_fraction(
+    team: tuple[Dashboard, Start],
+) -> None:
+    """A skill's own progress news: the subtask stays running, with fraction and message."""
+    dashboard, start = team
+    await start(Squarer, "squarer-1")
+    await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
+    plan = {"id": "p3", "subtasks": [{"id": "h", "skill": "halfway", "timeout": 30}]}
+    running = asyncio.create_task(PlanClient(dashboard.bus).run(plan, timeout=10))
+
+    def halfway() -> bool:
+        plans = dashboard.plans.snapshot()["plans"]
+        return bool(plans) and plans[0]["subtasks"][0]["fraction"] == 0.5
+
+    await wait_until(halfway, timeout=5)
+    (subtask,) = dashboard.plans.snapshot()["plans"][0]["subtasks"]
+    assert (subtask["status"], subtask["message"]) == ("running", "half done")
+    await dashboard.plans.cancel("p3")
+    with pytest.raises(RemoteError):
+        await running
 
 
 async def test_cancel_of_an_unknown_or_finished_plan_is_refused(

@@ -81,6 +81,9 @@ async def test_plan_subtasks_change_state_live(
     }
     running = asyncio.create_task(PlanClient(client).run(plan, timeout=PLAN_TIMEOUT))
     await page.wait_for_selector(subtask("live-plan", "first", "running"), timeout=10_000)
+    # Not started yet, and listed: the dashboard saw the plan go to the leader.
+    await page.wait_for_selector(subtask("live-plan", "second", "pending"))
+    assert "after first" in await page.locator('tr[data-subtask-id="second"]').inner_text()
     # Which agent runs it shows once the worker says it started.
     await page.wait_for_selector('tr[data-subtask-id="first"]:has-text("worker-1")')
     await shot(page, screens, "1-plan-running")
@@ -92,7 +95,7 @@ async def test_plan_subtasks_change_state_live(
     statuses = await page.evaluate("() => window.__statuses")
     print(f"statuses seen live: {statuses}")
     assert statuses["first"][-2:] == ["running", "succeeded"]
-    assert statuses["second"][-2:] == ["running", "succeeded"]
+    assert statuses["second"] == ["pending", "running", "succeeded"]
     assert "retrying" in statuses["flaky"]
     assert statuses["flaky"][-1] == "failed"
     card = await page.locator('[data-plan-id="live-plan"]').inner_text()

@@ -158,9 +158,10 @@ function renderPlan(plan) {
       cell("agent", s.agent_id || "–"),
       cell("attempts", s.attempts),
       cell("time", s.duration !== null ? seconds(s.duration)
-        : el("span", { class: "age", "data-at": s.started_at }, ago(s.started_at))),
+        : s.started_at ? el("span", { class: "age", "data-at": s.started_at }, ago(s.started_at)) : "–"),
       cell("note", s.error ? `${s.error.code}: ${s.error.message}`
-        : [s.message, s.chunks ? `${s.chunks} partial results` : null].filter(Boolean).join(" · ")),
+        : [s.status === "pending" && s.depends_on.length ? `after ${s.depends_on.join(", ")}` : null,
+          s.message, s.chunks ? `${s.chunks} partial results` : null].filter(Boolean).join(" · ")),
     ),
   );
   parts.push(el("table", {},

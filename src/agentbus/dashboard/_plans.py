@@ -1,12 +1,12 @@
 """Running and recent plans, from the leaders' ``plan_progress`` broadcasts.
 
-The plans sent to the leader service are seen on their way (a copy of each ``run_plan``
-request), so every subtask is listed from the start, pending until it runs; other plans
-are listed from their first transition. A skill's own ``progress`` and ``partial`` news
-keep its subtask running, with its fraction, message and the number of partial results.
-A plan that is done shows the aggregate the transitions add up to (the leader's own
-aggregate goes to the requester alone). Timings are the send times of the batches (the
-leader sends one every 100 ms at most), so they are good to a tenth of a second."""
+A plan's first report names every subtask (``outline``), so each is listed from the
+start, pending until it runs; a plan first heard in the middle lists its subtasks from
+their first transition. A skill's own ``progress`` and ``partial`` news keep its subtask
+running, with its fraction, message and the number of partial results. A plan that is
+done shows the aggregate the transitions add up to (the leader's own aggregate goes to
+the requester alone). Timings are the send times of the batches (the leader sends one
+every 100 ms at most), so they are good to a tenth of a second."""
 
 from __future__ import annotations
 
@@ -21,12 +21,11 @@ from pydantic import ValidationError
 from agentbus._exceptions import UsageError
 from agentbus.bus import Feed, Transport
 from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, utcnow
-from agentbus.leader import PLAN_PROGRESS, Plan, ProgressReport, SubtaskStatus
+from agentbus.leader import PLAN_PROGRESS, ProgressReport, SubtaskStatus
 
 __all__ = ["PlanBoard"]
 
 _KEEP: Final = 50  # finished plans kept on the board, newest first
-_SUBMITTED: Final = 1000  # plans sent and not started yet, remembered at most
 _TERMINAL: Final = frozenset(
     {SubtaskStatus.SUCCEEDED, SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.CANCELLED}
 )
@@ -134,40 +133,23 @@ class PlanBoard:
         *,
         on_change: Callable[[], None],
         keep: int = _KEEP,
-        leader: str = "leader",
     ) -> None:
         self._bus = bus
-        self._leader = leader
-        # Plans sent to the leader service, by id: (run_plan request id, subtasks in order).
-        self._submitted: collections.OrderedDict[str, tuple[str, list[_Subtask]]] = (
-            collections.OrderedDict()
-        )
         self._on_change = on_change
         self._keep = keep
         self._plans: dict[str, _Plan] = {}
-        self._feeds: list[Feed] = []
+        self._feed: Feed | None = None
         self.malformed = 0
 
     async def start(self) -> None:
-        """Follow every leader's progress broadcasts, and the plans sent to the leader service.
-
-        A copy of each ``run_plan`` request (a feed of its own: the leader's queue is not
-        touched) names every subtask, so those not started yet are listed as pending.
-        """
-        self._feeds.append(
-            await self._bus.consume_feed(
-                f"{BROADCAST}.event.{PLAN_PROGRESS}", self._on_progress, name="dashboard-plans"
-            )
-        )
-        self._feeds.append(
-            await self._bus.consume_feed(
-                f"agent.{self._leader}.request", self._on_request, name="dashboard-plan-requests"
-            )
+        """Follow every leader's progress broadcasts."""
+        self._feed = await self._bus.consume_feed(
+            f"{BROADCAST}.event.{PLAN_PROGRESS}", self._on_progress, name="dashboard-plans"
         )
 
     async def aclose(self) -> None:
-        for feed in self._feeds:
-            await feed.aclose()
+        if self._feed is not None:
+            await self._feed.aclose()
 
     def snapshot(self) -> dict[str, Any]:
         """Running plans first, then the finished ones, newest first."""
@@ -217,10 +199,10 @@ class PlanBoard:
                 total=report.total,
                 first_seen=at,
             )
-            submitted = self._submitted.pop(report.plan_id, None)
-            if submitted is not None and len(submitted[1]) == report.total:
-                plan.request_id = submitted[0]
-                plan.subtasks = {subtask.id: subtask for subtask in submitted[1]}
+            for item in report.outline or ():
+                subtask = _outlined(item)
+                if subtask is not None:
+                    plan.subtasks[subtask.id] = subtask
             self._plans[report.plan_id] = plan
             self._forget_old()
         plan.request_id = report.request_id or plan.request_id
@@ -237,28 +219,6 @@ class PlanBoard:
                 _note(subtask, progress.transition, progress.detail)
             subtask.attempts = max(subtask.attempts, progress.attempt)
         self._on_change()
-
-    def _on_request(self, envelope: dict[str, Any]) -> None:
-        payload = envelope.get("payload")
-        if not isinstance(payload, dict) or payload.get("action") != "run_plan":
-            return
-        parameters = payload.get("parameters")
-        request_id = envelope.get("message_id")
-        try:
-            plan = Plan.model_validate(
-                parameters.get("plan") if isinstance(parameters, dict) else None
-            )
-        except ValidationError:
-            return  # the leader refuses it; nothing will run
-        if not isinstance(request_id, str) or plan.id in self._plans:
-            return
-        subtasks = [
-            _Subtask(subtask.id, subtask.skill, depends_on=tuple(subtask.depends_on))
-            for subtask in plan.subtasks
-        ]
-        self._submitted[plan.id] = (request_id, subtasks)
-        while len(self._submitted) > _SUBMITTED:
-            self._submitted.popitem(last=False)  # never started, or not by a leader we hear
 
     def _forget_old(self) -> None:
         finished = [plan for plan in self._plans.values() if plan.finished]
@@ -294,6 +254,18 @@ def _apply(
         subtask.ended_at = at
         if transition in _TERMINAL and subtask.started_at is None:
             subtask.started_at = at  # skipped (or cancelled before it started): no time spent
+
+
+def _outlined(item: object) -> _Subtask | None:
+    if not isinstance(item, dict):
+        return None
+    subtask_id, skill, depends_on = item.get("id"), item.get("skill"), item.get("depends_on")
+    if not (isinstance(subtask_id, str) and isinstance(skill, str)):
+        return None
+    after = (
+        tuple(d for d in depends_on if isinstance(d, str)) if isinstance(depends_on, list) else ()
+    )
+    return _Subtask(subtask_id, skill, depends_on=after)
 
 
 def _note(subtask: _Subtask, transition: str, detail: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -18,6 +18,8 @@ from agentbus.leader._progress import ProgressSink
 from agentbus.leader._run import PlanRunner
 
 __all__ = ["Leader"]
+
+_OUTLINE_MAX: Final = 1000  # subtasks: a larger plan's first progress report names none
 
 
 class Leader(Agent):
@@ -51,7 +53,7 @@ class Leader(Agent):
             self.bus,
             plan,
             directory=self._directory,
-            progress=self._sink_for(request.sender_id, request.message_id),
+            progress=self._sink_for(request.sender_id, request.message_id, plan),
         )
         self._runners.add(runner)
         self._log.info("plan started", plan_id=plan.id, subtasks=len(plan.subtasks))
@@ -76,8 +78,16 @@ class Leader(Agent):
             for runner in list(self._runners):
                 runner.agent_offline(agent_id)
 
-    def _sink_for(self, requester: str, request_id: str) -> ProgressSink:
+    def _sink_for(self, requester: str, request_id: str, plan: Plan) -> ProgressSink:
+        # The first report also names every subtask, so a follower lists the pending ones.
+        outline: list[dict[str, Any]] | None = None
+        if len(plan.subtasks) <= _OUTLINE_MAX:
+            outline = [
+                {"id": s.id, "skill": s.skill, "depends_on": s.depends_on} for s in plan.subtasks
+            ]
+
         async def publish(batch: list[Progress]) -> None:
+            nonlocal outline
             last = batch[-1]
             report = ProgressReport(
                 plan_id=last.plan_id,
@@ -85,7 +95,9 @@ class Leader(Agent):
                 total=last.total,
                 transitions=batch,
                 request_id=request_id,
+                outline=outline,
             )
+            outline = None
             data = report.model_dump(mode="json", exclude_none=True)
             await asyncio.gather(
                 *(

@@ -96,18 +96,19 @@ async def test_dead_letters_show_replay_once_discard_and_need_the_token(
     # An undecodable one: the agent dead-letters it (reason rejected).
     second = procs.agent("Alpha", "alpha-2")
     await second.started()
-    await exchange.publish(
-        aio_pika.Message(b"not json {", message_id="poison-garbage"),
-        routing_key="agent.alpha.request",
-    )
-    await page.wait_for_selector(letter("poison-garbage"), timeout=10_000)
+    for _ in range(2):  # the same id twice: two dead letters, each picked on its own
+        await exchange.publish(
+            aio_pika.Message(b"not json {", message_id="poison-garbage"),
+            routing_key="agent.alpha.request",
+        )
+    await page.wait_for_selector(letter("poison-garbage#2"), timeout=10_000)
     assert "rejected" in await page.locator(letter("poison-garbage")).inner_text()
     await page.click(f"{letter('poison-expired')} summary")  # the envelope, pretty-printed
     envelope = await page.locator(f"{letter('poison-expired')} pre").inner_text()
     assert '"action": "double"' in envelope
     await shot(page, screens, "1-dead-letters-listed")
-    # Looking lost nothing: both are still in the queue after the page read them.
-    assert await queue_length(channel, dead_letter_queue) == 2
+    # Looking lost nothing: all three are still in the queue after the page read them.
+    assert await queue_length(channel, dead_letter_queue) == 3
 
     # Without the token: replay and discard refused, nothing moved.
     replay_button = page.locator(f'{letter("poison-expired")} button[data-action="replay"]')
@@ -120,7 +121,7 @@ async def test_dead_letters_show_replay_once_discard_and_need_the_token(
             action,
         )
         assert status == 401
-    assert await queue_length(channel, dead_letter_queue) == 2
+    assert await queue_length(channel, dead_letter_queue) == 3
     assert replies == []
 
     bad = await page.evaluate(
@@ -129,7 +130,7 @@ async def test_dead_letters_show_replay_once_discard_and_need_the_token(
         dashboard.token,
     )
     assert bad == 400  # bad input: a clear refusal, nothing touched
-    assert await queue_length(channel, dead_letter_queue) == 2
+    assert await queue_length(channel, dead_letter_queue) == 3
 
     await page.fill("#token", dashboard.token)
     await page.click("#auth button")
@@ -167,8 +168,10 @@ async def test_dead_letters_show_replay_once_discard_and_need_the_token(
 
     # Discard a selection: the garbage goes for good.
     await page.check(f'{letter("poison-garbage")} input[type="checkbox"]')
+    await page.check(f'{letter("poison-garbage#2")} input[type="checkbox"]')
     await page.click('button[data-action="discard-selected"]')
     await page.wait_for_selector(letter("poison-garbage"), state="detached", timeout=10_000)
+    await page.wait_for_selector(letter("poison-garbage#2"), state="detached")
     assert await queue_length(channel, dead_letter_queue) == 0
     await page.wait_for_selector("#dlq-body >> text=the dead-letter queue is empty")
     await shot(page, screens, "3-discarded")

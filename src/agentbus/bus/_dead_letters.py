@@ -13,6 +13,7 @@ broker's confirm, then acknowledges the dead letter; discard acknowledges it.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,7 +46,8 @@ class DeadLetter(BaseModel):
     """One message in the dead-letter queue, as an operator sees it."""
 
     id: str
-    """The AMQP ``message_id``, else the envelope's, else the delivery's position."""
+    """The AMQP ``message_id``, else the envelope's, else the position in the queue; a
+    second message with the same id gets ``#2`` after it, and so on, in queue order."""
     reason: str | None
     queue: str | None
     exchange: str | None
@@ -85,9 +87,9 @@ class DeadLetters:
         """Return up to ``limit`` dead letters, oldest first; every one stays in the queue."""
         letters: list[DeadLetter] = []
 
-        async def look(message: AbstractIncomingMessage, position: int) -> bool:
+        async def look(message: AbstractIncomingMessage, key: str) -> bool:
             if len(letters) < limit:
-                letters.append(describe(message, position))
+                letters.append(describe(message, key))
             return False  # handed back
 
         await self._scan(look, stop=lambda: len(letters) >= limit)
@@ -99,8 +101,7 @@ class DeadLetters:
         wanted = set(ids)
         async with self._channel(confirms=True) as publisher:
 
-            async def replay_one(message: AbstractIncomingMessage, position: int) -> bool:
-                key = identify(message, position)
+            async def replay_one(message: AbstractIncomingMessage, key: str) -> bool:
                 if key not in wanted or key in settled.done:
                     return False
                 exchange, routing_key = origin(message)
@@ -124,8 +125,7 @@ class DeadLetters:
         settled = Settled()
         wanted = set(ids)
 
-        async def discard_one(message: AbstractIncomingMessage, position: int) -> bool:
-            key = identify(message, position)
+        async def discard_one(message: AbstractIncomingMessage, key: str) -> bool:
             if key not in wanted or key in settled.done:
                 return False
             settled.done.append(key)
@@ -137,7 +137,7 @@ class DeadLetters:
 
     async def _scan(
         self,
-        visit: Callable[[AbstractIncomingMessage, int], Awaitable[bool]],
+        visit: Callable[[AbstractIncomingMessage, str], Awaitable[bool]],
         *,
         stop: Callable[[], bool],
     ) -> None:
@@ -146,6 +146,7 @@ class DeadLetters:
         async with self._channel(confirms=False) as channel:
             queue = await channel.declare_queue(self._topology.dead_letter_queue, passive=True)
             held: list[AbstractIncomingMessage] = []
+            seen: Counter[str] = Counter()
             try:
                 for position in range(MAX_SCAN):
                     if stop():
@@ -153,7 +154,10 @@ class DeadLetters:
                     message = await queue.get(no_ack=False, fail=False)
                     if message is None:
                         break
-                    if await visit(message, position):
+                    base = identify(message, position)
+                    seen[base] += 1
+                    key = base if seen[base] == 1 else f"{base}#{seen[base]}"
+                    if await visit(message, key):
                         await message.ack()
                     else:
                         held.append(message)
@@ -223,7 +227,7 @@ def origin(message: AbstractIncomingMessage) -> tuple[str | None, str | None]:
     return (_text(exchange), _text(key))
 
 
-def describe(message: AbstractIncomingMessage, position: int) -> DeadLetter:
+def describe(message: AbstractIncomingMessage, key: str) -> DeadLetter:
     """Return what an operator sees of one dead letter."""
     headers = message.headers or {}
     death = _first_death(headers)
@@ -238,7 +242,7 @@ def describe(message: AbstractIncomingMessage, position: int) -> DeadLetter:
     when = death.get("time")
     count = death.get("count")
     return DeadLetter(
-        id=identify(message, position),
+        id=key,
         reason=_text(death.get("reason")),
         queue=_text(death.get("queue")),
         exchange=exchange,

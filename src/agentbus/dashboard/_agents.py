@@ -26,6 +26,7 @@ __all__ = ["AgentBoard"]
 
 _CARD_RETRY: Final = 5.0  # s between two asks for the card of one agent
 _CARD_TIMEOUT: Final = 5.0
+_BEATS_EVERY: Final = 1.0  # s: beats that change nothing but "last beat" are told this often
 
 _Seen = tuple[str, int, int, bool, str, bool]  # what a row shows that a beat may change
 
@@ -50,6 +51,8 @@ class AgentBoard:
         self._feed: Feed | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._card_asked: dict[str, float] = {}
+        self._beaten = False
+        self._beats_told = 0.0
         self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -123,6 +126,8 @@ class AgentBoard:
             self._ask_card(record.agent_id)
         if self._seen(record.agent_id) != before:
             self._on_change()
+        else:
+            self._beaten = True  # only "last beat" moved: told with the next sweep
 
     def _seen(self, agent_id: object) -> _Seen | None:
         record = self.table.get(agent_id) if isinstance(agent_id, str) else None
@@ -146,7 +151,10 @@ class AgentBoard:
         while True:
             await asyncio.sleep(self.table.next_sweep_in())
             before = len(self.table)
-            if self.table.sweep() or len(self.table) != before:
+            moment = time.monotonic()
+            due = self._beaten and moment - self._beats_told >= _BEATS_EVERY
+            if self.table.sweep() or len(self.table) != before or due:
+                self._beaten, self._beats_told = False, moment
                 self._on_change()
 
     def _ask_card(self, agent_id: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,17 @@ class DashboardProcess:
     process: AgentProcess
     url: str
     token: str
+
+    def get(self, path: str, *, host: str | None = None) -> tuple[int, bytes]:
+        """GET ``path`` (blocking), optionally with another ``Host`` header."""
+        request = urllib.request.Request(f"{self.url}{path}")
+        if host is not None:
+            request.add_header("Host", host)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
 
     def state(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.url}api/state", timeout=5) as response:

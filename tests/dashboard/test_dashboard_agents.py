@@ -93,6 +93,10 @@ async def test_agents_join_get_listed_and_go_offline_live(
     assert await page.evaluate("() => window.__notReloaded === true")
     await shot(page, screens, "4-service-gone")
 
+    # Another name for this machine (DNS rebinding): refused, the team not shown.
+    status, _ = await asyncio.to_thread(dashboard.get, "api/state", host="evil.example")
+    assert status == 400
+
     phone = await browser.new_page(viewport=PHONE)
     await phone.goto(dashboard.url)
     await phone.wait_for_selector(row("alpha-1"))

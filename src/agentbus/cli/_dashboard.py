@@ -7,7 +7,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 import structlog
@@ -20,7 +20,7 @@ from agentbus.dashboard import Dashboard
 __all__ = ["dashboard"]
 
 _log = structlog.get_logger("agentbus.dashboard")
-_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 @click.command()

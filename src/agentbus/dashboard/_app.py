@@ -15,6 +15,8 @@ import orjson
 import structlog
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
@@ -37,6 +39,9 @@ _HEADERS: Final = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+
+_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+_LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 _log = structlog.get_logger("agentbus.dashboard")
 
@@ -153,7 +158,11 @@ def create_app(
         Route("/api/dead-letters/discard", guarded(discard), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    # Bound to this machine, answer only to this machine's names: a page elsewhere
+    # whose name is made to point here (DNS rebinding) gets a 400, not the team.
+    hosts = list(_LOOPBACK_NAMES) if settings.host in _LOOPBACK else ["*"]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
 def _error(status: int, message: str) -> Response:

@@ -20,10 +20,12 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import aio_pika
+import aiormq.abc
 import orjson
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 from pydantic import BaseModel
 
+from agentbus._exceptions import Unroutable
 from agentbus.bus._errors import map_transport_errors
 from agentbus.bus._poison import ATTEMPT_HEADER
 from agentbus.bus._topology import Topology
@@ -205,7 +207,9 @@ async def _republish(
         else await channel.get_exchange(exchange_name, ensure=False)
     )
     with map_transport_errors():
-        await exchange.publish(copy, routing_key=routing_key, mandatory=True, timeout=10)
+        result = await exchange.publish(copy, routing_key=routing_key, mandatory=True, timeout=10)
+    if isinstance(result, aiormq.abc.DeliveredMessage):  # basic.return: nobody is bound
+        raise Unroutable(f"nothing is bound to {routing_key!r} on exchange {exchange_name!r}")
 
 
 def identify(message: AbstractIncomingMessage, position: int) -> str:

@@ -3,10 +3,10 @@
 A real 3-node RabbitMQ cluster of private nodes (the chaos kit's ``PrivateCluster``,
 shared by the tier) serves a team: two ``LedgerWorker`` agents and a client, every bus
 given all three nodes (``url`` in kombu's ``;`` form), the service and every instance
-(reply) queue on quorum queues. Under steady traffic a node is killed (-9), stopped, or
-killed and started again. The ledger then says what was lost or done twice, and a probe
-measures how long until a fresh request is answered again. Figures are printed:
-``pytest -rP``.
+(reply) queue on quorum queues.
+Under steady traffic a node is killed (-9), stopped, or killed and started again. The
+ledger then says what was lost or done twice, and a probe measures how long until a
+fresh request is answered again. Figures are printed: ``pytest -rP``.
 
 As in the fault tests, the work is called with ``once=True`` (``Ledger.apply_once``, the
 user-side guarantee against RabbitMQ's at-least-once windows) and the executions it

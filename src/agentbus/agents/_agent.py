@@ -201,7 +201,8 @@ class Agent:
         await self.stop()
 
     async def on_start(self) -> None:
-        """Run once the agent serves; override to subscribe to events and the like."""
+        """Run once the bus is open, before the first request is taken; override to
+        subscribe to events, open what the skills need, and the like."""
 
     async def on_stop(self) -> None:
         """Run after the agent drained, before it leaves; override to release resources."""
@@ -215,13 +216,14 @@ class Agent:
         # What this agent serves goes into its heartbeats (and on to metrics, if any).
         self._traffic = Traffic(self._bus.stats.observer)
         self._bus.stats.observer = self._traffic
+        # Ready before the first request: one may be waiting in the queue already.
+        await self.on_start()
         await self._bus.serve(
             self._handle,
             service=self.name,
             prefetch=self.capacity,
             broadcast_actions=(ANNOUNCE, "cancel"),
         )
-        await self.on_start()
         await self.beat(full=True)
         self._heartbeat_task = asyncio.create_task(self._beat_forever())
         self._log.info("agent started", service=self.name, capacity=self.capacity)

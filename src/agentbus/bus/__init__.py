@@ -8,6 +8,7 @@ from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
+from agentbus.bus._journal import Journal
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
@@ -29,6 +30,7 @@ __all__ = [
     "FeedHandler",
     "FeedState",
     "FeedStats",
+    "Journal",
     "ProgressCallback",
     "Refusal",
     "RequestHandler",

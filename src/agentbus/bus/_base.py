@@ -21,6 +21,7 @@ from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
+from agentbus.bus._journal import Journal
 from agentbus.bus._pending import PendingRequests, ProgressCallback
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
@@ -148,6 +149,15 @@ class BaseBus(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def _open_journal(self, queue: str, max_age: str) -> Journal:
+        """Declare the journal's stream (or find it again) and return it."""
+
+    @abc.abstractmethod
+    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+        """Declare a durable reply queue and take its replies; return what stops that
+        (and deletes the queue, when told to)."""
+
+    @abc.abstractmethod
     async def _unserved(self, receiver: str) -> bool:
         """Whether ``receiver``'s queue (service, else instance) holds work nobody consumes."""
 
@@ -254,6 +264,41 @@ class BaseBus(abc.ABC):
         self._feeds.append(feed)
         return feed
 
+    async def journal(self, name: str, *, max_age: str = "7D") -> Journal:
+        """Open the journal ``name``: an append-only log every process reads back.
+
+        On RabbitMQ a stream, kept ``max_age`` (``7D``, ``12h``: the stream's
+        ``x-max-age``) and replicated on a cluster.
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid id.
+            BusClosed: the bus is not open.
+        """
+        self._require_open()
+        queue = self.topology.journal_queue(_checked(name, "journal name"))
+        return await self._open_journal(queue, max_age)
+
+    async def reply_queue(
+        self, name: str, *, expect: Iterable[str] = ()
+    ) -> Callable[[bool], Awaitable[None]]:
+        """Declare the durable reply queue ``name`` and take the replies that reach it.
+
+        A request sent with ``reply_to=`` that queue is answered there; a bus that opens
+        the same queue later (another process, after this one died) gets the answers that
+        came meanwhile. ``expect``: ids of requests sent before whose answers may wait
+        there already; each is kept for this bus's ``send_request`` under that id.
+        Returns what stops taking them: ``await stop(True)`` also deletes the queue.
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid id.
+            BusClosed: the bus is not open.
+        """
+        self._require_open()
+        queue = self.topology.reply_queue(_checked(name, "name"))
+        for message_id in expect:
+            self._pending.add(message_id)
+        return await self._open_reply_queue(queue)
+
     async def publish(
         self,
         envelope: Envelope,
@@ -332,19 +377,24 @@ class BaseBus(abc.ABC):
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        reply_to: str | None = None,
+        sent: bool = False,
     ) -> ResponseEnvelope:
         """Publish a built request and wait for the response correlated to it.
 
         ``on_progress`` is called with every ``in_progress`` response that comes first.
+        ``reply_to`` names a queue of ``reply_queue`` for the answer (default: this
+        instance's). ``sent``: the request went out before (from this process or one
+        that died) to that reply queue; only wait for its answer.
         Works while the bus drains, so a handler can finish work that needs requests.
         """
         publisher = self._require_publisher()
         # Replies come straight to this instance's queue (the default exchange), not
         # through the topic exchange's bindings: one less routing step.
         return await self._requests.send(
-            publisher,
+            None if sent else publisher,
             envelope,
-            reply_to=self.topology.instance_queue(self.agent_id),
+            reply_to=reply_to or self.topology.instance_queue(self.agent_id),
             timeout=timeout if timeout is not None else self.settings.request_timeout,
             on_progress=on_progress,
         )

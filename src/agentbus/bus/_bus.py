@@ -26,6 +26,7 @@ from agentbus.bus._dedup import DedupStore
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
 from agentbus.bus._failover import connect_to_nodes
 from agentbus.bus._feed import Feed
+from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._nodes import broker_nodes
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
@@ -33,6 +34,9 @@ from agentbus.bus._stats import BusState
 __all__ = ["Bus", "connect"]
 
 _REPLY_PREFETCH: Final = 512
+# A named reply queue (a plan's) outlives its consumer this long: the window in which
+# another process can take over and find the answers that came meanwhile.
+_REPLY_QUEUE_EXPIRES: Final = 600.0
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
 _SHUTDOWN_STEP_TIMEOUT: Final = 2.0
 _log = get_logger("agentbus.bus")
@@ -265,6 +269,31 @@ class Bus(BaseBus):
                 await self._declare_dead_letter_queue()
         except AgentBusError as exc:
             _log.info("dead-letter queue not declared again", error=str(exc))
+
+    async def _open_journal(self, queue: str, max_age: str) -> Journal:
+        assert self._connection is not None
+        journal = StreamJournal(self._connection, queue)
+        await journal.declare(max_age)
+        return journal
+
+    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+        assert self._dispatcher is not None
+        quorum = (self.settings.instance_queue_type or self.settings.queue_type) == "quorum"
+        arguments: dict[str, Any] = {"x-expires": int(_REPLY_QUEUE_EXPIRES * 1000)}
+        if quorum:
+            arguments["x-queue-type"] = "quorum"
+        with map_transport_errors():
+            channel = await self._channel(prefetch=_REPLY_PREFETCH)
+            declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
+            tag = await declared.consume(self._dispatcher.on_message, no_ack=False)
+
+        async def stop(delete: bool) -> None:
+            await _bounded(declared.cancel(tag))
+            if delete:
+                await _bounded(declared.delete(if_unused=False, if_empty=False))
+            await _bounded(channel.close())
+
+        return stop
 
     async def _unserved(self, receiver: str) -> bool:
         assert self._connection is not None

@@ -44,8 +44,11 @@ class PendingRequests:
     def add(
         self, message_id: str, on_progress: ProgressCallback | None = None
     ) -> asyncio.Future[Reply]:
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._futures[message_id] = future
+        # A future made earlier (``expect``) may already hold a reply that came first.
+        future = self._futures.get(message_id)
+        if future is None or future.cancelled():
+            future = asyncio.get_running_loop().create_future()
+            self._futures[message_id] = future
         if on_progress is not None:
             self._progress[message_id] = on_progress
         return future

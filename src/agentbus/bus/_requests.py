@@ -83,14 +83,15 @@ class Requester:
 
     async def send(
         self,
-        publisher: RequestPublisher,
+        publisher: RequestPublisher | None,
         envelope: RequestEnvelope,
         *,
         reply_to: str,
         timeout: float,
         on_progress: ProgressCallback | None,
     ) -> ResponseEnvelope:
-        """Publish ``envelope`` and return its response.
+        """Publish ``envelope`` and return its response; with no ``publisher``, only wait for
+        the response to ``envelope``, sent before.
 
         Raises:
             RemoteError: the receiver answered with an error envelope.
@@ -113,7 +114,10 @@ class Requester:
         check = self._arm_presence_check(envelope, future, timeout)
         try:
             async with asyncio.timeout(timeout), self.slots:
-                await publisher.publish(envelope, reply_to=reply_to, ttl=timeout, timeout=timeout)
+                if publisher is not None:
+                    await publisher.publish(
+                        envelope, reply_to=reply_to, ttl=timeout, timeout=timeout
+                    )
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code

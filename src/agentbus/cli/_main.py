@@ -15,8 +15,9 @@ from agentbus import __version__
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
+from agentbus.cli._asyncapi import team_asyncapi
 from agentbus.cli._calls import agents, plan, publish, request
-from agentbus.cli._context import print_json, settings_of
+from agentbus.cli._context import client_settings, print_json, settings_of
 from agentbus.cli._dashboard import dashboard
 from agentbus.cli._demo import demo_command
 from agentbus.cli._serve import leader, registry, run
@@ -74,9 +75,24 @@ def cli(
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["envelope", "plan"]), default="envelope")
-def schema(what: str) -> None:
-    """Print the JSON Schema (Draft 2020-12) of WHAT: the envelope (default) or a plan."""
+@click.argument("what", type=click.Choice(["envelope", "plan", "asyncapi"]), default="envelope")
+@click.argument("agents", nargs=-1, metavar="[MODULE:CLASS]...")
+@click.option("--registry", "registry_service", default="registry", show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
+@click.pass_context
+def schema(
+    ctx: click.Context, what: str, agents: tuple[str, ...], registry_service: str, timeout: float
+) -> None:
+    """Print the JSON Schema (Draft 2020-12) of WHAT: the envelope (default) or a plan.
+
+    WHAT asyncapi prints the AsyncAPI 3.0 document of a team's wire contract: of the agent
+    classes MODULE:CLASS given, or else of the team the registry knows on the broker (--url).
+    """
+    if what == "asyncapi":
+        print_json(team_asyncapi(client_settings(ctx), agents, registry_service, timeout))
+        return
+    if agents:
+        raise click.UsageError("MODULE:CLASS arguments go with asyncapi only")
     print_json(envelope_schema() if what == "envelope" else plan_schema())
 
 

@@ -24,7 +24,7 @@ from agentbus.envelopes import (
     ResponseEnvelope,
     utcnow,
 )
-from agentbus.leader._aggregate import Aggregate, SubtaskStatus
+from agentbus.leader._aggregate import Aggregate, SubtaskOutcome, SubtaskStatus
 from agentbus.leader._attempt import (
     Answered,
     AttemptResult,
@@ -34,17 +34,19 @@ from agentbus.leader._attempt import (
     SubtaskError,
 )
 from agentbus.leader._directory import SkillDirectory
+from agentbus.leader._durable import PlanJournal, Restored, Sent, restore_record
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
 from agentbus.leader._record import SubtaskRecord, tally
 
-__all__ = ["PlanRunner", "RunState"]
+__all__ = ["HANDED_OVER", "PLAN_CANCELLED", "PlanRunner", "RunState"]
 
 _log = get_logger("agentbus.leader")
 
 _LEADER_STOPPING: Final = "the leader is stopping"
-_PLAN_CANCELLED: Final = "the plan was cancelled by request"
+PLAN_CANCELLED: Final = "the plan was cancelled by request"
+HANDED_OVER: Final = "the leader is stopping: the plan goes on under another"
 
 
 class RunState(enum.Enum):
@@ -73,6 +75,9 @@ class PlanRunner:
         retry_base: float = 0.2,
         retry_cap: float = 5.0,
         rng: random.Random | None = None,
+        journal: PlanJournal | None = None,
+        restored: Restored | None = None,
+        reply_to: str | None = None,
     ) -> None:
         self.plan = plan
         self.state = RunState.PENDING
@@ -92,6 +97,9 @@ class PlanRunner:
         self._deadline: datetime | None = None
         self._spent: Counter[str] = Counter()  # what the answers so far used, by unit
         self._trace = current_trace()  # the run_plan request's, when a leader serves one
+        self._journal = journal
+        self._restored = restored or Restored(leader="")
+        self._reply_to = reply_to
         self._done = 0
         self._progress = ProgressStream(progress, plan_id=plan.id, total=len(plan.subtasks))
         self._log = _log.bind(plan_id=plan.id)
@@ -101,6 +109,10 @@ class PlanRunner:
             f"<PlanRunner plan_id={self.plan.id!r} state={self.state.value} "
             f"done={self._done}/{len(self._by_id)}>"
         )
+
+    def snapshot(self) -> tuple[int, list[SubtaskOutcome]]:
+        """How many subtasks have ended, and each one's outcome so far (a running plan)."""
+        return self._done, [record.outcome() for record in self._records.values()]
 
     def agent_offline(self, agent_id: str) -> None:
         """Move on at once from the work an agent reported offline was holding."""
@@ -130,14 +142,19 @@ class PlanRunner:
             try:
                 await self._schedule()
             except asyncio.CancelledError as exc:
-                # A cancel request for the plan, or the leader stopping.
-                reason = _PLAN_CANCELLED if CANCELLED_BY_REQUEST in exc.args else _LEADER_STOPPING
+                cancelled = CANCELLED_BY_REQUEST in exc.args  # a cancel request for the plan
+                if self._journal is not None and not cancelled:
+                    await self._hand_over()
+                    raise
+                reason = PLAN_CANCELLED if cancelled else _LEADER_STOPPING
                 # Everything launched, whether the graph still counts it or not.
                 self._graph.stop(reason)
                 await self._stop(Stop(reason, tuple(self._tasks)))
                 raise
         if self.state is RunState.RUNNING:
             self.state = RunState.FINISHED
+        if self._journal is not None:
+            await self._journal.flush()
         return tally(
             self.plan,
             self._records,
@@ -145,6 +162,16 @@ class PlanRunner:
             wall_time=time.monotonic() - started,
             error=self.stop_reason,
         )
+
+    async def _hand_over(self) -> None:
+        # A durable plan outlives this leader: its request goes back to the queue and
+        # another leader goes on from the journal, so the work in flight is left running.
+        self.state = RunState.STOPPED
+        self.stop_reason = HANDED_OVER
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _schedule(self) -> None:
         graph = self._graph
@@ -204,6 +231,10 @@ class PlanRunner:
 
     async def _execute(self, subtask: Subtask) -> None:
         record = self._records[subtask.id]
+        settled = self._restored.settled.get(subtask.id)
+        if settled is not None:  # another leader saw it end: not run again
+            self._take_over(record, settled)
+            return
         try:
             parameters = {
                 **subtask.parameters,
@@ -216,9 +247,13 @@ class PlanRunner:
         record.started = time.time()
         self._emit(record, "started")
         tried: set[str] = set()
+        in_flight = self._restored.in_flight.pop(subtask.id, None)
+        if in_flight is not None:  # another leader's attempt: asked again under its id
+            record.attempts = in_flight.attempt - 1
         while True:
             record.attempts += 1
-            result = await self._attempt(subtask, parameters, record, tried)
+            result = await self._attempt(subtask, parameters, record, tried, in_flight)
+            in_flight = None
             if isinstance(result, Answered):
                 self._results[subtask.id] = record.result = result.result
                 if result.usage:
@@ -237,7 +272,12 @@ class PlanRunner:
                 await asyncio.sleep(self._backoff(record.attempts))
 
     async def _attempt(
-        self, subtask: Subtask, parameters: dict[str, Any], record: SubtaskRecord, tried: set[str]
+        self,
+        subtask: Subtask,
+        parameters: dict[str, Any],
+        record: SubtaskRecord,
+        tried: set[str],
+        in_flight: Sent | None = None,
     ) -> AttemptResult:
         timeout = subtask.timeout
         left = self._seconds_left()
@@ -249,7 +289,7 @@ class PlanRunner:
             assert self.plan.budget is not None
             return Failed(SubtaskError.over_budget(dict(self._spent), self.plan.budget))
         try:
-            receiver = await self._receiver(subtask, tried)
+            receiver = in_flight.receiver if in_flight else await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
             return Failed(SubtaskError.of(exc))
         # Built from known-valid values (ids from the validated plan, the bus's own id):
@@ -267,11 +307,17 @@ class PlanRunner:
         if trace is not None:
             extra["trace"] = trace
         metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
+        fields: dict[str, Any] = {}
+        if self._journal is not None:  # the same id whichever leader sends it
+            fields["message_id"] = self._journal.message_id(subtask.id, record.attempts)
+            if in_flight is None:
+                await self._journal.sent(subtask.id, record.attempts, **fields, receiver=receiver)
         request = RequestEnvelope.model_construct(
             sender_id=self._bus.agent_id,
             receiver_id=receiver,
             payload=RequestPayload.model_construct(action=subtask.skill, parameters=parameters),
             metadata=metadata,
+            **fields,
         )
         result: AttemptResult | None = None
         try:
@@ -304,7 +350,9 @@ class PlanRunner:
 
         try:
             # Awaited in this task, no second one: agent_offline cancels this task.
-            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_progress)
+            reply = await self._bus.send_request(
+                request, timeout=timeout, on_progress=on_progress, reply_to=self._reply_to
+            )
             return Answered(reply.payload.result, reply.sender_id, _usage(reply))
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
@@ -313,6 +361,8 @@ class PlanRunner:
         except AgentBusError as exc:
             return Failed(SubtaskError.of(exc))
         except asyncio.CancelledError:
+            if self.stop_reason == HANDED_OVER:
+                raise
             if flight.offline and flight.task is not None and flight.task.uncancel() == 0:
                 # Cancelled by agent_offline alone: tell the holder to stop, move on.
                 await self._send_cancel(flight)
@@ -369,7 +419,17 @@ class PlanRunner:
         record.error = error
         record.ended = time.time()
         self._done += 1
+        if self._journal is not None:
+            self._journal.settled(record)
         self._emit(record, record.status.value, agent_id=agent_id, error=error)
+
+    def _take_over(self, record: SubtaskRecord, settled: dict[str, Any]) -> None:
+        restore_record(record, settled)
+        if record.status is SubtaskStatus.SUCCEEDED:
+            self._results[record.id] = record.result
+        self._spent.update(record.usage or {})
+        self._done += 1
+        self._emit(record, record.status.value, error=record.error)
 
     def _over_budget(self) -> bool:
         # Once one unit's cap is reached no attempt starts: like the deadline.

@@ -74,6 +74,7 @@ EXPECTED_LEADER = [
     "PlanClient",
     "PlanGraph",
     "PlanRunner",
+    "PlanState",
     "PlanStatus",
     "Progress",
     "ProgressReport",

@@ -20,13 +20,14 @@ from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import client_settings, print_json, settings_of
 from agentbus.cli._dashboard import dashboard
 from agentbus.cli._demo import demo_command
+from agentbus.cli._gateway import gateway, run_a2a
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
 from agentbus.leader import Plan
 
 __all__ = ["cli", "main"]
 
-_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo"})
+_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo", "gateway", "run-a2a"})
 
 
 def plan_schema() -> dict[str, Any]:
@@ -130,6 +131,8 @@ def demo(
 
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
+cli.add_command(gateway)
+cli.add_command(run_a2a)
 cli.add_command(dashboard)
 
 

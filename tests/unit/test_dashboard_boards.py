@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from agentbus import Agent, RemoteError, Settings, skill
@@ -211,3 +212,37 @@ async def test_changes_wake_waiters_with_the_topics_that_moved() -> None:
     changes.touch("plans")
     assert await waiting == ["plans"]
     assert await changes.wait(changes.versions(), timeout=0.01) == []
+
+
+async def test_a_durable_plan_cancelled_from_the_board_ends_and_is_not_handed_over() -> None:
+    """Cancel of a durable plan stops it like any other: cancelled, and 'ended' journaled."""
+    broker = MemoryBroker()
+    settings = Settings(shutdown_grace=0.2)
+
+    def bus(agent_id: str) -> MemoryBus:
+        return MemoryBus(broker, settings, agent_id=agent_id)
+
+    async with (
+        Registry(bus=bus("registry-1"), heartbeat_interval=0.1),
+        Leader(bus=bus("leader-1"), durable=True, heartbeat_interval=0.1),
+        Squarer(bus=bus("squarer-1"), heartbeat_interval=0.1),
+        bus("dashboard-1") as board_bus,
+        Dashboard(board_bus) as dashboard,
+    ):
+        plan = {"id": "lasting", "subtasks": [{"id": "h", "skill": "hang", "timeout": 30}]}
+        running = asyncio.create_task(PlanClient(board_bus).run(plan, timeout=10))
+
+        def started() -> bool:
+            plans = dashboard.plans.snapshot()["plans"]
+            return bool(plans) and plans[0]["counts"].get("running") == 1
+
+        await wait_until(started, timeout=5)
+        await dashboard.plans.cancel("lasting")
+        with pytest.raises(RemoteError, match="cancelled"):
+            await running
+        await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["done"] == 1, 5)
+    (view,) = dashboard.plans.snapshot()["plans"]
+    assert [s["status"] for s in view["subtasks"]] == ["cancelled"]
+    [journal] = broker.journals.values()
+    records = [record for _, body in journal for record in orjson.loads(body)["records"]]
+    assert [r["status"] for r in records if r["kind"] == "ended"] == ["failed"]

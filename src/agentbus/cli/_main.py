@@ -18,6 +18,7 @@ from agentbus._logging import configure_logging
 from agentbus.cli._asyncapi import team_asyncapi
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import client_settings, print_json, settings_of
+from agentbus.cli._dashboard import dashboard
 from agentbus.cli._demo import demo_command
 from agentbus.cli._gateway import gateway, run_a2a
 from agentbus.cli._serve import leader, registry, run
@@ -132,6 +133,7 @@ for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
 cli.add_command(gateway)
 cli.add_command(run_a2a)
+cli.add_command(dashboard)
 
 
 def main() -> None:

@@ -4,9 +4,11 @@ The bus agent fetches the A2A card, offers each A2A skill under the same name (w
 card's JSON Schemas when it carries agentbus's schema extension, else an object whose
 ``text`` goes as a text part and anything else as one data part), heartbeats like any agent,
 and forwards each request with the SDK's client. A working update's text is reported as
-progress (``report_progress``) and its data as partial results (``send_partial``), the
-artifacts are the result, a failed or rejected task an error envelope (its code when the
-status message carries one), and a bus ``cancel`` cancels the A2A task.
+progress (``report_progress``) and its data as partial results (``send_partial``), as is each
+streamed artifact chunk; the artifacts are the result (an artifact of text parts, as streamed
+in chunks, is one text; artifacts marked ``agentbus.partial`` are left out), a failed or
+rejected task an error envelope (its code when the status message carries one), and a bus
+``cancel`` cancels the A2A task.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from agentbus.agents import Agent, SkillSpec, report_progress, send_partial
 from agentbus.agents._skills import _Mark
 from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
+from agentbus.gateway._executor import PARTIAL_KEY
 from agentbus.gateway._parts import SKILL_KEY, from_json
 
 __all__ = ["RemoteA2AAgent"]
@@ -133,6 +136,9 @@ class RemoteA2AAgent(Agent):
                 elif kind == "status_update":
                     task_id = event.status_update.task_id
                     await self._progress(event.status_update.status)
+                elif kind == "artifact_update":
+                    task_id = event.artifact_update.task_id
+                    await send_partial(_result(list(event.artifact_update.artifact.parts)))
                 elif kind == "message":
                     return _result(list(event.message.parts))
             if task is None or task.status.state not in (
@@ -223,7 +229,9 @@ def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:
 def _outcome(task: a2a.Task) -> Any:
     state = task.status.state
     if state == a2a.TaskState.TASK_STATE_COMPLETED:
-        return _result([part for artifact in task.artifacts for part in artifact.parts])
+        results = [artifact for artifact in task.artifacts if not _partial(artifact)]
+        values = [_artifact_value(artifact) for artifact in results]
+        return values[0] if len(values) == 1 else values
     if state == a2a.TaskState.TASK_STATE_CANCELED:
         raise Cancelled("the A2A task was cancelled")
     parts = list(task.status.message.parts)
@@ -234,6 +242,18 @@ def _outcome(task: a2a.Task) -> Any:
     raise AgentBusError(
         message, code=code, details={"a2a_task": task.id, "a2a_state": a2a.TaskState.Name(state)}
     )
+
+
+def _artifact_value(artifact: a2a.Artifact) -> Any:
+    # Text parts only: one text, as chunks appended to it make it up; else each part's value.
+    parts = list(artifact.parts)
+    if len(parts) > 1 and all(part.HasField("text") for part in parts):
+        return "".join(part.text for part in parts)
+    return _result(parts)
+
+
+def _partial(artifact: a2a.Artifact) -> bool:
+    return artifact.HasField("metadata") and bool(MessageToDict(artifact.metadata).get(PARTIAL_KEY))
 
 
 def _result(parts: list[a2a.Part]) -> Any:

@@ -3,7 +3,8 @@
 ``in_progress`` replies and a plan's progress are status updates (``working``), in the order
 they came; a skill's partial results (``partial`` replies, and a plan's ``partial``
 transitions) are also chunks of an artifact of their own, appended one after the other and
-marked ``agentbus.partial`` in its metadata. The response is an artifact and ``completed``;
+marked ``agentbus.partial`` in its metadata. The response is an artifact (marked not
+partial) and ``completed``;
 an error envelope (or a bus error) is ``failed`` with a message carrying the wire error code.
 Cancelling a task sends the bus ``cancel`` to the agent holding the request (or on
 broadcast, before one is known).
@@ -37,7 +38,7 @@ __all__ = ["CALL_KEY", "PARTIAL_KEY", "BusExecutor", "error_message"]
 CALL_KEY = "agentbus.call"
 """Call-context state key: the ``BusCall`` the request handler made of the message."""
 PARTIAL_KEY = "agentbus.partial"
-"""Artifact metadata key, true on an artifact of partial results (the result comes apart)."""
+"""Artifact metadata key: true on an artifact of partial results, false on the result's."""
 
 _log = structlog.get_logger("agentbus.gateway")
 
@@ -109,7 +110,9 @@ class BusExecutor(AgentExecutor):
             reply = await self._request(bus, envelope, flight, updater, plan_id)
             if flight.cancelled:
                 return
-            await updater.add_artifact(result_parts(reply.payload.result), name=call.skill)
+            await updater.add_artifact(
+                result_parts(reply.payload.result), name=call.skill, metadata={PARTIAL_KEY: False}
+            )
             await updater.complete()
         except RemoteError as exc:
             if flight is None or not flight.cancelled:

@@ -60,7 +60,7 @@ def show_status(status: a2a.TaskStatus) -> None:
             continue
         data = part_value(part)
         step = data.get("plan_progress") if isinstance(data, dict) else None
-        if step is not None:
+        if step is not None and step["transition"] != "partial":  # the chunk is shown
             detail = step.get("detail") or {}
             extra = detail.get("message") or ("" if "chunk" in detail else step.get("agent_id"))
             say(

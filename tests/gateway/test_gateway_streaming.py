@@ -13,13 +13,14 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from a2a.types import a2a_pb2 as a2a
 from a2a_client import data_of, sdk_client, send, state_name, user_message
 from gateway_team import HEARTBEAT, KEY, Team, free_port, start_uvicorn, stop_uvicorn
 from google.protobuf.json_format import MessageToDict
 from readme_shell import ROOT
 
-from agentbus import Agent, report_progress, skill
+from agentbus import Agent, RemoteError, report_progress, skill
 from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.gateway import PARTIAL_KEY, RemoteA2AAgent
 from agentbus.leader import Leader
@@ -198,3 +199,33 @@ async def test_a_bus_skill_through_the_gateway_and_back_keeps_its_result_and_chu
     assert reply.result == ["ROUND", "TRIP"]
     chunks = [n.payload.result["chunk"] for n in notices if n.payload.result["state"] == "partial"]
     assert chunks == ["ROUND", "TRIP"]
+
+
+async def test_the_drafter_refuses_bad_sections_with_clear_errors(team: Team) -> None:
+    """Wrong types are refused on the bus by the card's schema; no sections by the server."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    server, serving = await start_uvicorn(drafter_app(url), port)
+    try:
+        await team.add(
+            await RemoteA2AAgent.from_url(
+                url, agent_id="drafter-1", settings=team.settings, heartbeat_interval=HEARTBEAT
+            )
+        )
+        errors = []
+        for sections in ("one heading", []):
+            with pytest.raises(RemoteError) as caught:
+                await team.client.request("drafter", "draft", {"sections": sections}, timeout=10)
+            errors.append(caught.value.envelope.payload)
+        still = {"sections": ["Still here"]}
+        reply = await team.client.request("drafter", "draft", still, timeout=10)
+    finally:
+        await stop_uvicorn(server, serving, force=True)
+    assert [(e.code, e.message) for e in errors] == [
+        (
+            "invalid_parameters",
+            "invalid parameters for 'draft': sections: 'one heading' is not of type 'array'",
+        ),
+        ("invalid_parameters", "no sections to draft"),
+    ]
+    assert reply.result == essay.section("Still here")

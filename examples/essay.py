@@ -63,7 +63,7 @@ class Drafter(Agent):
         """Markdown: each heading and a paragraph built from its words."""
         if not sections:
             raise InvalidParameters("no sections to draft")
-        return "\n\n".join(f"## {heading}\n\n{_paragraph(heading)}" for heading in sections)
+        return "\n\n".join(section(heading) for heading in sections)
 
 
 class Summarizer(Agent):
@@ -76,6 +76,11 @@ class Summarizer(Agent):
         paragraphs = [block.strip() for block in text.split("\n\n") if not block.startswith("#")]
         firsts = [block.split(". ")[0].rstrip(".") + "." for block in paragraphs if block]
         return Digest(summary=" ".join(firsts), sections=len(firsts), words=len(text.split()))
+
+
+def section(heading: str) -> str:
+    """One section of a draft: the heading and its paragraph, in Markdown."""
+    return f"## {heading}\n\n{_paragraph(heading)}"
 
 
 def _paragraph(heading: str) -> str:

@@ -10,54 +10,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shlex
 import signal
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 from gateway_team import delete_topology, free_port
+from readme_shell import readme_commands, until_ok
 
 from agentbus.bus import Topology
 
-ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- tested-by: tests/gateway/test_gateway_readme.py -->"
-RETRY_FOR = 20.0
-
-
-def readme_commands() -> list[str]:
-    """The commands of the shell block under this module's marker (one may span lines)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = re.search(re.escape(MARK) + r"\s*```sh\n(.*?)```", text, re.DOTALL)
-    assert found is not None, "the README has no block marked for this test"
-    commands, pending = [], ""
-    for line in found[1].replace("\\\n", " ").splitlines():
-        pending += line + "\n"
-        try:
-            shlex.split(pending, comments=True)
-        except ValueError:  # a quote still open: the command goes on
-            continue
-        commands.append(pending.strip())
-        pending = ""
-    return commands
-
-
-async def until_ok(line: str, cwd: Path, env: dict[str, str]) -> str:
-    """Run ``line`` in a shell until it exits 0 (within RETRY_FOR); return its output."""
-    deadline = time.monotonic() + RETRY_FOR
-    while True:
-        done = await asyncio.to_thread(
-            subprocess.run, line, shell=True, cwd=cwd, env=env, capture_output=True,
-            text=True, timeout=60, check=False,
-        )  # fmt: skip
-        if done.returncode == 0:
-            return done.stdout
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{line!r} exited {done.returncode}: {done.stderr[-2000:]}")
-        await asyncio.sleep(0.3)
 
 
 async def test_the_readme_gateway_block_runs_as_written(broker_url: str, tmp_path: Path) -> None:
@@ -75,7 +39,7 @@ async def test_the_readme_gateway_block_runs_as_written(broker_url: str, tmp_pat
     background: list[asyncio.subprocess.Process] = []
     outputs: list[str] = []
     try:
-        for line in [c.replace("8080", str(port)) for c in readme_commands()]:
+        for line in [c.replace("8080", str(port)) for c in readme_commands(MARK)]:
             words = shlex.split(line, comments=True)
             if not words:
                 continue
@@ -89,7 +53,7 @@ async def test_the_readme_gateway_block_runs_as_written(broker_url: str, tmp_pat
                 started = await asyncio.create_subprocess_exec(*words[:-1], cwd=tmp_path, env=env)
                 background.append(started)
             else:
-                outputs.append(await until_ok(line, tmp_path, env))
+                outputs.append((await until_ok(line, tmp_path, env)).stdout)
     finally:
         for process in background:
             if process.returncode is None:

@@ -1,9 +1,13 @@
 """The A2A executor of the gateway: a task is one bus request, its replies are the task's events.
 
-``in_progress`` replies and a plan's progress are status updates (``working``); the response is
-an artifact and ``completed``; an error envelope (or a bus error) is ``failed`` with a message
-carrying the wire error code. Cancelling a task sends the bus ``cancel`` to the agent holding
-the request (or on broadcast, before one is known).
+``in_progress`` replies and a plan's progress are status updates (``working``), in the order
+they came; a skill's partial results (``partial`` replies, and a plan's ``partial``
+transitions) are also chunks of an artifact of their own, appended one after the other and
+marked ``agentbus.partial`` in its metadata. The response is an artifact (marked not
+partial) and ``completed``;
+an error envelope (or a bus error) is ``failed`` with a message carrying the wire error code.
+Cancelling a task sends the bus ``cancel`` to the agent holding the request (or on
+broadcast, before one is known).
 """
 
 from __future__ import annotations
@@ -29,12 +33,23 @@ from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._tasks import OpenTasks
 from agentbus.leader import Progress
 
-__all__ = ["CALL_KEY", "BusExecutor", "error_message"]
+__all__ = ["CALL_KEY", "PARTIAL_KEY", "BusExecutor", "error_message"]
 
 CALL_KEY = "agentbus.call"
 """Call-context state key: the ``BusCall`` the request handler made of the message."""
+PARTIAL_KEY = "agentbus.partial"
+"""Artifact metadata key: true on an artifact of partial results, false on the result's."""
 
 _log = structlog.get_logger("agentbus.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """One partial result, for the artifact ``artifact_id``."""
+
+    artifact_id: str
+    name: str
+    parts: list[a2a.Part]
 
 
 @dataclass(slots=True)
@@ -95,7 +110,9 @@ class BusExecutor(AgentExecutor):
             reply = await self._request(bus, envelope, flight, updater, plan_id)
             if flight.cancelled:
                 return
-            await updater.add_artifact(result_parts(reply.payload.result), name=call.skill)
+            await updater.add_artifact(
+                result_parts(reply.payload.result), name=call.skill, metadata={PARTIAL_KEY: False}
+            )
             await updater.complete()
         except RemoteError as exc:
             if flight is None or not flight.cancelled:
@@ -128,16 +145,23 @@ class BusExecutor(AgentExecutor):
         updater: TaskUpdater,
         plan_id: str | None,
     ) -> ResponseEnvelope:
-        updates: asyncio.Queue[a2a.Message | None] = asyncio.Queue()
+        updates: asyncio.Queue[a2a.Message | _Chunk | None] = asyncio.Queue()
 
         def on_reply(reply: ResponseEnvelope) -> None:
             flight.holder = reply.sender_id
-            updates.put_nowait(_working({"in_progress": reply.payload.result}, updater))
+            report = reply.payload.result
+            if isinstance(report, dict) and report.get("state") == "partial":
+                updates.put_nowait(_Chunk("partial", "partial", result_parts(report.get("chunk"))))
+            else:
+                updates.put_nowait(_working({"in_progress": report}, updater))
 
         def on_plan(progress: Progress) -> None:
             updates.put_nowait(
                 _working({"plan_progress": progress.model_dump(mode="json")}, updater)
             )
+            if progress.transition == "partial" and progress.detail is not None:
+                name = f"{progress.subtask_id}.partial"
+                updates.put_nowait(_Chunk(name, name, result_parts(progress.detail.get("chunk"))))
 
         if plan_id is not None:
             self._callers.watch_plan(bus, plan_id, on_plan)
@@ -168,9 +192,21 @@ class BusExecutor(AgentExecutor):
             await _send_cancel(flight)
 
 
-async def _pump(updates: asyncio.Queue[a2a.Message | None], updater: TaskUpdater) -> None:
-    while (message := await updates.get()) is not None:
-        await updater.update_status(a2a.TaskState.TASK_STATE_WORKING, message=message)
+async def _pump(updates: asyncio.Queue[a2a.Message | _Chunk | None], updater: TaskUpdater) -> None:
+    # In arrival order: status updates, and each partial appended to its artifact.
+    started: set[str] = set()
+    while (update := await updates.get()) is not None:
+        if isinstance(update, _Chunk):
+            await updater.add_artifact(
+                update.parts,
+                artifact_id=update.artifact_id,
+                name=update.name,
+                metadata={PARTIAL_KEY: True},
+                append=update.artifact_id in started,
+            )
+            started.add(update.artifact_id)
+        else:
+            await updater.update_status(a2a.TaskState.TASK_STATE_WORKING, message=update)
 
 
 def _working(data: dict[str, Any], updater: TaskUpdater) -> a2a.Message:

@@ -4,9 +4,12 @@ The bus agent fetches the A2A card, offers each A2A skill under the same name (w
 card's JSON Schemas when it carries agentbus's schema extension, else an object whose
 ``text`` goes as a text part and anything else as one data part), heartbeats like any agent,
 and forwards each request with the SDK's client. A working update's text is reported as
-progress (``report_progress``) and its data as partial results (``send_partial``), the
-artifacts are the result, a failed or rejected task an error envelope (its code when the
-status message carries one), and a bus ``cancel`` cancels the A2A task.
+progress (``report_progress``), each streamed artifact chunk sent as a partial result
+(``send_partial``) unless marked ``agentbus.partial: false`` (a gateway's result). The
+artifacts are the result (an artifact of text parts, as streamed in chunks, is one text;
+artifacts marked ``agentbus.partial: true`` are left out), a failed or rejected task an
+error envelope (its code when the status message carries one), and a bus ``cancel``
+cancels the A2A task.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from agentbus.agents import Agent, SkillSpec, report_progress, send_partial
 from agentbus.agents._skills import _Mark
 from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
+from agentbus.gateway._executor import PARTIAL_KEY
 from agentbus.gateway._parts import SKILL_KEY, from_json
 
 __all__ = ["RemoteA2AAgent"]
@@ -133,6 +137,11 @@ class RemoteA2AAgent(Agent):
                 elif kind == "status_update":
                     task_id = event.status_update.task_id
                     await self._progress(event.status_update.status)
+                elif kind == "artifact_update":
+                    task_id = event.artifact_update.task_id
+                    artifact = event.artifact_update.artifact
+                    if _partial(artifact) is not False:  # not marked as the whole result
+                        await send_partial(_result(list(artifact.parts)))
                 elif kind == "message":
                     return _result(list(event.message.parts))
             if task is None or task.status.state not in (
@@ -151,15 +160,12 @@ class RemoteA2AAgent(Agent):
         return _outcome(task)
 
     async def _progress(self, status: a2a.TaskStatus) -> None:
-        # A working update's text is progress; its data is a part of the result.
+        # A working update's text is progress (parts of the result come as artifact chunks).
         if status.state != a2a.TaskState.TASK_STATE_WORKING:
             return
-        parts = list(status.message.parts)
-        text = " ".join(part.text for part in parts if part.HasField("text"))
+        text = " ".join(part.text for part in status.message.parts if part.HasField("text"))
         if text:
             await report_progress(message=text)
-        for data in get_data_parts(parts):
-            await send_partial(from_json(data))
 
     async def _cancel_remote(self, task_id: str) -> None:
         assert self._client is not None
@@ -223,7 +229,9 @@ def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:
 def _outcome(task: a2a.Task) -> Any:
     state = task.status.state
     if state == a2a.TaskState.TASK_STATE_COMPLETED:
-        return _result([part for artifact in task.artifacts for part in artifact.parts])
+        results = [artifact for artifact in task.artifacts if _partial(artifact) is not True]
+        values = [_artifact_value(artifact) for artifact in results]
+        return values[0] if len(values) == 1 else values
     if state == a2a.TaskState.TASK_STATE_CANCELED:
         raise Cancelled("the A2A task was cancelled")
     parts = list(task.status.message.parts)
@@ -234,6 +242,22 @@ def _outcome(task: a2a.Task) -> Any:
     raise AgentBusError(
         message, code=code, details={"a2a_task": task.id, "a2a_state": a2a.TaskState.Name(state)}
     )
+
+
+def _artifact_value(artifact: a2a.Artifact) -> Any:
+    # Text parts only: one text, as chunks appended to it make it up; else each part's value.
+    parts = list(artifact.parts)
+    if len(parts) > 1 and all(part.HasField("text") for part in parts):
+        return "".join(part.text for part in parts)
+    return _result(parts)
+
+
+def _partial(artifact: a2a.Artifact) -> bool | None:
+    # Whether an agentbus gateway marked the artifact partial (True) or the result (False).
+    if not artifact.HasField("metadata"):
+        return None
+    marked = MessageToDict(artifact.metadata).get(PARTIAL_KEY)
+    return marked if isinstance(marked, bool) else None
 
 
 def _result(parts: list[a2a.Part]) -> Any:

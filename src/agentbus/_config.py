@@ -43,9 +43,21 @@ class Settings(BaseSettings):
     shutdown_grace: float = Field(default=10.0, ge=0)
     queue_type: Literal["classic", "quorum"] = "classic"
     delivery_limit: int = Field(default=5, ge=1)
-    verify_sender: bool = False
+    verify_sender: bool | None = None
     """Set the AMQP user_id (the connection's user) on every publish, and refuse deliveries
-    without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``)."""
+    without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``).
+    None (the default): on whenever the broker identity is not the shared ``guest``."""
+    tls_ca_file: str | None = None
+    """PEM file of the CAs that sign the broker's certificate (``amqps://``); None: the
+    system's trusted CAs. The broker's certificate and host name are always verified."""
+    tls_cert_file: str | None = None
+    """PEM file of this client's certificate (``amqps://``), for brokers that ask for one."""
+    tls_key_file: str | None = None
+    """PEM file of the private key of ``tls_cert_file``; None: the key is in that file."""
+    auth_mechanism: Literal["auto", "plain", "external"] = "auto"
+    """How to log in: ``plain`` (the URL's user and password), ``external`` (the client
+    certificate's subject, RabbitMQ's EXTERNAL mechanism), or ``auto``: external when a
+    client certificate is set and the URL has no password, plain otherwise."""
 
 
 def mask_url(url: str) -> str:

@@ -18,6 +18,7 @@ from agentbus._exceptions import (
     ConfigurationError,
 )
 from agentbus._metrics import Metrics
+from agentbus.bus._admission import verifies_sender
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
@@ -168,7 +169,7 @@ class BaseBus(abc.ABC):
             dedup=self._dedup,
             stats=self.stats,
             max_size=self.settings.max_message_size,
-            verify_sender=self.settings.verify_sender,
+            verify_sender=verifies_sender(self.settings),
             delivery_limit=(
                 self.settings.delivery_limit if self.settings.queue_type == "classic" else None
             ),
@@ -197,6 +198,7 @@ class BaseBus(abc.ABC):
         dispatcher.request_handler = handler
         for action in broadcast_actions:
             await self._bind_instance(f"broadcast.request.{_checked(action, 'action')}")
+            dispatcher.broadcast_actions.add(action)
         if service is None:
             return
         if self.service is not None:
@@ -243,7 +245,7 @@ class BaseBus(abc.ABC):
             pattern=pattern,
             queue=self.topology.feed_queue(self.agent_id, name),
             handler=handler,
-            verify_sender=self.settings.verify_sender,
+            verify_sender=verifies_sender(self.settings),
             bus_stats=self.stats,
         )
         feed._started(await self._open_feed(feed, max_length))

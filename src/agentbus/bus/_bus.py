@@ -28,6 +28,7 @@ from agentbus.bus._feed import Feed
 from agentbus.bus._nodes import broker_nodes
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
+from agentbus.bus._tls import login_mechanism, tls_context
 
 __all__ = ["Bus", "connect"]
 
@@ -98,13 +99,21 @@ class Bus(BaseBus):
             raise BusClosed(f"{self!r} cannot be opened again")
         settings = self.settings
         nodes = broker_nodes(settings.url)
-        with map_connect_errors(mask_url(settings.url)):
+        context = tls_context(settings, nodes)
+        mechanism = login_mechanism(settings)
+        with map_connect_errors(
+            mask_url(settings.url),
+            secure=context is not None,
+            client_cert=settings.tls_cert_file is not None,
+        ):
             self._connection = await connect_to_nodes(
                 nodes,
                 timeout=settings.connect_timeout,
                 on_node=self._connected_to,
                 reconnect_interval=settings.reconnect_interval,
                 heartbeat=settings.heartbeat,
+                ssl_context=context,
+                auth=None if mechanism == "plain" else mechanism,
                 client_properties={"connection_name": f"agentbus:{self.agent_id}"},
             )
         try:

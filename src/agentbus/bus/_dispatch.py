@@ -74,6 +74,7 @@ class Dispatcher:
         self.agent_id = agent_id
         self.service: str | None = None
         self.verify_sender = verify_sender
+        self.broadcast_actions: set[str] = set()
         self.request_handler: RequestHandler | None = None
         self.event_handlers: list[tuple[str, EventHandler]] = []
         self._publisher = publisher
@@ -134,6 +135,7 @@ class Dispatcher:
             service=self.service,
             shared=shared,
             verify_sender=self.verify_sender,
+            broadcast_actions=self.broadcast_actions,
         )
         if reason is not None:
             return await self._refuse_admission(message, envelope, reason)

@@ -18,6 +18,7 @@ from agentbus._logging import configure_logging
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import print_json, settings_of
 from agentbus.cli._demo import demo_command
+from agentbus.cli._security import security_options, security_overrides
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
 from agentbus.leader import Plan
@@ -52,6 +53,7 @@ def plan_schema() -> dict[str, Any]:
     show_default="auto",
     help="Log lines as JSON, readable console text, or auto (console on a terminal).",
 )
+@security_options
 @click.pass_context
 def cli(
     ctx: click.Context, url: str | None, exchange: str | None, log_level: str, log_format: str
@@ -67,6 +69,7 @@ def cli(
     try:
         settings = Settings()
         overrides = {k: v for k, v in (("url", url), ("exchange", exchange)) if v is not None}
+        overrides.update(security_overrides(ctx))
         ctx.obj = Settings.model_validate({**settings.model_dump(), **overrides})
     except ValidationError as exc:
         raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc

@@ -1,0 +1,86 @@
+"""Fixtures for the security tier: certificates made here, a private node with a TLS listener.
+
+The node has a plain listener (for ``guest`` and the tests' own set-up) and a TLS one that
+asks every client for a certificate from the tests' CA; EXTERNAL logins take the user from
+the certificate's common name. Without ``rabbitmq-server`` the tier skips (fails under CI).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+from tls_support import CertificateAuthority
+
+from agentbus.testing.chaos import PrivateBroker, PrivateBrokerError, TlsListener, find_rabbitmq
+
+# RabbitMQ's x509 login: the EXTERNAL mechanism, the user from the subject's CN.
+TLS_CONFIG = {
+    "auth_mechanisms.1": "PLAIN",
+    "auth_mechanisms.2": "EXTERNAL",
+    "ssl_cert_login_from": "common_name",
+}
+TLS_PLUGINS = ("rabbitmq_auth_mechanism_ssl",)
+
+
+def _required() -> bool:
+    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
+    return flag not in (None, "", "0", "false")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under tests/security as ``security``."""
+    for item in items:
+        if f"{os.sep}security{os.sep}" in str(item.path):
+            item.add_marker(pytest.mark.security)
+
+
+@pytest.fixture(scope="session")
+def pki(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[CertificateAuthority, CertificateAuthority]:
+    """The tests' CA and a rogue CA the broker does not trust."""
+    directory = tmp_path_factory.mktemp("pki")
+    return CertificateAuthority(directory, "agentbus-test"), CertificateAuthority(
+        directory, "rogue"
+    )
+
+
+@pytest.fixture(scope="session")
+def ca(pki: tuple[CertificateAuthority, CertificateAuthority]) -> CertificateAuthority:
+    """The CA the TLS node trusts and that signed its certificate."""
+    return pki[0]
+
+
+@pytest.fixture(scope="session")
+def rogue_ca(pki: tuple[CertificateAuthority, CertificateAuthority]) -> CertificateAuthority:
+    """A CA nobody here trusts."""
+    return pki[1]
+
+
+@pytest.fixture(scope="session")
+def tls_node(ca: CertificateAuthority) -> Iterator[PrivateBroker]:
+    """A private node with a TLS listener that requires client certificates from ``ca``."""
+    if find_rabbitmq() is None:
+        message = "rabbitmq-server is not installed: no private TLS node for the security tier"
+        if _required():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    server = ca.server("localhost")
+    node = PrivateBroker(
+        f"agentbus-tls-{secrets.token_hex(2)}",
+        config=TLS_CONFIG,
+        plugins=TLS_PLUGINS,
+        tls=TlsListener(ca.ca_file, server.cert_file, server.key_file),
+    )
+    try:
+        node.start()
+    except PrivateBrokerError as exc:
+        node.stop()
+        pytest.fail(f"the private TLS node did not start: {exc}", pytrace=False)
+    try:
+        yield node
+    finally:
+        node.stop()

@@ -7,13 +7,19 @@ the certificate's common name. Without ``rabbitmq-server`` the tier skips (fails
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import ssl
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from tls_support import CertificateAuthority
 
+from agentbus import Settings
+from agentbus.security import definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker, PrivateBrokerError, TlsListener, find_rabbitmq
 
 # RabbitMQ's x509 login: the EXTERNAL mechanism, the user from the subject's CN.
@@ -84,3 +90,56 @@ def tls_node(ca: CertificateAuthority) -> Iterator[PrivateBroker]:
         yield node
     finally:
         node.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class SecuredTeam:
+    """A team whose broker users and permissions come from ``agentbus definitions``.
+
+    Services ``work`` and ``admin``; clients ``caller`` (calls work), ``caller-eu`` (calls
+    work: a name that extends ``caller``'s) and ``mallory`` (calls work, and nothing else).
+    Each logs in with a certificate from ``ca`` (EXTERNAL).
+    """
+
+    node: PrivateBroker
+    ca: CertificateAuthority
+    exchange: str
+    document: dict[str, Any]
+
+    def settings(self, user: str, **extra: Any) -> Settings:
+        """Settings of ``user``: the TLS URL, its certificate, this team's exchange."""
+        issued = self.ca.client(user)
+        values = {
+            "url": self.node.tls_url(),
+            "exchange": self.exchange,
+            "tls_ca_file": str(self.ca.ca_file),
+            "tls_cert_file": str(issued.cert_file),
+            "tls_key_file": str(issued.key_file),
+            "connect_timeout": 5.0,
+            **extra,
+        }
+        return Settings.model_validate(values)
+
+    def ssl_context(self, user: str) -> ssl.SSLContext:
+        """A TLS context presenting ``user``'s certificate, for raw aio-pika clients."""
+        issued = self.ca.client(user)
+        context = ssl.create_default_context(cafile=str(self.ca.ca_file))
+        context.load_cert_chain(issued.cert_file, issued.key_file)
+        return context
+
+
+@pytest.fixture(scope="session")
+def secured_team(
+    tls_node: PrivateBroker, ca: CertificateAuthority, tmp_path_factory: pytest.TempPathFactory
+) -> SecuredTeam:
+    """The generated definitions of the test team, imported into the TLS node."""
+    exchange = f"secure-{secrets.token_hex(3)}"
+    grants = team_grants(
+        ["work", "admin"],
+        clients={"caller": ["work"], "caller-eu": ["work"], "mallory": ["work"]},
+    )
+    document = definitions(grants, exchange=exchange, queue_type="classic")
+    path = tmp_path_factory.mktemp("definitions") / "definitions.json"
+    path.write_text(json.dumps(document))
+    tls_node.rabbitmqctl("import_definitions", str(path))
+    return SecuredTeam(tls_node, ca, exchange, document)

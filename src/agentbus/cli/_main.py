@@ -17,6 +17,7 @@ from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import print_json, settings_of
+from agentbus.cli._definitions import definitions_command
 from agentbus.cli._demo import demo_command
 from agentbus.cli._security import security_options, security_overrides
 from agentbus.cli._serve import leader, registry, run
@@ -107,6 +108,7 @@ def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int)
 
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
+cli.add_command(definitions_command)
 
 
 def main() -> None:

@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     """Set the AMQP user_id (the connection's user) on every publish, and refuse deliveries
     without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``).
     None (the default): on whenever the broker identity is not the shared ``guest``."""
+    audit: bool | None = None
+    """Record every admitted request and every refusal in the audit stream
+    (``<exchange>.audit``). True: declare the stream if it is missing; None (the default):
+    record if the stream exists (the generated definitions declare it); False: never."""
     tls_ca_file: str | None = None
     """PEM file of the CAs that sign the broker's certificate (``amqps://``); None: the
     system's trusted CAs. The broker's certificate and host name are always verified."""

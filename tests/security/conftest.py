@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import ssl
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
+from security_support import SecuredTeam
 from tls_support import CertificateAuthority
 
-from agentbus import Settings
 from agentbus.security import definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker, PrivateBrokerError, TlsListener, find_rabbitmq
 
@@ -90,42 +87,6 @@ def tls_node(ca: CertificateAuthority) -> Iterator[PrivateBroker]:
         yield node
     finally:
         node.stop()
-
-
-@dataclass(frozen=True, slots=True)
-class SecuredTeam:
-    """A team whose broker users and permissions come from ``agentbus definitions``.
-
-    Services ``work`` and ``admin``; clients ``caller`` (calls work), ``caller-eu`` (calls
-    work: a name that extends ``caller``'s) and ``mallory`` (calls work, and nothing else).
-    Each logs in with a certificate from ``ca`` (EXTERNAL).
-    """
-
-    node: PrivateBroker
-    ca: CertificateAuthority
-    exchange: str
-    document: dict[str, Any]
-
-    def settings(self, user: str, **extra: Any) -> Settings:
-        """Settings of ``user``: the TLS URL, its certificate, this team's exchange."""
-        issued = self.ca.client(user)
-        values = {
-            "url": self.node.tls_url(),
-            "exchange": self.exchange,
-            "tls_ca_file": str(self.ca.ca_file),
-            "tls_cert_file": str(issued.cert_file),
-            "tls_key_file": str(issued.key_file),
-            "connect_timeout": 5.0,
-            **extra,
-        }
-        return Settings.model_validate(values)
-
-    def ssl_context(self, user: str) -> ssl.SSLContext:
-        """A TLS context presenting ``user``'s certificate, for raw aio-pika clients."""
-        issued = self.ca.client(user)
-        context = ssl.create_default_context(cafile=str(self.ca.ca_file))
-        context.load_cert_chain(issued.cert_file, issued.key_file)
-        return context
 
 
 @pytest.fixture(scope="session")

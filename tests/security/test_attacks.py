@@ -18,6 +18,7 @@ from typing import Any
 import aio_pika
 import aiormq.exceptions
 import pytest
+from security_support import SecuredTeam
 
 import agentbus
 from agentbus import RequestEnvelope
@@ -32,7 +33,6 @@ from agentbus.envelopes import (
     decode,
     encode,
 )
-from conftest import SecuredTeam
 from waiting import wait_until
 
 pytestmark = pytest.mark.security

@@ -12,11 +12,11 @@ from typing import Any
 import aio_pika
 import aiormq.exceptions
 import pytest
+from security_support import SecuredTeam
 
 import agentbus
 from agentbus import AccessRefused, RequestEnvelope
 from agentbus.bus import Topology
-from conftest import SecuredTeam
 
 pytestmark = pytest.mark.security
 

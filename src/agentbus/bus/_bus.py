@@ -20,6 +20,7 @@ from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import NoAckConsumer
+from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
@@ -85,6 +86,7 @@ class Bus(BaseBus):
     ) -> None:
         super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics, dedup=dedup)
         self._connection: AbstractRobustConnection | None = None
+        self._audit: AuditTrail | None = None
         self._instance_queue: AbstractQueue | None = None
         self._service_consumers: list[tuple[AbstractQueue, str]] = []
 
@@ -172,9 +174,39 @@ class Bus(BaseBus):
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue
+        dispatcher.audit = self._audit = await self._open_audit()
         # Never cancelled by itself: closing the connection ends it, without a round trip
         # that a stalled network would hold up.
         await queue.consume(dispatcher.on_message, no_ack=False)
+
+    async def _open_audit(self) -> AuditTrail | None:
+        """Open the audit trail: per ``settings.audit``, if the stream is (or is made) there."""
+        wanted = self.settings.audit
+        if wanted is False:
+            return None
+        assert self._connection is not None
+        stream = self.topology.audit_stream
+        probe = await self._connection.channel(publisher_confirms=False)
+        try:
+            # Passive unless asked to make it: a missing stream closes only this channel.
+            await probe.declare_queue(
+                stream, durable=True, passive=not wanted, arguments={"x-queue-type": "stream"}
+            )
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return None
+        except aiormq.exceptions.ChannelPreconditionFailed:
+            pass  # there, declared otherwise (its own retention arguments): write to it
+        finally:
+            await _bounded(probe.close())
+        channel = await self._connection.channel(publisher_confirms=False)
+        trail = AuditTrail(
+            channel,
+            stream,
+            app_id=self._app_id,
+            user_id=publisher_user_id(self.settings, self.agent_id),
+        )
+        trail.start()
+        return trail
 
     async def _channel(self, prefetch: int | None = None) -> AbstractRobustChannel:
         assert self._connection is not None
@@ -292,6 +324,8 @@ class Bus(BaseBus):
         return set()
 
     async def _close_transport(self) -> None:
+        if self._audit is not None:
+            await self._audit.aclose()
         if self._connection is not None:
             await _bounded(self._connection.close())
 

@@ -13,6 +13,7 @@ import structlog
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus._logging import bind_delivery_ids
 from agentbus.bus._admission import Refusal, refusal
+from agentbus.bus._audit import AuditSink, audit_record
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
@@ -75,6 +76,7 @@ class Dispatcher:
         self.service: str | None = None
         self.verify_sender = verify_sender
         self.broadcast_actions: set[str] = set()
+        self.audit: AuditSink | None = None
         self.request_handler: RequestHandler | None = None
         self.event_handlers: list[tuple[str, EventHandler]] = []
         self._publisher = publisher
@@ -202,6 +204,8 @@ class Dispatcher:
             # finished one again from memory; a running one will answer by itself.
             self._stats.duplicates += 1
             self._stats.consumed_by[("request", "duplicate")] += 1
+            if self.audit is not None:
+                self._audit(request, message.user_id, "duplicate", None)
             if seen.reply is not None:
                 await self._try_reply(seen.reply, seen.reply_to)
             return Settle.ACK
@@ -216,9 +220,12 @@ class Dispatcher:
         self._stats.consumed_by[("request", "served")] += 1
         if isinstance(reply, ErrorEnvelope):
             self._stats.errors_sent[outcome] += 1
-        if self._stats.observer is not None:
+        if self._stats.observer is not None or self.audit is not None:
             seconds = time.perf_counter() - started
-            self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
+            if self._stats.observer is not None:
+                self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
+            if self.audit is not None:
+                self._audit(request, message.user_id, outcome, seconds)
         reply_to = message.reply_to
         # The work is done: remember its reply before sending it. If the channel closes
         # now (this task is cancelled) the redelivered request is answered with it, not
@@ -248,6 +255,21 @@ class Dispatcher:
             return Settle.REQUEUE
         self._stats.requests_served += 1
         return Settle.ACK
+
+    def _audit(
+        self, request: RequestEnvelope, user_id: str | None, outcome: str, seconds: float | None
+    ) -> None:
+        assert self.audit is not None
+        self.audit.append(
+            audit_record(
+                kind="request",
+                recorder=self.agent_id,
+                envelope=request,
+                user_id=user_id,
+                outcome=outcome,
+                seconds=seconds,
+            )
+        )
 
     async def _run(self, request: RequestEnvelope) -> Reply:
         deadline = request.metadata.deadline
@@ -317,6 +339,16 @@ class Dispatcher:
         # reply key unless the sender's identity is what is in doubt.
         self._stats.refused += 1
         self._stats.refused_by[reason] += 1
+        if self.audit is not None:
+            self.audit.append(
+                audit_record(
+                    kind="refusal",
+                    recorder=self.agent_id,
+                    envelope=envelope,
+                    user_id=message.user_id,
+                    outcome=reason.value,
+                )
+            )
         self._stats.consumed_by[(envelope.message_type, "refused")] += 1
         _log.warning(
             "delivery refused",

@@ -60,6 +60,10 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
     help="A user that serves nothing and calls S1, S2 (repeatable): an operator's CLI.",
 )
 @click.option(
+    "--auditor", multiple=True, metavar="USER", help="A user that may read the audit stream."
+)
+@click.option("--audit-max-age", default="7D", show_default=True, help="Audit retention.")
+@click.option(
     "--merge", metavar="JSON", help="Definitions to add (users, permissions...): inline or @file."
 )
 @click.option("--vhost", default="/", show_default=True, help="The virtual host.")
@@ -74,6 +78,8 @@ def definitions_command(
     members: tuple[str, ...],
     calls: tuple[str, ...],
     client: tuple[str, ...],
+    auditor: tuple[str, ...],
+    audit_max_age: str,
     merge: str | None,
     vhost: str,
     queue_type: str,
@@ -95,6 +101,7 @@ def definitions_command(
             [_service_name(m) for m in members],
             calls=_pairs(calls, "--calls"),
             clients=_pairs(client, "--client"),
+            auditors=auditor,
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
@@ -105,6 +112,7 @@ def definitions_command(
         queue_type=queue_type,
         delivery_limit=delivery_limit,
         users=not topology_only,
+        audit_max_age=audit_max_age,
         extra=extra,
     )
     print_json(document)

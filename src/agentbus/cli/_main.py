@@ -15,6 +15,7 @@ from agentbus import __version__
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
+from agentbus.cli._audit import audit_command
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import print_json, settings_of
 from agentbus.cli._definitions import definitions_command
@@ -109,6 +110,7 @@ def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int)
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
 cli.add_command(definitions_command)
+cli.add_command(audit_command)
 
 
 def main() -> None:

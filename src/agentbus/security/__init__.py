@@ -1,5 +1,6 @@
-"""Security across hosts: broker permissions generated for a team (and its audit trail)."""
+"""Security across hosts: broker permissions generated for a team, and its audit trail."""
 
+from agentbus.security._audit import AuditEntry, StreamOffset, read_audit
 from agentbus.security._definitions import Grant, definitions, team_grants
 
-__all__ = ["Grant", "definitions", "team_grants"]
+__all__ = ["AuditEntry", "Grant", "StreamOffset", "definitions", "read_audit", "team_grants"]

@@ -21,7 +21,7 @@ log in with a client certificate (EXTERNAL) until an operator sets one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agentbus._exceptions import ConfigurationError
@@ -35,6 +35,7 @@ LEADER: Final = "leader"
 _HASHING: Final = "rabbit_password_hashing_sha256"
 _DEFAULT_EXCHANGE: Final = r"amq\.default"  # replies go to reply_to queues through it
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
+_AUDIT_MAX_BYTES: Final = 10_000_000_000  # besides the age: a bound on the disk it takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class Grant:
         broadcasts: The actions it may broadcast as requests (``announce``, ``cancel``).
         calls_instances: Whether it may request any team instance directly (the
             registry's ``describe``).
+        audits: Whether it may read the audit stream.
     """
 
     user: str
@@ -55,6 +57,7 @@ class Grant:
     calls: frozenset[str] = field(default_factory=frozenset)
     broadcasts: frozenset[str] = field(default_factory=frozenset)
     calls_instances: bool = False
+    audits: bool = False
 
 
 def team_grants(
@@ -62,6 +65,7 @@ def team_grants(
     *,
     calls: Mapping[str, Iterable[str]] | None = None,
     clients: Mapping[str, Iterable[str]] | None = None,
+    auditors: Iterable[str] = (),
 ) -> list[Grant]:
     """Return the grants of a team: one per service, one per client.
 
@@ -69,6 +73,7 @@ def team_grants(
     any instance to ``describe`` itself; the ``leader`` calls every service and
     broadcasts ``cancel``. Other services call what ``calls`` gives them; a client (a user
     that serves nothing, such as the CLI of an operator) calls what ``clients`` gives it.
+    ``auditors`` may read the audit stream (a client of that name is added if needed).
 
     Raises:
         ConfigurationError: a name is not a valid id, is given twice, or a call names
@@ -108,7 +113,12 @@ def team_grants(
         )
     for client, wanted in (clients or {}).items():
         grants.append(Grant(user=client, calls=frozenset(wanted)))
-    return grants
+    readers = set(auditors)
+    for name in sorted(readers - set(users)):
+        if not is_valid_id(name):
+            raise ConfigurationError(f"{name!r} is not a valid user name")
+        grants.append(Grant(user=name))
+    return [replace(g, audits=True) if g.user in readers else g for g in grants]
 
 
 def definitions(
@@ -119,6 +129,7 @@ def definitions(
     queue_type: str = "quorum",
     delivery_limit: int = 5,
     users: bool = True,
+    audit_max_age: str = "7D",
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the definitions document of the team ``grants`` describe.
@@ -130,6 +141,7 @@ def definitions(
         queue_type: The service queues' type (``quorum`` or ``classic``).
         delivery_limit: The redeliveries a quorum service queue allows.
         users: Whether to add the users and their permissions (else the topology only).
+        audit_max_age: How long the audit stream keeps records (its retention policy).
         extra: Definitions an operator adds (users, permissions, topic permissions of
             clients that are not agents, ...): each list is appended to the document's.
     """
@@ -137,7 +149,7 @@ def definitions(
     services = [grant.service for grant in grants if grant.service is not None]
     document: dict[str, Any] = {
         "vhosts": [{"name": vhost}],
-        "policies": _policies(topology, vhost, delivery_limit),
+        "policies": _policies(topology, vhost, delivery_limit, audit_max_age),
         "exchanges": [
             _exchange(vhost, topology.exchange, "topic"),
             _exchange(vhost, topology.dead_letter_exchange, "fanout"),
@@ -149,6 +161,13 @@ def definitions(
                 "durable": True,
                 "auto_delete": False,
                 "arguments": {"x-max-length": _DEAD_LETTER_MAX_LENGTH, "x-overflow": "drop-head"},
+            },
+            {
+                "vhost": vhost,
+                "name": topology.audit_stream,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-queue-type": "stream"},
             },
             *(_service_queue(topology, vhost, s, queue_type, delivery_limit) for s in services),
         ],
@@ -221,12 +240,15 @@ def _permissions(grant: Grant, topology: Topology, vhost: str) -> dict[str, str]
         queues.append(e(topology.service_queue(grant.service)))
     exchanges = [e(topology.exchange), e(topology.dead_letter_exchange)]
     declared = [*exchanges, e(topology.dead_letter_queue), *queues]
+    readable = [*exchanges, *queues]
+    if grant.audits:
+        readable.append(e(topology.audit_stream))
     return {
         "user": grant.user,
         "vhost": vhost,
         "configure": f"^({'|'.join(declared)})$",
         "write": f"^({'|'.join([*declared, _DEFAULT_EXCHANGE])})$",
-        "read": f"^({'|'.join([*exchanges, *queues])})$",
+        "read": f"^({'|'.join(readable)})$",
     }
 
 
@@ -295,7 +317,9 @@ def _binding(vhost: str, source: str, destination: str, key: str) -> dict[str, A
     }
 
 
-def _policies(topology: Topology, vhost: str, delivery_limit: int) -> list[dict[str, Any]]:
+def _policies(
+    topology: Topology, vhost: str, delivery_limit: int, audit_max_age: str
+) -> list[dict[str, Any]]:
     e = _escape
     return [
         {
@@ -327,5 +351,13 @@ def _policies(topology: Topology, vhost: str, delivery_limit: int) -> list[dict[
             "apply-to": "queues",
             "priority": 1,
             "definition": {"max-length": _DEAD_LETTER_MAX_LENGTH, "overflow": "drop-head"},
+        },
+        {
+            "vhost": vhost,
+            "name": f"{topology.exchange}-audit",
+            "pattern": f"^{e(topology.audit_stream)}$",
+            "apply-to": "queues",
+            "priority": 1,
+            "definition": {"max-age": audit_max_age, "max-length-bytes": _AUDIT_MAX_BYTES},
         },
     ]

@@ -1,0 +1,155 @@
+"""The audit trail: a record of every admitted request and its outcome, and of every refusal.
+
+Records go to a RabbitMQ stream (``<exchange>.audit``, ``x-queue-type: stream``): a
+durable, replicated, append-only log that any number of readers replay from any offset
+or time (``agentbus audit``), kept as long as its retention policy says. A record says
+who (``sender_id``, the AMQP ``user_id``), what (``action``, ``receiver``), how it ended
+(``outcome``: ``success``, an error code, ``duplicate``, or the refusal's reason) and
+when and how long, with the request's ``message_id`` (its replies' correlation id) and
+its ``plan_id``; never its parameters or result.
+
+On the request path a record costs building a small dict and appending it to a buffer;
+a writer task publishes the buffer (no confirms) in order. Each record is published with
+the recorder's AMQP ``user_id`` when senders are verified, so a reader knows which
+broker user wrote it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+import orjson
+import structlog
+from aio_pika.abc import AbstractRobustChannel
+
+from agentbus.bus._amqp import basic_publish, message_properties
+
+__all__ = ["AUDIT_FORMAT", "AuditSink", "AuditTrail", "audit_record"]
+
+AUDIT_FORMAT: Final = 1
+"""The version of the record format (``v`` in each record)."""
+
+_log = structlog.get_logger("agentbus.bus")
+_PUBLISH_TIMEOUT: Final = 5.0
+
+
+class AuditSink(Protocol):
+    """Where the dispatcher appends audit records."""
+
+    def append(self, record: dict[str, Any]) -> None: ...
+
+
+def audit_record(
+    *,
+    kind: str,
+    recorder: str,
+    envelope: Any,
+    user_id: str | None,
+    outcome: str,
+    seconds: float | None = None,
+) -> dict[str, Any]:
+    """Build one audit record (``kind``: ``request`` or ``refusal``) of ``envelope``."""
+    payload = getattr(envelope, "payload", None)
+    metadata = getattr(envelope, "metadata", None)
+    extra: Mapping[str, Any] = getattr(metadata, "model_extra", None) or {}
+    return {
+        "v": AUDIT_FORMAT,
+        "at": datetime.now(UTC).isoformat(),
+        "kind": kind,
+        "recorder": recorder,
+        "sender_id": getattr(envelope, "sender_id", None),
+        "user_id": user_id,
+        "message_type": getattr(envelope, "message_type", None),
+        "action": getattr(payload, "action", None),
+        "receiver": getattr(envelope, "receiver_id", None),
+        "outcome": outcome,
+        "duration_ms": None if seconds is None else round(seconds * 1000, 3),
+        "message_id": getattr(envelope, "message_id", None),
+        "plan_id": extra.get("plan_id"),
+    }
+
+
+class AuditTrail:
+    """Publishes audit records to the stream, in order, from a writer task of its own."""
+
+    def __init__(
+        self, channel: AbstractRobustChannel, stream: str, *, app_id: str, user_id: str | None
+    ) -> None:
+        self.stream = stream
+        self.written = 0
+        self.failed = 0
+        self._channel = channel
+        self._app_id = app_id
+        self._user_id = user_id
+        self._buffer: deque[dict[str, Any]] = deque()
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def start(self) -> None:
+        """Start the writer task."""
+        self._writer = asyncio.create_task(self._write_forever(), name=f"audit:{self.stream}")
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Queue ``record`` for the stream; it is written soon, in order."""
+        self._buffer.append(record)
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        """Write what is buffered (a bounded wait), then stop the writer."""
+        self._closing = True
+        self._wake.set()
+        if self._writer is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                async with asyncio.timeout(_PUBLISH_TIMEOUT):
+                    await asyncio.shield(self._writer)
+            self._writer.cancel()
+        with contextlib.suppress(Exception):
+            await self._channel.close()
+
+    async def _write_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._buffer:
+                record = self._buffer[0]
+                try:
+                    await self._publish(record)
+                except Exception as exc:  # the connection is down: keep it, retry soon
+                    self.failed += 1
+                    _log.warning("audit record not written yet", error=repr(exc))
+                    if self._closing:
+                        return
+                    await asyncio.sleep(1.0)
+                    continue
+                self._buffer.popleft()
+                self.written += 1
+            if self._closing:
+                return
+
+    async def _publish(self, record: dict[str, Any]) -> None:
+        properties = message_properties(
+            app_id=self._app_id,
+            message_id=record["message_id"] or "",
+            message_type="audit",
+            timestamp=datetime.now(UTC),
+            correlation_id=None,
+            reply_to=None,
+            persistent=True,
+            ttl=None,
+            user_id=self._user_id,
+        )
+        await basic_publish(
+            self._channel,
+            exchange="",
+            routing_key=self.stream,
+            body=orjson.dumps(record),
+            properties=properties,
+            mandatory=False,
+            timeout=_PUBLISH_TIMEOUT,
+        )

@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     """Set the AMQP user_id (the connection's user) on every publish, and refuse deliveries
     without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``).
     None (the default): on whenever the broker identity is not the shared ``guest``."""
+    rate_limit: float | None = Field(default=None, gt=0)
+    """Requests a second each sender (broker user) may make of this bus's handlers, on
+    average; over it, a request is answered ``rate_limited`` and not run. None: no limit."""
+    rate_burst: int = Field(default=20, ge=1)
+    """Requests a sender may make at once, above ``rate_limit``'s average."""
     audit: bool | None = None
     """Record every admitted request and every refusal in the audit stream
     (``<exchange>.audit``). True: declare the stream if it is missing; None (the default):

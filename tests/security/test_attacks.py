@@ -108,7 +108,7 @@ async def _own_queue(
 ) -> aio_pika.abc.AbstractQueue:
     """The attacker's own instance queue (the only queues it may declare)."""
     name = Topology(team.exchange).instance_queue(agent_id)
-    return await channel.declare_queue(name, auto_delete=True)
+    return await channel.declare_queue(name, exclusive=True)
 
 
 async def _publish(
@@ -283,3 +283,40 @@ async def test_a_stray_reply_injected_into_a_requesters_queue_is_dropped(
     assert client.stats.replies_matched == 1
     if counter == "refused":
         assert client.stats.refused_by == {Refusal.SENDER_MISMATCH: 1}
+
+
+async def test_a_sender_over_its_rate_is_refused_and_others_are_served(
+    secured_team: SecuredTeam, raw: Connect
+) -> None:
+    """mallory floods work (burst 2): the rest answered rate_limited; caller still served."""
+    settings = secured_team.settings("work", rate_limit=0.2, rate_burst=2)
+    ran: list[str] = []
+
+    async def handler(request: RequestEnvelope) -> str:
+        ran.append(request.sender_id)
+        return "done"
+
+    async with (
+        agentbus.Bus(settings, agent_id="work-2") as server,
+        agentbus.Bus(secured_team.settings("caller"), agent_id="caller-2") as client,
+    ):
+        await server.serve(handler, service="work")
+        channel = await raw("mallory")
+        replies = await _own_queue(channel, secured_team, "mallory-8")
+        for _ in range(5):
+            await _publish(
+                channel,
+                secured_team.exchange,
+                _request("mallory-8"),
+                "agent.work.request",
+                user_id="mallory",
+                reply_to=replies.name,
+            )
+        answers = [await _answer(replies) for _ in range(5)]
+        honest = await client.request("work", "go", timeout=WAIT)
+
+    codes = sorted(a.payload.code if isinstance(a, ErrorEnvelope) else "ok" for a in answers)
+    assert codes == ["ok", "ok", "rate_limited", "rate_limited", "rate_limited"]
+    assert honest.result == "done"
+    assert ran == ["mallory-8", "mallory-8", "caller-2"]
+    assert server.stats.rate_limited == 3

@@ -24,6 +24,7 @@ from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._pending import PendingRequests, ProgressCallback
 from agentbus.bus._protocol import EnvelopePublisher
+from agentbus.bus._rates import SenderRates
 from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
@@ -174,6 +175,8 @@ class BaseBus(abc.ABC):
                 self.settings.delivery_limit if self.settings.queue_type == "classic" else None
             ),
         )
+        if self.settings.rate_limit is not None:
+            self._dispatcher.rates = SenderRates(self.settings.rate_limit, self.settings.rate_burst)
         return self._dispatcher
 
     def _can_publish(self) -> bool:

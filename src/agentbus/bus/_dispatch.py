@@ -18,6 +18,7 @@ from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
+from agentbus.bus._rates import SenderRates
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
 from agentbus.envelopes import (
@@ -77,6 +78,7 @@ class Dispatcher:
         self.verify_sender = verify_sender
         self.broadcast_actions: set[str] = set()
         self.audit: AuditSink | None = None
+        self.rates: SenderRates | None = None
         self.request_handler: RequestHandler | None = None
         self.event_handlers: list[tuple[str, EventHandler]] = []
         self._publisher = publisher
@@ -146,6 +148,10 @@ class Dispatcher:
             if counted is not None:
                 return counted
         if isinstance(envelope, RequestEnvelope):
+            if self.rates is not None:
+                wait = self.rates.allow(message.user_id or envelope.sender_id)
+                if wait:
+                    return await self._rate_limit(message, envelope, wait)
             if self.accepting:
                 return await self._serve(message, envelope)
             self._stats.consumed_by[("request", "turned_away")] += 1
@@ -254,6 +260,32 @@ class Dispatcher:
             _log.warning("reply not sent; request left for redelivery", error=str(exc))
             return Settle.REQUEUE
         self._stats.requests_served += 1
+        return Settle.ACK
+
+    async def _rate_limit(
+        self, message: IncomingMessage, request: RequestEnvelope, wait: float
+    ) -> Settle:
+        # Not run and not remembered: the same request sent again later is served.
+        self._stats.rate_limited += 1
+        self._stats.consumed_by[("request", "rate_limited")] += 1
+        self._stats.errors_sent[ErrorCode.RATE_LIMITED] += 1
+        if self.audit is not None:
+            self.audit.append(
+                audit_record(
+                    kind="refusal",
+                    recorder=self.agent_id,
+                    envelope=request,
+                    user_id=message.user_id,
+                    outcome=ErrorCode.RATE_LIMITED.value,
+                )
+            )
+        error = request.error(
+            ErrorCode.RATE_LIMITED,
+            "the sender is over its rate: retry later",
+            sender_id=self.agent_id,
+            details={"retry_after": round(wait, 3)},
+        )
+        await self._try_reply(error, message.reply_to)
         return Settle.ACK
 
     def _audit(

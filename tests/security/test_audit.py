@@ -103,12 +103,13 @@ async def test_one_record_per_request_and_refusal_replayable_after_a_restart(
     assert {r["outcome"] for r in refusals.values()} == {Refusal.CARBON_COPY.value}
     assert all(r["recorder"] == "svc-1" and r["action"] == "go" for r in records)
     assert all(r["duration_ms"] is not None for r in requests.values())
-    offsets = [entry.offset for entry in entries]
-    assert offsets == sorted(offsets)
+    positions = [entry.position for entry in entries]
+    assert positions == sorted(positions)
+    assert len(set(positions)) == 9
 
-    # A reader that read 4 and stopped starts again after its last offset: the rest.
+    # A reader that read 4 and stopped starts again after its last record: the rest.
     first = await _all(settings, limit=4)
-    rest = await _all(settings, start=first[-1].offset + 1)
+    rest = await _all(settings, after=first[-1].position)
     assert [e.record for e in first + rest] == records
     # From a time: everything after the run began, nothing from the future.
     assert len(await _all(settings, start=began - timedelta(seconds=1))) == 9
@@ -167,3 +168,27 @@ async def test_audit_off_writes_nothing_and_no_stream_means_off(tls_node: Privat
         await server.serve(handler, service="svc")
         await server.request("svc", "go", timeout=WAIT)
     assert len(await _all(settings)) == 1
+
+
+async def test_records_batched_under_load_are_each_read_once(tls_node: PrivateBroker) -> None:
+    """200 requests at once: records share stream messages, yet each is read exactly once,
+    and a reader that stops in the middle of a message reads on from the next record."""
+    settings = Settings(url=tls_node.url, exchange=f"audit-{secrets.token_hex(3)}", audit=True)
+
+    async def handler(request: RequestEnvelope) -> str:
+        return "ok"
+
+    async with agentbus.Bus(settings, agent_id="svc-1") as server:
+        await server.serve(handler, service="svc", prefetch=64)
+        async with agentbus.Bus(settings.model_copy(update={"audit": False})) as client:
+            replies = await asyncio.gather(
+                *(client.request("svc", "go", timeout=WAIT) for _ in range(200))
+            )
+
+    entries = await _all(settings)
+    ids = [entry.record["message_id"] for entry in entries]
+    assert sorted(ids) == sorted(reply.metadata.correlation_id for reply in replies)
+    assert len({entry.offset for entry in entries}) < 200, "some records shared a message"
+    shared = next(e for e in entries if e.index == 1)  # the second record of a message
+    resumed = await _all(settings, after=shared.position)
+    assert [e.record for e in resumed] == [e.record for e in entries[entries.index(shared) + 1 :]]

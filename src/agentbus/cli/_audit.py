@@ -47,6 +47,11 @@ async def audit_command(
     async for entry in read_audit(
         settings_of(ctx), start=_start(start), limit=count, idle=None if follow else idle
     ):
-        line = {"offset": entry.offset, "written_by": entry.written_by, **entry.record}
+        line = {
+            "offset": entry.offset,
+            "index": entry.index,
+            "written_by": entry.written_by,
+            **entry.record,
+        }
         sys.stdout.write(orjson.dumps(line).decode() + "\n")
         sys.stdout.flush()

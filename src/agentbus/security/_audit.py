@@ -19,7 +19,7 @@ from agentbus.bus._errors import map_connect_errors, map_transport_errors
 from agentbus.bus._nodes import broker_nodes
 from agentbus.bus._tls import login_mechanism, tls_context
 
-__all__ = ["AuditEntry", "StreamOffset", "read_audit"]
+__all__ = ["AuditEntry", "AuditPosition", "StreamOffset", "read_audit"]
 
 StreamOffset = Literal["first", "last", "next"] | int | datetime
 """Where to start: the oldest record kept, the last chunk, new ones only, an offset, a time."""
@@ -27,19 +27,30 @@ StreamOffset = Literal["first", "last", "next"] | int | datetime
 _PREFETCH = 256
 
 
+AuditPosition = tuple[int, int]
+"""Where a record is: its message's stream offset, and its index in that message."""
+
+
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One record of the audit stream, with its offset and the broker user that wrote it."""
+    """One record of the audit stream, where it is, and the broker user that wrote it."""
 
     offset: int
+    index: int
     record: dict[str, Any]
     written_by: str | None
+
+    @property
+    def position(self) -> AuditPosition:
+        """Where this record is: pass it as ``after`` to read on from the next one."""
+        return (self.offset, self.index)
 
 
 async def read_audit(
     settings: Settings,
     *,
     start: StreamOffset = "first",
+    after: AuditPosition | None = None,
     limit: int | None = None,
     idle: float | None = 2.0,
 ) -> AsyncIterator[AuditEntry]:
@@ -48,6 +59,8 @@ async def read_audit(
     Args:
         settings: The broker (and TLS) settings and the exchange whose stream to read.
         start: Where to start (RabbitMQ's ``x-stream-offset``).
+        after: Read on after this record (a reader's last ``position``), instead of
+            ``start``: a reader that stops and starts again misses and repeats nothing.
         limit: Stop after this many records.
         idle: Stop when no record came for this many seconds; None: follow forever.
 
@@ -81,7 +94,8 @@ async def read_audit(
                     "('agentbus definitions') or run agents with AGENTBUS_AUDIT=true"
                 ) from exc
         count = 0
-        async with queue.iterator(arguments={"x-stream-offset": start}) as messages:
+        origin = start if after is None else after[0]
+        async with queue.iterator(arguments={"x-stream-offset": origin}) as messages:
             while limit is None or count < limit:
                 try:
                     async with asyncio.timeout(idle):
@@ -89,12 +103,15 @@ async def read_audit(
                 except (TimeoutError, StopAsyncIteration):
                     return
                 await message.ack()
-                offset = (message.headers or {}).get("x-stream-offset")
-                yield AuditEntry(
-                    offset=offset if isinstance(offset, int) else -1,
-                    record=orjson.loads(message.body),
-                    written_by=message.user_id,
-                )
-                count += 1
+                found = (message.headers or {}).get("x-stream-offset")
+                offset = found if isinstance(found, int) else -1
+                records = orjson.loads(message.body)
+                for index, record in enumerate(records if isinstance(records, list) else []):
+                    if after is not None and (offset, index) <= after:
+                        continue
+                    if limit is not None and count >= limit:
+                        return
+                    yield AuditEntry(offset, index, record, message.user_id)
+                    count += 1
     finally:
         await connection.close()

@@ -210,10 +210,10 @@ class Dispatcher:
             # finished one again from memory; a running one will answer by itself.
             self._stats.duplicates += 1
             self._stats.consumed_by[("request", "duplicate")] += 1
-            if self.audit is not None:
-                self._audit(request, message.user_id, "duplicate", None)
             if seen.reply is not None:
                 await self._try_reply(seen.reply, seen.reply_to)
+            if self.audit is not None:
+                self._audit(request, message.user_id, "duplicate", None)
             return Settle.ACK
         started = time.perf_counter()
         try:
@@ -226,12 +226,19 @@ class Dispatcher:
         self._stats.consumed_by[("request", "served")] += 1
         if isinstance(reply, ErrorEnvelope):
             self._stats.errors_sent[outcome] += 1
-        if self._stats.observer is not None or self.audit is not None:
-            seconds = time.perf_counter() - started
-            if self._stats.observer is not None:
-                self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
+        seconds = time.perf_counter() - started
+        if self._stats.observer is not None:
+            self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
+        try:
+            return await self._answer(message, request, reply)
+        finally:
+            # After the answer, so the record's write never goes ahead of the reply.
             if self.audit is not None:
                 self._audit(request, message.user_id, outcome, seconds)
+
+    async def _answer(
+        self, message: IncomingMessage, request: RequestEnvelope, reply: Reply
+    ) -> Settle:
         reply_to = message.reply_to
         # The work is done: remember its reply before sending it. If the channel closes
         # now (this task is cancelled) the redelivered request is answered with it, not

@@ -33,6 +33,17 @@ def _required() -> bool:
     return flag not in (None, "", "0", "false")
 
 
+def _missing() -> str | None:
+    """Why the tier cannot run here, if it cannot (./scripts/ensure-tls-tier checks the same)."""
+    sbin = find_rabbitmq()
+    if sbin is None:
+        return "rabbitmq-server is not installed: no private TLS node for the security tier"
+    plugins = (sbin / "rabbitmq-server").resolve().parent.parent / "plugins"
+    if not any(plugins.glob("rabbitmq_auth_mechanism_ssl-*")):
+        return f"rabbitmq_auth_mechanism_ssl is not in {plugins}: no EXTERNAL login to test"
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test under tests/security as ``security``."""
     for item in items:
@@ -66,8 +77,8 @@ def rogue_ca(pki: tuple[CertificateAuthority, CertificateAuthority]) -> Certific
 @pytest.fixture(scope="session")
 def tls_node(ca: CertificateAuthority) -> Iterator[PrivateBroker]:
     """A private node with a TLS listener that requires client certificates from ``ca``."""
-    if find_rabbitmq() is None:
-        message = "rabbitmq-server is not installed: no private TLS node for the security tier"
+    message = _missing()
+    if message is not None:
         if _required():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ssl
 from pathlib import Path
 
@@ -101,3 +102,39 @@ def test_each_handshake_failure_says_which() -> None:
     assert "refused the client certificate" in str(said["reset, cert"])
     assert "is this a TLS port? use amqps://" in str(said["plain"])
     assert said["refused port"] is None, "a closed port is no TLS matter"
+
+
+def test_an_encrypted_key_is_refused_rather_than_prompted_for(tmp_path: Path) -> None:
+    """OpenSSL would prompt on the terminal for the pass phrase: a clear error instead."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "billing")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "c.pem", tmp_path / "c.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret-phrase"),
+        )
+    )
+    settings = Settings(url="amqps://h/", tls_cert_file=str(cert_file), tls_key_file=str(key_file))
+    with pytest.raises(ConfigurationError, match="is encrypted") as caught:
+        tls_context(settings, ("amqps://h/",))
+    assert "secret-phrase" not in str(caught.value)
+    assert connection_user(settings) == "billing", "the CN is the EXTERNAL user"

@@ -89,13 +89,25 @@ def tls_context(settings: Settings, nodes: tuple[str, ...]) -> ssl.SSLContext | 
         raise ConfigurationError(f"cannot load the CA file (tls_ca_file): {_reason(exc)}") from exc
     if settings.tls_cert_file:
         try:
-            context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+            # Never OpenSSL's own prompt for a pass phrase: an agent has no terminal.
+            context.load_cert_chain(
+                settings.tls_cert_file, settings.tls_key_file, password=_no_pass_phrase
+            )
+        except ConfigurationError:
+            raise
         except (OSError, ssl.SSLError) as exc:
             raise ConfigurationError(
                 f"cannot load the client certificate and key (tls_cert_file, tls_key_file): "
                 f"{_reason(exc)}"
             ) from exc
     return context
+
+
+def _no_pass_phrase() -> bytes:
+    raise ConfigurationError(
+        "the client key (tls_key_file) is encrypted: give agentbus an unencrypted key, "
+        "readable only by the agent's own user"
+    )
 
 
 def certificate_user(path: str) -> str:
@@ -168,7 +180,7 @@ def tls_failure(exc: BaseException, *, secure: bool, client_cert: bool) -> str |
                 f"the broker refused the client certificate ({reason}): it is not signed "
                 "by a CA the broker trusts"
             )
-        if reason in _CLIENT_CERT_MISSING:
+        if reason in _CLIENT_CERT_MISSING and not client_cert:
             return f"the broker requires a client certificate ({reason}): set tls_cert_file"
         return f"the TLS handshake failed ({reason or cause.strerror or type(cause).__name__})"
     return None

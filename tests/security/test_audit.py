@@ -66,10 +66,24 @@ async def _copy_to(url: str, exchange: str, sender: str) -> str:
     return request.message_id
 
 
+async def _garbage_to(url: str, exchange: str) -> str:
+    """Publish a JSON object that is no envelope to ``svc``; return its AMQP message id."""
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel()
+        target = await channel.get_exchange(exchange, ensure=False)
+        message_id = f"garbage-{secrets.token_hex(4)}"
+        body = orjson.dumps({"sender_id": "cli-1", "payload": [1, 2]})
+        await target.publish(aio_pika.Message(body, message_id=message_id), "agent.svc.request")
+    finally:
+        await connection.close()
+    return message_id
+
+
 async def test_one_record_per_request_and_refusal_replayable_after_a_restart(
     tls_node: PrivateBroker,
 ) -> None:
-    """7 requests (one failing) and 2 refusals: 9 records, read again in two halves."""
+    """7 requests (one failing), 2 refusals, 1 undecodable: 10 records, read again in parts."""
     settings = Settings(url=tls_node.url, exchange=f"audit-{secrets.token_hex(3)}", audit=True)
     began = datetime.now(UTC)
 
@@ -88,31 +102,35 @@ async def test_one_record_per_request_and_refusal_replayable_after_a_restart(
         with pytest.raises(agentbus.RemoteError, match="invalid_parameters"):
             await client.send_request(failing, timeout=WAIT)
         refused = [await _copy_to(tls_node.url, settings.exchange, "cli-1") for _ in range(2)]
+        garbage = await _garbage_to(tls_node.url, settings.exchange)
         await wait_until(lambda: server.stats.refused == 2, WAIT)
+        await wait_until(lambda: server.stats.dead_lettered == 3, WAIT)
 
     entries = await _all(settings)
     records = [entry.record for entry in entries]
     requests = {r["message_id"]: r for r in records if r["kind"] == "request"}
     refusals = {r["message_id"]: r for r in records if r["kind"] == "refusal"}
-    assert len(records) == 9, "exactly one record each"
+    assert len(records) == 10, "exactly one record each"
     assert set(requests) == {r.metadata.correlation_id for r in sent} | {failing.message_id}
-    assert set(refusals) == set(refused)
+    assert set(refusals) == {*refused, garbage}
+    assert refusals[garbage]["outcome"] == "invalid_envelope"
     assert all(set(r) == RECORD_KEYS for r in records), "no parameters, no results"
     assert [r["outcome"] for r in requests.values()].count("success") == 6
     assert requests[failing.message_id]["outcome"] == "invalid_parameters"
-    assert {r["outcome"] for r in refusals.values()} == {Refusal.CARBON_COPY.value}
-    assert all(r["recorder"] == "svc-1" and r["action"] == "go" for r in records)
+    assert {refusals[m]["outcome"] for m in refused} == {Refusal.CARBON_COPY.value}
+    assert all(r["recorder"] == "svc-1" for r in records)
+    assert all(r["action"] == "go" for r in records if r["message_id"] != garbage)
     assert all(r["duration_ms"] is not None for r in requests.values())
     positions = [entry.position for entry in entries]
     assert positions == sorted(positions)
-    assert len(set(positions)) == 9
+    assert len(set(positions)) == 10
 
     # A reader that read 4 and stopped starts again after its last record: the rest.
     first = await _all(settings, limit=4)
     rest = await _all(settings, after=first[-1].position)
     assert [e.record for e in first + rest] == records
     # From a time: everything after the run began, nothing from the future.
-    assert len(await _all(settings, start=began - timedelta(seconds=1))) == 9
+    assert len(await _all(settings, start=began - timedelta(seconds=1))) == 10
     assert await _all(settings, start="next") == []
 
 

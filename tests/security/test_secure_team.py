@@ -90,6 +90,9 @@ async def test_a_team_on_generated_permissions_over_tls_runs_a_plan(team: Secure
         if entry.record["kind"] == "request"
     ]
     served = {(r["recorder"], r["action"]) for r in records}
+    subtask = next(r for r in records if r["recorder"] == "text-1")
+    assert subtask["plan_id"] == aggregate.plan_id
+    assert subtask["user_id"] == "leader"
     assert ("text-1", "keywords") in served
     assert ("leader-1", "run_plan") in served
     assert ("registry-1", "list_agents") in served

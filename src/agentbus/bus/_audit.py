@@ -29,8 +29,16 @@ import structlog
 from aio_pika.abc import AbstractRobustChannel
 
 from agentbus.bus._amqp import basic_publish, message_properties
+from agentbus.envelopes import Envelope, RequestEnvelope
 
-__all__ = ["AUDIT_FORMAT", "AuditSink", "AuditTrail", "audit_record"]
+__all__ = [
+    "AUDIT_FORMAT",
+    "AuditSink",
+    "AuditTrail",
+    "audit_record",
+    "envelope_fields",
+    "raw_fields",
+]
 
 AUDIT_FORMAT: Final = 1
 """The version of the record format (``v`` in each record)."""
@@ -38,6 +46,7 @@ AUDIT_FORMAT: Final = 1
 _log = structlog.get_logger("agentbus.bus")
 _PUBLISH_TIMEOUT: Final = 5.0
 _BATCH: Final = 100
+_MAX_FIELD: Final = 255  # an undecodable message's fields are recorded only if short text
 
 
 class AuditSink(Protocol):
@@ -50,29 +59,59 @@ def audit_record(
     *,
     kind: str,
     recorder: str,
-    envelope: Any,
     user_id: str | None,
     outcome: str,
     seconds: float | None = None,
+    sender_id: str | None = None,
+    message_type: str | None = None,
+    action: str | None = None,
+    receiver: str | None = None,
+    message_id: str | None = None,
+    plan_id: str | None = None,
 ) -> dict[str, Any]:
-    """Build one audit record (``kind``: ``request`` or ``refusal``) of ``envelope``."""
-    payload = getattr(envelope, "payload", None)
-    metadata = getattr(envelope, "metadata", None)
-    extra: Mapping[str, Any] = getattr(metadata, "model_extra", None) or {}
+    """Build one audit record (``kind``: ``request`` or ``refusal``)."""
     return {
         "v": AUDIT_FORMAT,
         "at": datetime.now(UTC).isoformat(),
         "kind": kind,
         "recorder": recorder,
-        "sender_id": getattr(envelope, "sender_id", None),
+        "sender_id": sender_id,
         "user_id": user_id,
-        "message_type": getattr(envelope, "message_type", None),
-        "action": getattr(payload, "action", None),
-        "receiver": getattr(envelope, "receiver_id", None),
+        "message_type": message_type,
+        "action": action,
+        "receiver": receiver,
         "outcome": outcome,
         "duration_ms": None if seconds is None else round(seconds * 1000, 3),
-        "message_id": getattr(envelope, "message_id", None),
-        "plan_id": extra.get("plan_id"),
+        "message_id": message_id,
+        "plan_id": plan_id,
+    }
+
+
+def envelope_fields(envelope: Envelope) -> dict[str, Any]:
+    """The fields of a record that a decoded envelope gives (never its parameters)."""
+    extra: Mapping[str, Any] = envelope.metadata.model_extra or {}
+    plan_id = extra.get("plan_id")
+    return {
+        "sender_id": envelope.sender_id,
+        "message_type": envelope.message_type,
+        "action": envelope.payload.action if isinstance(envelope, RequestEnvelope) else None,
+        "receiver": envelope.receiver_id,
+        "message_id": envelope.message_id,
+        "plan_id": plan_id if isinstance(plan_id, str) else None,
+    }
+
+
+def raw_fields(raw: Mapping[str, Any], amqp_message_id: str | None) -> dict[str, Any]:
+    """The fields of a record that an undecodable message's JSON gives, where they are ids."""
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) and len(value) <= _MAX_FIELD else None
+
+    return {
+        "sender_id": text(raw.get("sender_id")),
+        "message_type": text(raw.get("message_type")),
+        "receiver": text(raw.get("receiver_id")),
+        "message_id": text(raw.get("message_id")) or amqp_message_id,
     }
 
 

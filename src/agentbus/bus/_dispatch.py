@@ -13,7 +13,7 @@ import structlog
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus._logging import bind_delivery_ids
 from agentbus.bus._admission import Refusal, refusal
-from agentbus.bus._audit import AuditSink, audit_record
+from agentbus.bus._audit import AuditSink, audit_record, envelope_fields, raw_fields
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
@@ -281,9 +281,9 @@ class Dispatcher:
                 audit_record(
                     kind="refusal",
                     recorder=self.agent_id,
-                    envelope=request,
                     user_id=message.user_id,
                     outcome=ErrorCode.RATE_LIMITED.value,
+                    **envelope_fields(request),
                 )
             )
         error = request.error(
@@ -303,10 +303,10 @@ class Dispatcher:
             audit_record(
                 kind="request",
                 recorder=self.agent_id,
-                envelope=request,
                 user_id=user_id,
                 outcome=outcome,
                 seconds=seconds,
+                **envelope_fields(request),
             )
         )
 
@@ -346,6 +346,16 @@ class Dispatcher:
 
     async def _refuse(self, message: IncomingMessage, exc: EnvelopeError) -> Settle:
         raw = exc.raw or {}
+        if self.audit is not None:
+            self.audit.append(
+                audit_record(
+                    kind="refusal",
+                    recorder=self.agent_id,
+                    user_id=message.user_id,
+                    outcome=exc.code,
+                    **raw_fields(raw, message.message_id),
+                )
+            )
         _log.warning(
             "undecodable message dead-lettered",
             error=exc.message,
@@ -383,9 +393,9 @@ class Dispatcher:
                 audit_record(
                     kind="refusal",
                     recorder=self.agent_id,
-                    envelope=envelope,
                     user_id=message.user_id,
                     outcome=reason.value,
+                    **envelope_fields(envelope),
                 )
             )
         self._stats.consumed_by[(envelope.message_type, "refused")] += 1

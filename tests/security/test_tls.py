@@ -7,6 +7,7 @@ client certificate, a user the broker no longer knows. No password or key reache
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from pathlib import Path
@@ -173,3 +174,36 @@ async def test_no_password_or_key_reaches_the_error_or_the_log(
     seen = caplog.text + str(error) + repr(error)
     assert password not in seen
     assert body[:40] not in seen
+
+
+async def test_revoking_a_connected_user_cuts_it_off(
+    tls_node: PrivateBroker, ca: CertificateAuthority
+) -> None:
+    """delete_user closes the user's connection; its reconnects are refused; nothing runs."""
+    server_user, _ = _user(tls_node)
+    client_user, _ = _user(tls_node)
+    server_settings = _external(tls_node, ca, server_user)
+    client_settings = _external(
+        tls_node, ca, client_user, exchange=server_settings.exchange, reconnect_interval=0.2
+    )
+    ran: list[str] = []
+
+    async def handler(request: agentbus.RequestEnvelope) -> str:
+        ran.append(request.sender_id)
+        return "ok"
+
+    async with (
+        agentbus.Bus(server_settings, agent_id=f"{server_user}-1") as server,
+        agentbus.Bus(client_settings, agent_id=f"{client_user}-1") as client,
+    ):
+        await server.serve(handler, service=server_user)
+        before = await client.request(server_user, "go", timeout=10)
+        await asyncio.to_thread(tls_node.delete_user, client_user)
+        with pytest.raises(agentbus.AgentBusError):
+            await client.request(server_user, "go", timeout=2)
+        # A window for something that must not happen: five reconnect intervals.
+        await asyncio.sleep(1.0)
+        assert client.stats.connections == 1, "no reconnect of a revoked user succeeds"
+
+    assert before.result == "ok"
+    assert ran == [f"{client_user}-1"]

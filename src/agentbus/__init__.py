@@ -30,7 +30,15 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import configure_logging
 from agentbus._metrics import Metrics
-from agentbus.agents import Agent, AgentCard, current_request, skill
+from agentbus.agents import (
+    Agent,
+    AgentCard,
+    current_request,
+    report_progress,
+    report_usage,
+    send_partial,
+    skill,
+)
 from agentbus.bus import Bus, Transport, connect
 from agentbus.envelopes import (
     Envelope,
@@ -90,5 +98,8 @@ __all__ = [
     "current_request",
     "decode",
     "encode",
+    "report_progress",
+    "report_usage",
+    "send_partial",
     "skill",
 ]

@@ -42,7 +42,18 @@ class Settings(BaseSettings):
     heartbeat: int = Field(default=5, ge=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
     queue_type: Literal["classic", "quorum"] = "classic"
+    instance_queue_type: Literal["classic", "quorum"] | None = None
+    """The instance queue's type (replies and direct requests); None: as ``queue_type``.
+    Quorum survives the loss of the node that holds it: replies are not dropped meanwhile."""
     delivery_limit: int = Field(default=5, ge=1)
+    durable_plans: bool = False
+    """Leaders journal each plan on the broker, so another leader finishes a plan whose
+    leader died (``Leader(durable=...)``, ``agentbus leader --durable``)."""
+    tracing: bool = False
+    """OpenTelemetry spans for sending, handling and plan steps (the ``otel`` extra)."""
+    trace_file: str | None = None
+    """With ``tracing``: append finished spans to this file as JSON lines, not to the
+    global OpenTelemetry provider (for tests and for a look without a collector)."""
     verify_sender: bool | None = None
     """Set the AMQP user_id (the connection's user) on every publish, and refuse deliveries
     without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``).

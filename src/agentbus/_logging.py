@@ -12,7 +12,7 @@ import orjson
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-__all__ = ["bind_delivery_ids", "configure_logging"]
+__all__ = ["bind_delivery_ids", "configure_logging", "get_logger"]
 
 _URL_PASSWORD: Final = re.compile(r"(amqps?://[^:/@\s]*:)[^@\s]*@")
 LogFormat = Literal["json", "console", "auto"]
@@ -93,6 +93,41 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
+
+
+class _LibraryLogger:
+    # agentbus's own loggers. Once structlog is configured (by configure_logging, by the
+    # application, by a test's capture_logs), they are structlog's. Until then they go
+    # through the standard library's logging, as a library's should: an application that
+    # configured nothing sees warnings and errors (logging's last resort), not debug lines.
+    __slots__ = ("_name", "_stdlib", "_structlog")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._structlog: Any = structlog.get_logger(name)
+        self._stdlib: Any = None
+
+    def __getattr__(self, method: str) -> Any:
+        if structlog.is_configured():
+            return getattr(self._structlog, method)
+        if self._stdlib is None:
+            self._stdlib = structlog.wrap_logger(
+                logging.getLogger(self._name),
+                processors=[
+                    structlog.contextvars.merge_contextvars,
+                    structlog.stdlib.filter_by_level,
+                    _scrub_secrets,
+                    structlog.dev.ConsoleRenderer(colors=False),
+                ],
+                wrapper_class=structlog.stdlib.BoundLogger,
+            )
+        return getattr(self._stdlib, method)
+
+
+def get_logger(name: str) -> Any:
+    """A logger for agentbus's module ``name``: structlog's once it is configured, else
+    the standard library's (quiet below WARNING unless the application says otherwise)."""
+    return _LibraryLogger(name)
 
 
 # The seam onto structlog.contextvars: the context variables it binds these keys to,

@@ -112,6 +112,12 @@ class Metrics:
             ["skill", "status"],
             registry=r,
         )
+        self.usage = Counter(
+            "agentbus_usage_total",
+            "What the skills this process served reported using, by service, action and unit.",
+            ["service", "action", "unit"],
+            registry=r,
+        )
         self._buses = _BusCollector()
         r.register(self._buses)
 

@@ -469,6 +469,74 @@ async def test_leader_restarted_mid_plan(
     assert replayed >= done_before, "the new leader did not re-run the plan from its start"
 
 
+@pytest.mark.parametrize(("shape", "count"), [("chain", 10), ("fan-out", 200)])
+async def test_durable_plan_survives_its_leader_killed(
+    private_broker: PrivateBroker,
+    agent_process: AgentLauncher,
+    open_bus: BusOpener,
+    chaos_exchange: str,
+    ledger: Ledger,
+    dedup_path: str,
+    team: Team,
+    shape: str,
+    count: int,
+) -> None:
+    """Durable leader SIGKILLed mid-plan: another takes it over from the journal; every
+    subtask's effect happens once with no help from the worker (no apply_once), the
+    requester gets one aggregate, and each subtask counts one attempt."""
+    url = private_broker.url
+    await team.workers(2, _settings(url, chaos_exchange, dedup_path=dedup_path), ledger)
+    leader = "agentbus.leader:Leader"
+    options = ("--heartbeat", "1")
+    durable = {"AGENTBUS_DURABLE_PLANS": "1"}
+    first = agent_process.start(
+        leader, "--id", "leader-1", *options, url=url, exchange=chaos_exchange, env=durable
+    )
+    await first.started()
+    client = await open_bus(url, **FAST)
+    work = {"skill": "work", "service": SERVICE, "timeout": 20, "parameters": {"seconds": 0.3}}
+    if shape == "chain":
+        subtasks = [{"id": "s0", **work}] + [
+            {"id": f"s{n}", **work, "depends_on": [f"s{n - 1}"]} for n in range(1, count)
+        ]
+        plan = Plan.model_validate({"subtasks": subtasks})
+    else:
+        work["parameters"] = {"seconds": 0.05}
+        subtasks = [{"id": f"s{n}", **work} for n in range(count)]
+        plan = Plan.model_validate({"subtasks": subtasks, "max_parallel": 8})
+    run = asyncio.create_task(PlanClient(client).run(plan, timeout=120))
+    half = 4 if shape == "chain" else count // 3
+    await wait_for(lambda: len(ledger.effects()) >= half, 30, f"{half} subtasks to be done")
+    first.kill()
+    killed = time.monotonic()
+    assert await first.exited(5) == -signal.SIGKILL
+    done_before = len(ledger.effects())
+    second = agent_process.start(
+        leader, "--id", "leader-2", *options, url=url, exchange=chaos_exchange, env=durable
+    )
+    async with asyncio.timeout(120):
+        aggregate = await run
+    finished_after = time.monotonic() - killed
+    for outcome in aggregate.subtasks:
+        succeeded = outcome.status is SubtaskStatus.SUCCEEDED
+        key = f"{plan.id}/{outcome.id}"
+        ledger.record_send(key, SendOutcome.CONFIRMED if succeeded else SendOutcome.FAILED)
+    report = await ledger.check(url=url, queues=[_service_queue(chaos_exchange)])
+
+    _show(
+        f"durable leader killed, {shape} of {count}",
+        report,
+        done_before_kill=done_before,
+        finished_after_kill=finished_after,
+    )
+    assert second.is_running
+    assert aggregate.status is PlanStatus.COMPLETED
+    assert all(o.status is SubtaskStatus.SUCCEEDED for o in aggregate.subtasks)
+    assert [o.attempts for o in aggregate.subtasks] == [1] * count
+    _assert_whole(report)
+    assert report.effects == count  # once each, though the workers apply every request
+
+
 async def test_requester_gone_before_the_reply(
     private_broker: PrivateBroker,
     open_bus: BusOpener,

@@ -2,7 +2,8 @@
 
 A real 3-node RabbitMQ cluster of private nodes (the chaos kit's ``PrivateCluster``,
 shared by the tier) serves a team: two ``LedgerWorker`` agents and a client, every bus
-given all three nodes (``url`` in kombu's ``;`` form), the service on a quorum queue.
+given all three nodes (``url`` in kombu's ``;`` form), the service and every instance
+(reply) queue on quorum queues.
 Under steady traffic a node is killed (-9), stopped, or killed and started again. The
 ledger then says what was lost or done twice, and a probe measures how long until a
 fresh request is answered again. Figures are printed: ``pytest -rP``.
@@ -41,17 +42,6 @@ RECONNECT = 0.5  # the reconnect interval of every bus here
 FAST: dict[str, Any] = {"reconnect_interval": RECONNECT, "heartbeat": 2, "queue_type": "quorum"}
 FLOWING_BOUND = 30.0  # a hang guard, not the target (under 5 s)
 PROBE_TIMEOUT = 2.0  # each probe request's own timeout
-# Found by this tier on RabbitMQ 3.10.8; each is the bus's to fix (src/agentbus/bus).
-AGENTS_NODE_LOST = (
-    "intermittent: the client's reply (instance) queue is classic and lived on the lost "
-    "node; until the bus declares it again on a live node, replies to it are dropped and "
-    "requests in flight time out (seen 1 run in 3 on a kill -9)"
-)
-REPLY_QUEUE_RACE = (
-    "with the dead-letter queue fixed, 1 run in 2 here: the client re-declares its reply "
-    "(instance) queue on the next node while the stopping node still holds it, and the "
-    "replies are then dropped ('the requester has gone')"
-)
 TRAFFIC = {"lanes": 4, "limit": 3000, "seconds": 0.02, "once": True, "timeout": 5}
 
 
@@ -130,7 +120,6 @@ def scene(
     return _Scene(private_cluster, cluster_exchange, ledger, dedup_path)
 
 
-@pytest.mark.xfail(reason=AGENTS_NODE_LOST, strict=False)
 async def test_agents_node_killed(scene: _Scene, team: Team, open_bus: BusOpener) -> None:
     """kill -9 of the node the agents are on: they fail over, 0 lost, 0 done twice."""
     producer = await scene.start(team, open_bus)
@@ -193,7 +182,6 @@ async def test_queue_leader_node_killed(
     _assert_whole(report, producer)
 
 
-@pytest.mark.xfail(reason=REPLY_QUEUE_RACE, strict=False)
 async def test_agents_node_stopped_gracefully(
     scene: _Scene, team: Team, open_bus: BusOpener
 ) -> None:
@@ -224,7 +212,6 @@ async def test_agents_node_stopped_gracefully(
     _assert_whole(report, producer)
 
 
-@pytest.mark.xfail(reason=AGENTS_NODE_LOST, strict=False)
 async def test_killed_node_restarted_rejoins(
     scene: _Scene, team: Team, open_bus: BusOpener
 ) -> None:

@@ -134,6 +134,8 @@ class Processes:
     processes: list[AgentProcess] = field(default_factory=list)
     clients: list[Bus] = field(default_factory=list)
     services: set[str] = field(default_factory=set)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Set in every process started from now on (after the AGENTBUS_* of the test's own)."""
 
     def command(self, *args: str) -> list[str]:
         return [
@@ -147,7 +149,7 @@ class Processes:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-        return env
+        return env | self.extra_env
 
     def agent(
         self, cls: str, agent_id: str, *options: str, heartbeat: float = INTERVAL

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
 
-from agentbus import Agent, skill
+from agentbus import Agent, report_progress, skill
 from agentbus.agents import current_request
 
 _log = structlog.get_logger("sample_agents")
@@ -27,6 +28,13 @@ class Alpha(Agent):
         """Sleep ``seconds``, then say so."""
         await asyncio.sleep(seconds)
         return f"slept {seconds:g}s"
+
+    @skill
+    async def spell(self, word: str) -> AsyncIterator[str]:
+        """Spell ``word`` letter by letter, saying how far it is."""
+        for n, letter in enumerate(word):
+            await report_progress(n / len(word), f"letter {n + 1} of {len(word)}")
+            yield letter
 
 
 class Beta(Agent):

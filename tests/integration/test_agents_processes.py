@@ -380,3 +380,25 @@ async def test_cli_publishes_an_event_nobody_listens_to_unless_a_listener_is_req
     assert required.stdout == ""
     [line] = required.stderr.strip().splitlines()
     assert line.startswith("agentbus: error:")
+
+
+async def test_cli_request_prints_a_skill_s_progress_and_parts_as_they_come(
+    procs: Processes,
+) -> None:
+    """`agentbus request` writes each progress update and partial result on stderr, in order."""
+    alpha = procs.agent("Alpha", "alpha-1")
+    await alpha.started()
+
+    done = await procs.cli("request", "alpha", "spell", "--params", '{"word": "bee"}', "--result")
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["b", "e", "e"]
+    updates = [line for line in done.stderr.splitlines() if line.startswith("alpha-1: ")]
+    assert updates == [
+        "alpha-1: progress 0% letter 1 of 3",
+        "alpha-1: partial #0: b",
+        "alpha-1: progress 33% letter 2 of 3",
+        "alpha-1: partial #1: e",
+        "alpha-1: progress 67% letter 3 of 3",
+        "alpha-1: partial #2: e",
+    ]

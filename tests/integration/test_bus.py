@@ -10,6 +10,8 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import aio_pika
+import aiormq.exceptions
 import pytest
 from helpers import BusFactory
 
@@ -79,3 +81,39 @@ async def test_invalid_service_name_is_refused(make_bus: BusFactory) -> None:
 
     with pytest.raises(ConfigurationError):
         await bus.serve(echo, service="has.dot")
+
+
+@pytest.mark.parametrize(
+    ("settings", "quorum"),
+    [
+        ({}, False),
+        ({"queue_type": "quorum"}, True),  # follows the service queues by default
+        ({"queue_type": "quorum", "instance_queue_type": "classic"}, False),
+        ({"instance_queue_type": "quorum"}, True),
+    ],
+)
+async def test_the_instance_queue_is_quorum_when_asked_and_answers_the_same(
+    make_bus: BusFactory,
+    raw_channel: aio_pika.abc.AbstractChannel,
+    settings: dict[str, Any],
+    quorum: bool,
+) -> None:
+    """A quorum instance queue (a cluster's replies survive a node) carries replies as before."""
+    server = await make_bus(**settings)
+    await server.serve(echo, service="typed")
+    client = await make_bus(**settings)
+
+    reply = await client.request("typed", "ping", {"n": 1}, timeout=10)
+
+    assert reply.result == {"echo": {"n": 1}, "action": "ping"}
+    name = client.topology.instance_queue(client.agent_id)
+    arguments = {
+        "x-expires": int(client.settings.instance_queue_expires * 1000),
+        "x-dead-letter-exchange": client.topology.dead_letter_exchange,
+    }
+    # The broker takes only an equivalent redeclaration: same type, same durability.
+    kind = {"x-queue-type": "quorum"} if quorum else {}
+    await raw_channel.declare_queue(name, durable=quorum, arguments=arguments | kind)
+    other = {} if quorum else {"x-queue-type": "quorum"}
+    with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed):
+        await raw_channel.declare_queue(name, durable=not quorum, arguments=arguments | other)

@@ -143,3 +143,33 @@ def test_demo_refuses_a_missing_path_in_one_line(tmp_path: Path, bad: str) -> No
     assert done.returncode == 2
     assert "does not exist" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "url", "fallback"),
+    [
+        ("--in-memory", None, False),
+        # Nothing listens there and it is not this host's: no broker to be had.
+        (None, "amqp://guest:guest@127.0.0.2:1/", True),
+    ],
+)
+def test_demo_without_a_broker_runs_the_team_in_memory(
+    tmp_path: Path, option: str | None, url: str | None, fallback: bool
+) -> None:
+    """--in-memory, or no broker to be had: the same report, from a team in one process."""
+    root = make_tree(tmp_path / "tree")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
+    if url is not None:
+        env["AGENTBUS_URL"] = url
+    argv = [str(AGENTBUS), "demo", str(root), *([option] if option else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| `judge` | `pkg/branchy.py:4` | 13 | C |" in done.stdout
+    assert "team of 7 agents ready" in done.stdout
+    assert done.stdout.rstrip().endswith("team stopped (7 agents, in this process)")
+    said = "no broker: the team runs in this process, on the in-memory bus" in done.stdout
+    assert said == fallback
+    if fallback:
+        assert "for the real thing: no RabbitMQ broker at amqp://guest:***@127.0.0.2:1/" in (
+            done.stdout
+        )

@@ -54,6 +54,9 @@ EXPECTED_TOP_LEVEL = [
     "current_request",
     "decode",
     "encode",
+    "report_progress",
+    "report_usage",
+    "send_partial",
     "skill",
 ]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -123,3 +125,48 @@ def test_delivery_ids_reach_a_log_line(capsys: pytest.CaptureFixture[str]) -> No
     [line] = json_lines(capsys.readouterr().err)
     assert (line["agent_id"], line["message_id"]) == ("agent-1", "m-1")
     assert line["correlation_id"] is None
+
+
+_LIBRARY_USER = """
+import asyncio, logging, sys
+from agentbus._logging import get_logger
+from agentbus.testing import MemoryBroker, MemoryBus
+
+async def main() -> None:
+    async with MemoryBus(MemoryBroker(), agent_id="quiet-1"):  # logs 'bus open' at debug
+        pass
+    get_logger("agentbus.bus").warning("something to see", url="amqp://u:hunter2@h/")
+    if sys.argv[1:] == ["configured"]:
+        from agentbus import configure_logging
+        configure_logging("debug", "json")
+        async with MemoryBus(MemoryBroker(), agent_id="loud-1"):
+            pass
+
+asyncio.run(main())
+"""
+
+
+def _run_library_user(*args: str) -> tuple[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_USER, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout, done.stderr
+
+
+def test_a_library_user_who_configured_nothing_sees_warnings_not_debug_lines() -> None:
+    """Unconfigured, agentbus logs through the standard library: warnings show, debug does not."""
+    out, err = _run_library_user()
+    assert out == ""
+    [line] = err.splitlines()
+    assert "something to see" in line
+    assert "amqp://u:***@h/" in line
+    assert "hunter2" not in err
+
+
+def test_configure_logging_takes_over_the_library_loggers() -> None:
+    """Loggers made before configure_logging write its format at its level afterwards."""
+    _, err = _run_library_user("configured")
+    events = [(line["event"], line.get("agent_id")) for line in json_lines(err)]
+    assert ("bus open", "loud-1") in events
+    assert all(agent != "quiet-1" for _, agent in events)

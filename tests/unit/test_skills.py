@@ -8,6 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentbus import Agent, ConfigurationError, InvalidParameters, skill
+from agentbus.testing import MemoryBroker, MemoryBus
 
 
 class Point(BaseModel):
@@ -114,6 +115,15 @@ def test_default_instance_id_is_name_plus_suffix() -> None:
     first, second = Geometry(), Geometry()
     assert first.id.startswith("geometry-")
     assert first.id != second.id
+
+
+def test_an_agent_on_a_given_bus_answers_to_the_bus_id() -> None:
+    """Agent(bus=...) takes its bus's id; an explicit id that differs is refused."""
+    bus = MemoryBus(MemoryBroker(), agent_id="geometry-7")
+    assert Geometry(bus=bus).id == "geometry-7"
+    assert Geometry(bus=bus, agent_id="geometry-7").id == "geometry-7"
+    with pytest.raises(ConfigurationError, match="differs from its bus's 'geometry-7'"):
+        Geometry(bus=bus, agent_id="geometry-8")
 
 
 def test_sync_skill_is_refused() -> None:

@@ -11,6 +11,12 @@ from agentbus.agents._heartbeat import (
     Heartbeat,
     OfflineNotice,
 )
+from agentbus.agents._reporting import (
+    PROGRESS_STATES,
+    report_progress,
+    report_usage,
+    send_partial,
+)
 from agentbus.agents._runner import run_until_signalled
 from agentbus.agents._skills import SkillSpec, skill
 
@@ -19,6 +25,7 @@ __all__ = [
     "AGENT_ONLINE",
     "ANNOUNCE",
     "HEARTBEAT",
+    "PROGRESS_STATES",
     "Agent",
     "AgentCard",
     "AgentStatus",
@@ -27,6 +34,9 @@ __all__ = [
     "SkillCard",
     "SkillSpec",
     "current_request",
+    "report_progress",
+    "report_usage",
     "run_until_signalled",
+    "send_partial",
     "skill",
 ]

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
-import structlog
-
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, ConfigurationError, UnknownAction
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.agents._card import AgentCard, SkillCard
 from agentbus.agents._heartbeat import (
@@ -26,9 +25,10 @@ from agentbus.agents._heartbeat import (
     Heartbeat,
     OfflineNotice,
 )
+from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.bus import Bus, Transport
-from agentbus.envelopes import RequestEnvelope, ResponseStatus, is_valid_id, utcnow
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, is_valid_id, utcnow
 
 __all__ = ["NOTIFY_START", "NOTIFY_START_AFTER", "Agent", "current_request"]
 
@@ -43,7 +43,7 @@ _HEARTBEAT_TTL_INTERVALS: Final = 3
 # its confirm would otherwise be awaited for the whole request timeout.
 _GOODBYE_TIMEOUT: Final = 2.0
 
-_log = structlog.get_logger("agentbus.agents")
+_log = get_logger("agentbus.agents")
 _current_request: contextvars.ContextVar[RequestEnvelope] = contextvars.ContextVar(
     "agentbus_current_request"
 )
@@ -111,9 +111,7 @@ class Agent:
             raise ConfigurationError(
                 f"{type(self).__name__}.name must be a service name of [A-Za-z0-9_-]{{1,128}}"
             )
-        self.id = agent_id or f"{self.name}-{secrets.token_hex(3)}"
-        if not is_valid_id(self.id) or self.id == self.name:
-            raise ConfigurationError(f"agent id {self.id!r} must be valid and differ from the name")
+        self.id = _instance_id(self.name, agent_id, bus)
         self.capacity = concurrency or self.concurrency
         if self.capacity < 1:
             raise ConfigurationError("concurrency must be at least 1")
@@ -199,7 +197,8 @@ class Agent:
         await self.stop()
 
     async def on_start(self) -> None:
-        """Run once the agent serves; override to subscribe to events and the like."""
+        """Run once the bus is open, before the first request is taken; override to
+        subscribe to events, open what the skills need, and the like."""
 
     async def on_stop(self) -> None:
         """Run after the agent drained, before it leaves; override to release resources."""
@@ -210,13 +209,14 @@ class Agent:
             self._bus = Bus(self.settings, agent_id=self.id, metrics=self.metrics)
         if not self._bus.is_open:
             await self._bus.open()
+        # Ready before the first request: one may be waiting in the queue already.
+        await self.on_start()
         await self._bus.serve(
             self._handle,
             service=self.name,
             prefetch=self.capacity,
             broadcast_actions=(ANNOUNCE, "cancel"),
         )
-        await self.on_start()
         await self.beat(full=True)
         self._heartbeat_task = asyncio.create_task(self._beat_forever())
         self._log.info("agent started", service=self.name, capacity=self.capacity)
@@ -300,9 +300,12 @@ class Agent:
         arguments = spec.bind(request.payload.parameters)
         async with self._slots:
             token = _current_request.set(request)
+            reporter = Reporter(request, self.id, self._send_progress)
+            reporting = reporter.bind()
             try:
-                task = asyncio.create_task(spec.method(self, **arguments))
+                task = asyncio.create_task(spec.run(self, arguments))
             finally:
+                Reporter.unbind(reporting)
                 _current_request.reset(token)
             work = _Work(action=action, task=task)
             self._work[request.message_id] = work
@@ -323,7 +326,19 @@ class Agent:
                 self._work.pop(request.message_id, None)
                 if notice is not None:
                     notice.cancel()
-        return spec.dump(result)
+        if not reporter.usage:
+            return spec.dump(result)
+        return self._with_usage(request, spec.dump(result), dict(reporter.usage))
+
+    def _with_usage(
+        self, request: RequestEnvelope, result: Any, usage: dict[str, float]
+    ) -> ResponseEnvelope:
+        # The response carries what the skill used; this process's metrics count it.
+        if self.metrics is not None:
+            for unit, amount in usage.items():
+                action = request.payload.action
+                self.metrics.usage.labels(self.name, action, unit).inc(amount)
+        return request.response(result, sender_id=self.id, metadata={"usage": usage})
 
     def _notify_start(self, request: RequestEnvelope, work: asyncio.Task[Any]) -> None:
         # Tells the requester which instance holds the work, so it can move the work on
@@ -335,15 +350,14 @@ class Agent:
             notice.add_done_callback(self._notices.discard)
 
     async def _send_start_notice(self, request: RequestEnvelope) -> None:
-        started = request.response(
-            {"agent_id": self.id, "state": "started"},
-            sender_id=self.id,
-            status=ResponseStatus.IN_PROGRESS,
-        )
+        await Reporter(request, self.id, self._send_progress).started()
+
+    async def _send_progress(self, update: ResponseEnvelope) -> None:
+        # Best effort, as the requester may have gone: the work goes on either way.
         try:
-            await self.bus.publish(started, persistent=False, mandatory=False)
+            await self.bus.publish(update, persistent=False, mandatory=False)
         except AgentBusError as exc:
-            self._log.info("start notice not sent", error=str(exc))
+            self._log.info("progress not sent", error=str(exc), state=update.payload.result)
 
     async def _ping(self, request: RequestEnvelope) -> dict[str, Any]:
         return {
@@ -369,3 +383,14 @@ class Agent:
     async def _announce(self, request: RequestEnvelope) -> dict[str, Any]:
         await self.beat(full=True)
         return {"agent_id": self.id}
+
+
+def _instance_id(service: str, agent_id: str | None, bus: Transport | None) -> str:
+    # A bus handed in already has the id its agent answers to.
+    chosen = agent_id or (bus.agent_id if bus is not None else None)
+    chosen = chosen or f"{service}-{secrets.token_hex(3)}"
+    if not is_valid_id(chosen) or chosen == service:
+        raise ConfigurationError(f"agent id {chosen!r} must be valid and differ from the name")
+    if bus is not None and bus.agent_id != chosen:
+        raise ConfigurationError(f"agent id {chosen!r} differs from its bus's {bus.agent_id!r}")
+    return chosen

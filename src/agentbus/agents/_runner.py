@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import structlog
-
+from agentbus._logging import get_logger
 from agentbus.agents._agent import Agent
 
 __all__ = ["run_until_signalled"]
 
-_log = structlog.get_logger("agentbus.agents")
+_log = get_logger("agentbus.agents")
 
 
 async def run_until_signalled(agent: Agent, *, grace: float | None = None) -> None:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import typing
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from agentbus._exceptions import ConfigurationError, InvalidParameters
+from agentbus.agents._reporting import send_partial
 from agentbus.envelopes import is_valid_id
 
 __all__ = ["SkillSpec", "collect_skills", "skill"]
 
-F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+F = TypeVar("F", bound=Callable[..., Any])
 
 _MARK: Final = "__agentbus_skill__"
 _MAX_REPORTED: Final = 5
@@ -42,7 +44,9 @@ def skill(
 
     Parameters are validated from the method's type hints; the result may be a
     pydantic model, a dict, a list or a scalar. The docstring's first line is
-    the skill's description unless ``description`` is given.
+    the skill's description unless ``description`` is given. An async generator
+    streams: each item it yields goes to the requester at once (``send_partial``),
+    and its result is the list of them.
 
     Args:
         func: The method (when used as a bare ``@skill``).
@@ -52,7 +56,9 @@ def skill(
 
     def mark(target: F) -> F:
         if not _is_async(target):
-            raise ConfigurationError(f"skill {target.__qualname__} must be an async method")
+            raise ConfigurationError(
+                f"skill {target.__qualname__} must be an async method or async generator"
+            )
         setattr(target, _MARK, _Mark(name, description))
         return target
 
@@ -63,14 +69,16 @@ def skill(
 
 def _is_async(target: object) -> bool:
     # A separate function, so the check does not narrow the decorated type for mypy.
-    return inspect.iscoroutinefunction(target)
+    return inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target)
 
 
 class SkillSpec:
     """One skill: its name, schemas, and how to validate a call and dump a result."""
 
-    def __init__(self, method: Callable[..., Coroutine[Any, Any, Any]], mark: _Mark) -> None:
+    def __init__(self, method: Callable[..., Any], mark: _Mark) -> None:
         self.method = method
+        self.streams = inspect.isasyncgenfunction(method)
+        """An async generator: its items go out as partial results, in order."""
         self.name = mark.name or method.__name__
         if not is_valid_id(self.name):
             raise ConfigurationError(f"skill name {self.name!r} is not a valid action name")
@@ -89,7 +97,12 @@ class SkillSpec:
             __config__=ConfigDict(extra="forbid"),
             **fields,
         )
-        self._result = TypeAdapter(hints.get("return", Any))
+        returned = hints.get("return", Any)
+        self._chunk: TypeAdapter[Any] | None = None
+        if self.streams:
+            self._chunk = TypeAdapter(_item_type(returned))
+            returned = list[_item_type(returned)]  # type: ignore[misc]
+        self._result = TypeAdapter(returned)
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -127,6 +140,30 @@ class SkillSpec:
     def dump(self, result: Any) -> Any:
         """Return the result as JSON-compatible data."""
         return self._result.dump_python(result, mode="json")
+
+    async def run(self, agent: Any, arguments: dict[str, Any]) -> Any:
+        """Call the skill on ``agent``; a streaming one sends each item as it comes."""
+        if self._chunk is None:
+            return await self.method(agent, **arguments)
+        items = []
+        async for item in self.method(agent, **arguments):
+            await send_partial(self._chunk.dump_python(item, mode="json"))
+            items.append(item)
+        return items
+
+
+_STREAMS: Final = (
+    collections.abc.AsyncIterator,
+    collections.abc.AsyncIterable,
+    collections.abc.AsyncGenerator,
+)
+
+
+def _item_type(returned: Any) -> Any:
+    # AsyncIterator[T], AsyncIterable[T], AsyncGenerator[T, None] -> T; anything else: Any.
+    if typing.get_origin(returned) in _STREAMS:
+        return typing.get_args(returned)[0]
+    return Any
 
 
 def collect_skills(cls: type) -> dict[str, SkillSpec]:

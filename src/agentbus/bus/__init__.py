@@ -7,11 +7,13 @@ from agentbus.bus._bus import Bus, connect
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
+from agentbus.bus._journal import Journal
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
+from agentbus.bus._trace import current_trace
 
 __all__ = [
     "DEFAULT_FEED_LENGTH",
@@ -25,6 +27,7 @@ __all__ = [
     "FeedHandler",
     "FeedState",
     "FeedStats",
+    "Journal",
     "ProgressCallback",
     "Refusal",
     "RequestHandler",
@@ -32,6 +35,7 @@ __all__ = [
     "Topology",
     "Transport",
     "connect",
+    "current_trace",
     "reply_routing_key",
     "routing_key",
     "topic_matches",

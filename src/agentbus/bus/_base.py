@@ -10,18 +10,19 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
 
-import structlog
-
 from agentbus._config import Settings
 from agentbus._exceptions import (
     BusClosed,
     ConfigurationError,
 )
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
+from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._admission import verifies_sender
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
+from agentbus.bus._journal import Journal
 from agentbus.bus._pending import PendingRequests, ProgressCallback
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._rates import SenderRates
@@ -29,11 +30,13 @@ from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology
+from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
     BROADCAST,
     Envelope,
     EventEnvelope,
     EventPayload,
+    Metadata,
     RequestEnvelope,
     ResponseEnvelope,
     is_valid_id,
@@ -42,7 +45,7 @@ from agentbus.envelopes import (
 
 __all__ = ["BaseBus"]
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class BaseBus(abc.ABC):
@@ -64,6 +67,8 @@ class BaseBus(abc.ABC):
                 f"agent id {self.agent_id!r} is not valid: use 1 to 128 of [A-Za-z0-9_-]"
             )
         self.topology = Topology(self.settings.exchange)
+        if self.settings.tracing and not tracing_enabled():
+            enable_tracing(trace_file=self.settings.trace_file)
         self.stats = BusStats()
         self.service: str | None = None
         self._app_id = app_id
@@ -144,6 +149,15 @@ class BaseBus(abc.ABC):
 
         Return what stops consuming it.
         """
+
+    @abc.abstractmethod
+    async def _open_journal(self, queue: str, max_age: str) -> Journal:
+        """Declare the journal's stream (or find it again) and return it."""
+
+    @abc.abstractmethod
+    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+        """Declare a durable reply queue and take its replies; return what stops that
+        (and deletes the queue, when told to)."""
 
     @abc.abstractmethod
     async def _unserved(self, receiver: str) -> bool:
@@ -255,6 +269,41 @@ class BaseBus(abc.ABC):
         self._feeds.append(feed)
         return feed
 
+    async def journal(self, name: str, *, max_age: str = "7D") -> Journal:
+        """Open the journal ``name``: an append-only log every process reads back.
+
+        On RabbitMQ a stream, kept ``max_age`` (``7D``, ``12h``: the stream's
+        ``x-max-age``) and replicated on a cluster.
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid id.
+            BusClosed: the bus is not open.
+        """
+        self._require_open()
+        queue = self.topology.journal_queue(_checked(name, "journal name"))
+        return await self._open_journal(queue, max_age)
+
+    async def reply_queue(
+        self, name: str, *, expect: Iterable[str] = ()
+    ) -> Callable[[bool], Awaitable[None]]:
+        """Declare the durable reply queue ``name`` and take the replies that reach it.
+
+        A request sent with ``reply_to=`` that queue is answered there; a bus that opens
+        the same queue later (another process, after this one died) gets the answers that
+        came meanwhile. ``expect``: ids of requests sent before whose answers may wait
+        there already; each is kept for this bus's ``send_request`` under that id.
+        Returns what stops taking them: ``await stop(True)`` also deletes the queue.
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid id.
+            BusClosed: the bus is not open.
+        """
+        self._require_open()
+        queue = self.topology.reply_queue(_checked(name, "name"))
+        for message_id in expect:
+            self._pending.add(message_id)
+        return await self._open_reply_queue(queue)
+
     async def publish(
         self,
         envelope: Envelope,
@@ -295,8 +344,12 @@ class BaseBus(abc.ABC):
         *,
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResponseEnvelope:
         """Send a request to an instance or service and wait for its response.
+
+        ``on_progress`` is called with every ``in_progress`` response that comes first:
+        the skill's start, its progress and its partial results, in order.
 
         Raises:
             RemoteError: the receiver answered with an error envelope.
@@ -308,7 +361,10 @@ class BaseBus(abc.ABC):
                 as one draining does, is waited for).
         """
         timeout = timeout if timeout is not None else self.settings.request_timeout
-        deadline = {"deadline": utcnow() + timedelta(seconds=timeout)}
+        deadline: dict[str, Any] = {"deadline": utcnow() + timedelta(seconds=timeout)}
+        trace = current_trace()
+        if trace is not None and not (metadata and "trace" in metadata):
+            deadline["trace"] = trace
         # One validation of plain dicts: cheaper than building the three models one by one.
         envelope = RequestEnvelope.model_validate(
             {
@@ -318,7 +374,7 @@ class BaseBus(abc.ABC):
                 "metadata": metadata | deadline if metadata else deadline,
             }
         )
-        return await self.send_request(envelope, timeout=timeout)
+        return await self.send_request(envelope, timeout=timeout, on_progress=on_progress)
 
     async def send_request(
         self,
@@ -326,19 +382,24 @@ class BaseBus(abc.ABC):
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        reply_to: str | None = None,
+        sent: bool = False,
     ) -> ResponseEnvelope:
         """Publish a built request and wait for the response correlated to it.
 
         ``on_progress`` is called with every ``in_progress`` response that comes first.
+        ``reply_to`` names a queue of ``reply_queue`` for the answer (default: this
+        instance's). ``sent``: the request went out before (from this process or one
+        that died) to that reply queue; only wait for its answer.
         Works while the bus drains, so a handler can finish work that needs requests.
         """
         publisher = self._require_publisher()
         # Replies come straight to this instance's queue (the default exchange), not
         # through the topic exchange's bindings: one less routing step.
         return await self._requests.send(
-            publisher,
+            None if sent else publisher,
             envelope,
-            reply_to=self.topology.instance_queue(self.agent_id),
+            reply_to=reply_to or self.topology.instance_queue(self.agent_id),
             timeout=timeout if timeout is not None else self.settings.request_timeout,
             on_progress=on_progress,
         )
@@ -365,6 +426,7 @@ class BaseBus(abc.ABC):
             sender_id=self.agent_id,
             receiver_id=receiver,
             payload=EventPayload(event_name=event_name, event_data=data or {}),
+            metadata=Metadata(trace=current_trace()),
         )
         await self.publish(envelope, persistent=persistent, ttl=ttl, mandatory=mandatory)
         return envelope

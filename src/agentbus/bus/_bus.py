@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, Self
 
 import aiormq.exceptions
-import structlog
 from aio_pika.abc import (
     AbstractQueue,
     AbstractRobustChannel,
@@ -17,6 +16,7 @@ from aio_pika.abc import (
 
 from agentbus._config import Settings, mask_url
 from agentbus._exceptions import AgentBusError, BusClosed
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import NoAckConsumer
@@ -26,6 +26,7 @@ from agentbus.bus._dedup import DedupStore
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
 from agentbus.bus._failover import connect_to_nodes
 from agentbus.bus._feed import Feed
+from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._nodes import broker_nodes
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
@@ -34,9 +35,12 @@ from agentbus.bus._tls import login_mechanism, tls_context
 __all__ = ["Bus", "connect"]
 
 _REPLY_PREFETCH: Final = 512
+# A named reply queue (a plan's) outlives its consumer this long: the window in which
+# another process can take over and find the answers that came meanwhile.
+_REPLY_QUEUE_EXPIRES: Final = 600.0
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
 _SHUTDOWN_STEP_TIMEOUT: Final = 2.0
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 def connect(
@@ -164,13 +168,17 @@ class Bus(BaseBus):
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.
         # x-expires removes it once this instance has been gone for a while.
+        quorum = (self.settings.instance_queue_type or self.settings.queue_type) == "quorum"
+        arguments: dict[str, Any] = {
+            "x-expires": int(self.settings.instance_queue_expires * 1000),
+            "x-dead-letter-exchange": topology.dead_letter_exchange,
+        }
+        if quorum:
+            # Replicated: on a cluster, losing the node that led it loses no reply, and
+            # replies published meanwhile are still routed (a classic queue is gone then).
+            arguments["x-queue-type"] = "quorum"
         queue = await instance_channel.declare_queue(
-            topology.instance_queue(self.agent_id),
-            durable=False,
-            arguments={
-                "x-expires": int(self.settings.instance_queue_expires * 1000),
-                "x-dead-letter-exchange": topology.dead_letter_exchange,
-            },
+            topology.instance_queue(self.agent_id), durable=quorum, arguments=arguments
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue
@@ -292,6 +300,31 @@ class Bus(BaseBus):
                 await self._declare_dead_letter_queue()
         except AgentBusError as exc:
             _log.info("dead-letter queue not declared again", error=str(exc))
+
+    async def _open_journal(self, queue: str, max_age: str) -> Journal:
+        assert self._connection is not None
+        journal = StreamJournal(self._connection, queue)
+        await journal.declare(max_age)
+        return journal
+
+    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+        assert self._dispatcher is not None
+        quorum = (self.settings.instance_queue_type or self.settings.queue_type) == "quorum"
+        arguments: dict[str, Any] = {"x-expires": int(_REPLY_QUEUE_EXPIRES * 1000)}
+        if quorum:
+            arguments["x-queue-type"] = "quorum"
+        with map_transport_errors():
+            channel = await self._channel(prefetch=_REPLY_PREFETCH)
+            declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
+            tag = await declared.consume(self._dispatcher.on_message, no_ack=False)
+
+        async def stop(delete: bool) -> None:
+            await _bounded(declared.cancel(tag))
+            if delete:
+                await _bounded(declared.delete(if_unused=False, if_empty=False))
+            await _bounded(channel.close())
+
+        return stop
 
     async def _unserved(self, receiver: str) -> bool:
         assert self._connection is not None

@@ -6,13 +6,12 @@ import enum
 from collections.abc import Mapping
 from typing import Protocol
 
-import structlog
-
+from agentbus._logging import get_logger
 from agentbus.bus._stats import BusStats
 
 __all__ = ["IncomingMessage", "Settle", "settle"]
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class IncomingMessage(Protocol):

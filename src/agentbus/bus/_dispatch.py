@@ -8,10 +8,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol, TypeAlias
 
-import structlog
-
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
-from agentbus._logging import bind_delivery_ids
+from agentbus._logging import bind_delivery_ids, get_logger
+from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._admission import Refusal, refusal
 from agentbus.bus._audit import AuditSink, audit_record, envelope_fields, raw_fields
 from agentbus.bus._dedup import DedupStore
@@ -21,6 +20,7 @@ from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
 from agentbus.bus._rates import SenderRates
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
+from agentbus.bus._trace import bind_trace
 from agentbus.envelopes import (
     Envelope,
     ErrorCode,
@@ -47,7 +47,7 @@ Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 
 _AMQP_MESSAGE_ID: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
 _NO_ANSWER_TYPES: Final = frozenset({"response", "error", "event"})
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class ReplyPublisher(Protocol):
@@ -326,6 +326,23 @@ class Dispatcher:
                 f"{self.agent_id} serves no requests",
                 sender_id=self.agent_id,
             )
+        trace = request.metadata.trace
+        span = start_span(
+            f"process {request.payload.action}",
+            "consumer",
+            trace,
+            {"messaging.operation.type": "process", "messaging.message.id": request.message_id},
+        )
+        bind_trace(child_trace(span, trace))  # handed on to what the handler sends
+        try:
+            reply = await self._call(handler, request)
+        except BaseException:
+            end_span(span, "cancelled")
+            raise
+        end_span(span, reply.payload.code if isinstance(reply, ErrorEnvelope) else "success")
+        return reply
+
+    async def _call(self, handler: RequestHandler, request: RequestEnvelope) -> Reply:
         try:
             result = await handler(request)
         except AgentBusError as exc:

@@ -14,12 +14,12 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import structlog
 from aio_pika import RobustConnection
 from aio_pika.abc import UnderlayConnection
 from aio_pika.connection import make_url
 
 from agentbus._config import mask_url
+from agentbus._logging import get_logger
 from agentbus.bus._errors import CONNECT_ERRORS
 
 __all__ = ["FailoverConnection", "NodeListener", "connect_to_nodes"]
@@ -27,7 +27,7 @@ __all__ = ["FailoverConnection", "NodeListener", "connect_to_nodes"]
 NodeListener = Callable[[str], None]
 """Told the (masked) URL of the node each new connection is made to."""
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class FailoverConnection(RobustConnection):

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import orjson
-import structlog
 
+from agentbus._logging import get_logger
 from agentbus.bus._admission import identity_refusal
 from agentbus.bus._stats import BusStats
 
@@ -30,7 +30,7 @@ DEFAULT_FEED_LENGTH: Final = 100_000
 FeedHandler: TypeAlias = Callable[[dict[str, Any]], None]
 """Takes each message's JSON object (parsed, not validated as an envelope); runs synchronously."""
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class FeedState(enum.Enum):

@@ -8,8 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeAlias
 
-import structlog
-
+from agentbus._logging import get_logger
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
 
 __all__ = ["PendingRequests", "ProgressCallback", "Reply", "ReplyOutcome"]
@@ -18,7 +17,7 @@ Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 ProgressCallback: TypeAlias = Callable[[ResponseEnvelope], None]
 """Called with each ``in_progress`` response to a request still waiting."""
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class ReplyOutcome(enum.Enum):
@@ -45,8 +44,11 @@ class PendingRequests:
     def add(
         self, message_id: str, on_progress: ProgressCallback | None = None
     ) -> asyncio.Future[Reply]:
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._futures[message_id] = future
+        # A future made earlier (``expect``) may already hold a reply that came first.
+        future = self._futures.get(message_id)
+        if future is None or future.cancelled():
+            future = asyncio.get_running_loop().create_future()
+            self._futures[message_id] = future
         if on_progress is not None:
             self._progress[message_id] = on_progress
         return future

@@ -14,9 +14,8 @@ import enum
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-import structlog
-
 from agentbus._exceptions import AgentBusError
+from agentbus._logging import get_logger
 from agentbus.bus._delivery import IncomingMessage
 
 __all__ = ["ATTEMPT_HEADER", "DeliveryLimit", "Republisher", "Verdict", "attempt_of"]
@@ -24,7 +23,7 @@ __all__ = ["ATTEMPT_HEADER", "DeliveryLimit", "Republisher", "Verdict", "attempt
 ATTEMPT_HEADER: Final = "x-agentbus-attempt"
 """The delivery a copy republished from a classic service queue starts at (absent: 1)."""
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class Republisher(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -9,6 +10,7 @@ from agentbus._config import Settings
 from agentbus._metrics import Metrics
 from agentbus.bus._dispatch import EventHandler, ReplyPublisher, RequestHandler
 from agentbus.bus._feed import Feed, FeedHandler
+from agentbus.bus._journal import Journal
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, ResponseEnvelope
@@ -96,6 +98,7 @@ class Transport(Protocol):
         *,
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResponseEnvelope: ...
 
     async def send_request(
@@ -104,7 +107,15 @@ class Transport(Protocol):
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        reply_to: str | None = None,
+        sent: bool = False,
     ) -> ResponseEnvelope: ...
+
+    async def journal(self, name: str, *, max_age: str = ...) -> Journal: ...
+
+    async def reply_queue(
+        self, name: str, *, expect: Iterable[str] = ...
+    ) -> Callable[[bool], Awaitable[None]]: ...
 
     async def emit(
         self,

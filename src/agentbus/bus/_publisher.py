@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 
-import structlog
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractRobustChannel
 from pamqp.commands import Basic
 
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
+from agentbus._logging import get_logger
 from agentbus.bus._amqp import basic_publish, is_cancelled_under_us, is_nack, message_properties
 from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
@@ -20,7 +20,7 @@ from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 __all__ = ["Publisher"]
 _RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.5)
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class Publisher:

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Protocol
 
-import structlog
-
 from agentbus._exceptions import AgentBusError, NoInstance, RemoteError, RequestTimeout
+from agentbus._logging import get_logger
+from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._pending import PendingRequests, ProgressCallback, Reply
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import ErrorCode, ErrorEnvelope, RequestEnvelope, ResponseEnvelope
@@ -20,7 +20,7 @@ __all__ = ["Presence", "RequestPublisher", "Requester", "Slots"]
 Presence = Callable[[str], Awaitable[bool]]
 """Whether the receiver's queue holds requests and no consumer (False: no such queue)."""
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 _MAX_LOOKS = 1024
 
 
@@ -83,19 +83,30 @@ class Requester:
 
     async def send(
         self,
-        publisher: RequestPublisher,
+        publisher: RequestPublisher | None,
         envelope: RequestEnvelope,
         *,
         reply_to: str,
         timeout: float,
         on_progress: ProgressCallback | None,
     ) -> ResponseEnvelope:
-        """Publish ``envelope`` and return its response.
+        """Publish ``envelope`` and return its response; with no ``publisher``, only wait for
+        the response to ``envelope``, sent before.
 
         Raises:
             RemoteError: the receiver answered with an error envelope.
             RequestTimeout: no answer within ``timeout`` seconds.
         """
+        span = start_span(
+            f"send {envelope.receiver_id}",
+            "producer",
+            envelope.metadata.trace,
+            {"messaging.operation.type": "send", "messaging.message.id": envelope.message_id},
+        )
+        if span is not None:  # the receiver's spans go under this one
+            trace = child_trace(span, envelope.metadata.trace)
+            metadata = envelope.metadata.model_copy(update={"trace": trace})
+            envelope = envelope.model_copy(update={"metadata": metadata})
         message_id = envelope.message_id
         future = self.pending.add(message_id, on_progress)
         started = time.perf_counter()
@@ -103,7 +114,10 @@ class Requester:
         check = self._arm_presence_check(envelope, future, timeout)
         try:
             async with asyncio.timeout(timeout), self.slots:
-                await publisher.publish(envelope, reply_to=reply_to, ttl=timeout, timeout=timeout)
+                if publisher is not None:
+                    await publisher.publish(
+                        envelope, reply_to=reply_to, ttl=timeout, timeout=timeout
+                    )
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code
@@ -118,6 +132,7 @@ class Requester:
             outcome = exc.code
             raise
         finally:
+            end_span(span, outcome)
             if check is not None:
                 check.cancel()
             self.pending.discard(message_id)

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-import structlog
-
 from agentbus._exceptions import EnvelopeError
+from agentbus._logging import get_logger
 from agentbus._sqlite import connect_shared
 from agentbus.bus._dedup import Reply, Seen
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
@@ -36,7 +35,7 @@ CREATE INDEX IF NOT EXISTS served_by_time ON served (at);
 _PRUNE_EVERY: Final = 1000  # completions between two deletions of expired rows
 _MAX_REPLY: Final = 16 * 1024 * 1024  # larger replies are not stored for replay
 
-_log = structlog.get_logger("agentbus.bus")
+_log = get_logger("agentbus.bus")
 
 
 class SqliteDedupStore:

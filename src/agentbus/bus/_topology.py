@@ -51,6 +51,14 @@ class Topology:
         """Return the queue of one agent instance."""
         return f"{self.exchange}.instance.{agent_id}"
 
+    def reply_queue(self, name: str) -> str:
+        """The named reply queue ``name`` (a plan's, which outlives the leader running it)."""
+        return f"{self.exchange}.replies.{name}"
+
+    def journal_queue(self, name: str) -> str:
+        """The stream holding the journal ``name``."""
+        return f"{self.exchange}.journal.{name}"
+
     def feed_queue(self, agent_id: str, feed: str) -> str:
         """Return the exclusive queue of one instance's feed (``consume_feed``)."""
         return f"{self.exchange}.feed.{agent_id}.{feed}"

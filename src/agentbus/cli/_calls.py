@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus.bus import Bus
 from agentbus.cli._context import client_settings, load_json, print_json, read_bytes, run_async
-from agentbus.cli._render import agents_table, aggregate_report
-from agentbus.envelopes import BROADCAST, EnvelopeError, EventEnvelope, decode
+from agentbus.cli._render import agents_table, aggregate_report, progress_text
+from agentbus.envelopes import BROADCAST, EnvelopeError, EventEnvelope, ResponseEnvelope, decode
 from agentbus.leader import Plan, PlanClient, PlanStatus, Progress
 
 __all__ = ["agents", "plan", "publish", "request"]
@@ -77,11 +77,20 @@ class _CouldNotRun(click.ClickException):
 def _show_progress(progress: Progress) -> None:
     agent = f" on {progress.agent_id}" if progress.agent_id else ""
     error = f": {progress.error.get('message')}" if progress.error else ""
+    what = progress.transition
+    if progress.detail is not None:
+        what = progress_text(progress.transition, progress.detail)
     click.echo(
         f"[{progress.done}/{progress.total}] {progress.subtask_id} ({progress.skill}) "
-        f"{progress.transition}{agent}{error}",
+        f"{what}{agent}{error}",
         err=True,
     )
+
+
+def _show_update(update: ResponseEnvelope) -> None:
+    result = update.payload.result if isinstance(update.payload.result, dict) else {}
+    state = str(result.get("state", "started"))
+    click.echo(f"{update.sender_id}: {progress_text(state, result)}", err=True)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -141,14 +150,17 @@ async def request(
 ) -> None:
     """Send ACTION to RECEIVER (an agent id or service) and print the response as JSON.
 
-    An error envelope is printed too, and the exit status is then 1.
+    The skill's progress and partial results are printed on stderr as they come. An error
+    envelope is printed too, and the exit status is then 1.
     """
     parameters = load_json(params, "--params")
     if parameters is not None and not isinstance(parameters, dict):
         raise click.BadParameter("--params must be a JSON object")
     async with Bus(client_settings(ctx)) as bus:
         try:
-            reply = await bus.request(receiver, action, parameters, timeout=timeout)
+            reply = await bus.request(
+                receiver, action, parameters, timeout=timeout, on_progress=_show_update
+            )
         except RemoteError as exc:
             print_json(exc.envelope.model_dump(mode="json"))
             ctx.exit(1)

@@ -12,7 +12,6 @@ import socket
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -21,11 +20,13 @@ import aio_pika
 import click
 
 from agentbus._config import Settings, mask_url
-from agentbus._exceptions import AgentBusError, ConfigurationError
+from agentbus._exceptions import AgentBusError, BrokerUnavailable, ConfigurationError
 from agentbus.bus import Bus, Topology
+from agentbus.cli._analysis import analyse, timings
+from agentbus.cli._demo_memory import run_memory_demo
 from agentbus.cli._local_rabbitmq import ensure_broker
 from agentbus.cli._team import Team
-from agentbus.leader import Aggregate, Plan, PlanClient, Progress, Subtask
+from agentbus.leader import PlanClient
 
 __all__ = ["run_demo"]
 
@@ -88,114 +89,24 @@ async def _wait_ready(bus: Bus, team: Team, say: Callable[[str], None]) -> float
     return time.monotonic() - started
 
 
-class _Progress:
-    """Live progress: one updating line on a terminal, milestones otherwise."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self._say = say
-        self._tty = sys.stderr.isatty()
-        self._reported = -1
-
-    def __call__(self, progress: Progress) -> None:
-        agent = f" on {progress.agent_id}" if progress.agent_id else ""
-        line = (
-            f"[{progress.done}/{progress.total}] {progress.subtask_id} {progress.transition}{agent}"
-        )
-        if progress.transition in ("failed", "retrying", "cancelled"):
-            error = (progress.error or {}).get("message", "")
-            self._finish_line()
-            click.echo(f"  {line}: {error}", err=True)
-        elif self._tty:
-            click.echo(f"\r\033[K  {line}", nl=False, err=True)
-        else:
-            decile = progress.done * 10 // max(progress.total, 1)
-            if decile != self._reported and progress.transition != "started":
-                self._reported = decile
-                click.echo(f"  {line}", err=True)
-
-    def _finish_line(self) -> None:
-        if self._tty:
-            click.echo("", err=True)
-
-    def done(self) -> None:
-        self._finish_line()
-        self._reported = -1
-
-
-def _analysis_plan(paths: list[str], title: str) -> Plan:
-    analyses = [
-        Subtask(
-            id=f"analyze-{n}",
-            skill="analyze_file",
-            parameters={"path": path},
-            critical=False,
-            retries=1,
-            timeout=60,
-        )
-        for n, path in enumerate(paths)
-    ]
-    ids = [subtask.id for subtask in analyses]
-    return Plan(
-        id=f"analyze-{secrets.token_hex(4)}",
-        description=f"analyse {len(paths)} Python files, summarise them, report",
-        max_parallel=16,
-        subtasks=[
-            *analyses,
-            Subtask(
-                id="summarise",
-                skill="digest",
-                depends_on=ids,
-                inputs={"texts": [f"{i}.docstring" for i in ids]},
-                parameters={"sentences": 3, "top": 8},
-            ),
-            Subtask(
-                id="report",
-                skill="code_report",
-                depends_on=[*ids, "summarise"],
-                inputs={"files": ids, "summary": "summarise"},
-                parameters={"title": title},
-            ),
-        ],
-    )
-
-
-def _timings(aggregates: list[Aggregate], ready: float, total: float) -> list[str]:
-    by_skill: dict[str, list[float]] = defaultdict(list)
-    agents: set[str] = set()
-    attempts = subtasks = 0
-    for aggregate in aggregates:
-        agents.update(aggregate.totals.agents_used)
-        attempts += aggregate.totals.attempts
-        subtasks += aggregate.totals.subtasks
-        for outcome in aggregate.subtasks:
-            if outcome.duration is not None:
-                by_skill[outcome.skill].append(outcome.duration)
-    lines = [
-        f"team ready in {ready:.2f}s; plans: "
-        + ", ".join(
-            f"{a.plan_id} {a.status.value} in {a.totals.wall_time:.2f}s" for a in aggregates
-        ),
-        f"{subtasks} subtasks, {attempts} attempts, on {len(agents)} agents: "
-        + ", ".join(sorted(agents)),
-    ]
-    for skill, durations in sorted(by_skill.items()):
-        mean = sum(durations) / len(durations)
-        lines.append(f"  {skill:<14} x{len(durations):<4} mean {mean * 1000:8.1f} ms")
-    lines.append(f"total {total:.2f}s")
-    return lines
-
-
 async def run_demo(
     settings: Settings,
     root: Path,
     *,
     keep: bool = False,
     code_instances: int = 2,
+    in_memory: bool = False,
     say: Callable[[str], None] = click.echo,
 ) -> int:
-    """Start the team, run the analysis of ``root``, print the report; return the exit status."""
+    """Start the team, run the analysis of ``root``, print the report; return the exit status.
+
+    With ``in_memory``, or when no broker can be had, the team runs in this process on the
+    in-memory bus instead, and says so.
+    """
     begun = time.monotonic()
-    url = await asyncio.to_thread(ensure_broker, settings.url, say=say)
+    url = None if in_memory else await _broker(settings.url, say)
+    if url is None:
+        return await run_memory_demo(settings, root, code_instances=code_instances, say=say)
     exchange = f"agentbus-demo-{secrets.token_hex(3)}"
     settings = settings.model_copy(update={"url": url, "exchange": exchange})
     log_dir = Path(tempfile.mkdtemp(prefix="agentbus-demo-"))
@@ -208,9 +119,9 @@ async def run_demo(
             ready = await _wait_ready(bus, team, say)
             say(f"team of {len(team.members)} agents ready: "
                 + ", ".join(m.agent_id for m in team.members))  # fmt: skip
-            code, plans = await _analyse(PlanClient(bus), root, say)
+            code, plans = await analyse(PlanClient(bus), root, say)
             if plans:
-                for line in _timings(plans, ready, time.monotonic() - begun):
+                for line in timings(plans, ready, time.monotonic() - begun):
                     say(line)
                 if keep:
                     await _explore(team, settings, say)
@@ -227,40 +138,14 @@ async def run_demo(
             say(f"team stopped ({codes}); agent logs kept in {log_dir}")
 
 
-async def _analyse(
-    client: PlanClient, root: Path, say: Callable[[str], None]
-) -> tuple[int, list[Aggregate]]:
-    # List the files, analyse them, show the report: the exit status and the plans run.
-    progress = _Progress(say)
-    listing = await client.run(
-        Plan(
-            id=f"list-{secrets.token_hex(4)}",
-            description="list the Python files",
-            subtasks=[Subtask(id="list", skill="list_files", parameters={})],
-        ),
-        on_progress=progress,
-    )
-    progress.done()
-    if listing.status.value != "completed":
-        say(f"listing failed: {listing.subtask('list').error}")
-        return 2, []
-    paths = [entry["path"] for entry in listing.subtask("list").result]
-    if not paths:
-        say(f"no Python files under {root}")
-        return 1, []
-    say(f"{len(paths)} Python files under {root}: analysing")
-    analysis = await client.run(
-        _analysis_plan(paths, f"Code report: {root.name}"), on_progress=progress, timeout=900
-    )
-    progress.done()
-    report = analysis.subtask("report")
-    if report.result is not None:
-        say("")
-        say(report.result["markdown"])
-    failed = [o for o in analysis.subtasks if o.error is not None]
-    for outcome in failed[:10]:
-        say(f"{outcome.id}: {outcome.status.value}: {(outcome.error or {}).get('message')}")
-    return {"completed": 0, "partial": 1}.get(analysis.status.value, 2), [listing, analysis]
+async def _broker(url: str, say: Callable[[str], None]) -> str | None:
+    # The broker's URL once one answers; None (said in one line) when none can be had.
+    try:
+        return await asyncio.to_thread(ensure_broker, url, say=say)
+    except BrokerUnavailable as exc:
+        say("no broker: the team runs in this process, on the in-memory bus")
+        say(f"for the real thing: {exc}")
+        return None
 
 
 async def _remove_topology(settings: Settings, agent_ids: list[str]) -> None:
@@ -311,7 +196,9 @@ def _agentbus_command() -> str:
     return "agentbus" if found is not None and Path(found) == script else str(script)
 
 
-def demo_command(settings: Settings, path: Path, keep: bool, code_instances: int) -> int:
+def demo_command(
+    settings: Settings, path: Path, keep: bool, code_instances: int, in_memory: bool = False
+) -> int:
     """Run the demo to its end; Ctrl-C stops the team cleanly.
 
     Raises:
@@ -322,4 +209,8 @@ def demo_command(settings: Settings, path: Path, keep: bool, code_instances: int
             "the demo's code agents need radon: pip install 'agentbus[demo]' "
             "(./scripts/demo installs it)"
         )
-    return asyncio.run(run_demo(settings, path.resolve(), keep=keep, code_instances=code_instances))
+    return asyncio.run(
+        run_demo(
+            settings, path.resolve(), keep=keep, code_instances=code_instances, in_memory=in_memory
+        )
+    )

@@ -15,9 +15,10 @@ from agentbus import __version__
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
+from agentbus.cli._asyncapi import team_asyncapi
 from agentbus.cli._audit import audit_command
 from agentbus.cli._calls import agents, plan, publish, request
-from agentbus.cli._context import print_json, settings_of
+from agentbus.cli._context import client_settings, print_json, settings_of
 from agentbus.cli._definitions import definitions_command
 from agentbus.cli._demo import demo_command
 from agentbus.cli._security import security_options, security_overrides
@@ -78,9 +79,24 @@ def cli(
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["envelope", "plan"]), default="envelope")
-def schema(what: str) -> None:
-    """Print the JSON Schema (Draft 2020-12) of WHAT: the envelope (default) or a plan."""
+@click.argument("what", type=click.Choice(["envelope", "plan", "asyncapi"]), default="envelope")
+@click.argument("agents", nargs=-1, metavar="[MODULE:CLASS]...")
+@click.option("--registry", "registry_service", default="registry", show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
+@click.pass_context
+def schema(
+    ctx: click.Context, what: str, agents: tuple[str, ...], registry_service: str, timeout: float
+) -> None:
+    """Print the JSON Schema (Draft 2020-12) of WHAT: the envelope (default) or a plan.
+
+    WHAT asyncapi prints the AsyncAPI 3.0 document of a team's wire contract: of the agent
+    classes MODULE:CLASS given, or else of the team the registry knows on the broker (--url).
+    """
+    if what == "asyncapi":
+        print_json(team_asyncapi(client_settings(ctx), agents, registry_service, timeout))
+        return
+    if agents:
+        raise click.UsageError("MODULE:CLASS arguments go with asyncapi only")
     print_json(envelope_schema() if what == "envelope" else plan_schema())
 
 
@@ -95,16 +111,25 @@ def schema(what: str) -> None:
     "--code-instances", type=click.IntRange(1, 8), default=2, show_default=True,
     help="Instances of the code agent.",
 )  # fmt: skip
+@click.option(
+    "--in-memory", is_flag=True,
+    help="Run the team in this process on the in-memory bus (no broker).",
+)  # fmt: skip
 @click.pass_context
-def demo(ctx: click.Context, path: Path | None, keep: bool, code_instances: int) -> None:
+def demo(
+    ctx: click.Context, path: Path | None, keep: bool, code_instances: int, in_memory: bool
+) -> None:
     """Start a team of agents, analyse the Python tree at PATH, and print the report.
 
     PATH defaults to agentbus's own source. The team (registry, leader, files, two
     code, text and report agents) runs as separate processes on the broker and is
-    stopped at the end, also on Ctrl-C.
+    stopped at the end, also on Ctrl-C. With no broker to be had (or --in-memory),
+    the team runs in this process on the in-memory bus.
     """
+    if keep and in_memory:
+        raise click.UsageError("--keep needs a broker: the in-memory team ends with the demo")
     root = path if path is not None else Path(__file__).resolve().parents[1]
-    ctx.exit(demo_command(settings_of(ctx), root, keep, code_instances))
+    ctx.exit(demo_command(settings_of(ctx), root, keep, code_instances, in_memory))
 
 
 for _command in (run, registry, leader, plan, agents, request, publish):

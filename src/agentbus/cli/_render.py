@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from agentbus.leader import Aggregate
 
-__all__ = ["agents_table", "aggregate_report", "table"]
+__all__ = ["agents_table", "aggregate_report", "progress_text", "table"]
+
+_CHUNK_SHOWN: Final = 200  # characters of a partial result printed on a progress line
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -81,3 +85,19 @@ def aggregate_report(aggregate: Aggregate) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def progress_text(state: str, update: dict[str, Any]) -> str:
+    """One line for a skill's ``in_progress`` update: progress, a partial result, a start."""
+    if state == "progress":
+        fraction = update.get("fraction")
+        parts = [f"{fraction:.0%}" if isinstance(fraction, int | float) else None]
+        parts.append(update.get("message"))
+        return "progress " + " ".join(str(part) for part in parts if part is not None)
+    if state == "partial":
+        chunk = update.get("chunk")
+        shown = chunk if isinstance(chunk, str) else orjson.dumps(chunk).decode()
+        if len(shown) > _CHUNK_SHOWN:
+            shown = shown[:_CHUNK_SHOWN] + "..."
+        return f"partial #{update.get('seq')}: {shown}"
+    return state

@@ -119,7 +119,15 @@ def registry(ctx: click.Context, /, missed: int, **options: Any) -> None:
     show_default=True,
     help="The registry service asked who offers a skill.",
 )
+@click.option(
+    "--durable/--no-durable",
+    default=None,
+    help="Journal each plan on the broker: another leader finishes it if this one dies "
+    "[env AGENTBUS_DURABLE_PLANS; off].",
+)
 @click.pass_context
-def leader(ctx: click.Context, /, registry_service: str, **options: Any) -> None:
+def leader(
+    ctx: click.Context, /, registry_service: str, durable: bool | None, **options: Any
+) -> None:
     """Run a leader agent: its run_plan action runs a plan and answers with the aggregate."""
-    _serve_agent(ctx, Leader, options, registry=registry_service)
+    _serve_agent(ctx, Leader, options, registry=registry_service, durable=durable)

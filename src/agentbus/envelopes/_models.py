@@ -150,15 +150,17 @@ class RequestEnvelope(_EnvelopeBase):
         *,
         sender_id: str,
         status: ResponseStatus = ResponseStatus.SUCCESS,
+        metadata: dict[str, Any] | None = None,
     ) -> ResponseEnvelope:
-        """Build the response to this request, correlated to it."""
+        """Build the response to this request, correlated to it; ``metadata`` adds free keys."""
+        correlated = {"correlation_id": self.message_id, "trace": self.metadata.trace}
         # One validation of plain dicts: cheaper than building the three models one by one.
         return ResponseEnvelope.model_validate(
             {
                 "sender_id": sender_id,
                 "receiver_id": self.sender_id,
                 "payload": {"status": status, "result": result},
-                "metadata": {"correlation_id": self.message_id, "trace": self.metadata.trace},
+                "metadata": metadata | correlated if metadata else correlated,
             }
         )
 

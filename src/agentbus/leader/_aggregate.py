@@ -54,6 +54,8 @@ class SubtaskOutcome(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     duration: float | None = None
+    usage: dict[str, float] | None = None
+    """What the skill reported using for its answer, by unit (``report_usage``)."""
 
 
 class Totals(BaseModel):
@@ -67,6 +69,8 @@ class Totals(BaseModel):
     attempts: int = 0
     wall_time: float = 0.0
     agents_used: list[str] = Field(default_factory=list)
+    usage: dict[str, float] = Field(default_factory=dict)
+    """The subtasks' usage summed, by unit."""
 
 
 class Aggregate(BaseModel):
@@ -99,6 +103,8 @@ class Progress(BaseModel):
     attempt: int
     agent_id: str | None = None
     error: dict[str, Any] | None = None
+    detail: dict[str, Any] | None = None
+    """``progress``: ``fraction`` and ``message``; ``partial``: ``seq`` and ``chunk``."""
     done: int
     total: int
 

@@ -68,6 +68,14 @@ class SubtaskError:
         return cls(ErrorCode.TIMEOUT.value, "plan deadline passed")
 
     @classmethod
+    def over_budget(cls, spent: dict[str, float], budget: dict[str, float]) -> SubtaskError:
+        """Return the error of an attempt the plan's spent budget left no room for."""
+        over = ", ".join(
+            f"{unit} {spent.get(unit, 0):g} of {cap:g}" for unit, cap in budget.items()
+        )
+        return cls(ErrorCode.CANCELLED.value, f"plan budget spent ({over})")
+
+    @classmethod
     def holder_offline(cls, holder: str | None) -> SubtaskError:
         """Return the error of an attempt whose agent went offline while holding it."""
         message = f"agent {holder} went offline while holding the subtask"
@@ -101,6 +109,7 @@ class Answered:
 
     result: Any
     agent_id: str
+    usage: dict[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

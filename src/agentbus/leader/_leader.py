@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -10,12 +11,14 @@ import structlog
 from agentbus.agents._agent import Agent, current_request
 from agentbus.agents._heartbeat import AGENT_OFFLINE
 from agentbus.agents._skills import skill
-from agentbus.envelopes import BROADCAST, EventEnvelope
+from agentbus.bus import Journal, Topology
+from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope
 from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
 from agentbus.leader._directory import SkillDirectory
+from agentbus.leader._durable import JOURNAL, PlanJournal, plan_key
 from agentbus.leader._plan import Plan
 from agentbus.leader._progress import ProgressSink
-from agentbus.leader._run import PlanRunner
+from agentbus.leader._run import HANDED_OVER, PlanRunner
 
 __all__ = ["Leader"]
 
@@ -24,6 +27,9 @@ class Leader(Agent):
     """Runs plans: each subtask goes to an agent offering its skill; results are aggregated.
 
     Progress goes out as ``plan_progress`` events, to the requester and on broadcast.
+    ``durable`` (default: the ``durable_plans`` setting): each plan's steps are journaled
+    on the broker (a stream shared by the leaders), so a plan whose leader dies goes on
+    under another one, from where it was.
     """
 
     name = "leader"
@@ -31,31 +37,37 @@ class Leader(Agent):
     version = "1.0.0"
     concurrency = 8
 
-    def __init__(self, *, registry: str = "registry", **kwargs: Any) -> None:
+    def __init__(
+        self, *, registry: str = "registry", durable: bool | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._registry = registry
+        self._durable = self.settings.durable_plans if durable is None else durable
+        self._journal: Journal | None = None
         self._runners: set[PlanRunner] = set()
         self._directory: SkillDirectory | None = None
 
     async def on_start(self) -> None:
         self._directory = SkillDirectory(self.bus, registry=self._registry)
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_offline)
+        if self._durable:
+            self._journal = await self.bus.journal(JOURNAL)
 
     @skill
     async def run_plan(self, plan: Plan) -> Aggregate:
         """Run a plan to its end and return the aggregate."""
         assert self._directory is not None
-        requester = current_request().sender_id
+        request = current_request()
         structlog.contextvars.bind_contextvars(plan_id=plan.id)
-        runner = PlanRunner(
-            self.bus, plan, directory=self._directory, progress=self._sink_for(requester)
-        )
+        runner, stop_replies = await self._runner(plan, request)
         self._runners.add(runner)
         self._log.info("plan started", plan_id=plan.id, subtasks=len(plan.subtasks))
         try:
             aggregate = await runner.run()
         finally:
             self._runners.discard(runner)
+            if stop_replies is not None:  # the plan's queue goes once its plan has ended
+                await stop_replies(runner.stop_reason != HANDED_OVER)
         self._log.info(
             "plan ended", plan_id=plan.id, status=aggregate.status.value, **_totals(aggregate)
         )
@@ -66,6 +78,39 @@ class Leader(Agent):
             for outcome in aggregate.subtasks:
                 self.metrics.subtasks.labels(outcome.skill, outcome.status.value).inc()
         return aggregate
+
+    async def _runner(
+        self, plan: Plan, request: RequestEnvelope
+    ) -> tuple[PlanRunner, Callable[[bool], Awaitable[None]] | None]:
+        assert self._directory is not None
+        progress = self._sink_for(request.sender_id)
+        if self._journal is None:
+            runner = PlanRunner(self.bus, plan, directory=self._directory, progress=progress)
+            return runner, None
+        journal = PlanJournal(self._journal, plan_key(request.message_id))
+        restored = await journal.restore(request.timestamp)
+        expect = [sent.message_id for sent in (restored.in_flight if restored else {}).values()]
+        stop_replies = await self.bus.reply_queue(journal.reply_queue, expect=expect)
+        if restored is None:
+            await journal.begun(self.id)
+        else:
+            self._log.info(
+                "plan taken over",
+                plan_id=plan.id,
+                leader_before=restored.leader,
+                settled=len(restored.settled),
+                in_flight=len(restored.in_flight),
+            )
+        runner = PlanRunner(
+            self.bus,
+            plan,
+            directory=self._directory,
+            progress=progress,
+            journal=journal,
+            restored=restored,
+            reply_to=Topology(self.bus.settings.exchange).reply_queue(journal.reply_queue),
+        )
+        return runner, stop_replies
 
     async def _on_offline(self, event: EventEnvelope) -> None:
         agent_id = event.payload.event_data.get("agent_id")

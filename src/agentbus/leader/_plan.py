@@ -54,6 +54,11 @@ class Plan(BaseModel):
         description="When the whole plan must be done: an ISO time, or seconds from its start.",
     )
     max_parallel: int = Field(default=16, ge=1, le=10_000)
+    budget: dict[str, Annotated[float, Field(gt=0)]] | None = Field(
+        default=None,
+        description="Caps on what the subtasks may use, by unit (as skills report it): once "
+        "one is reached, no further attempt starts, as when the deadline passes.",
+    )
 
     @model_validator(mode="after")
     def _check_graph(self) -> Plan:

@@ -6,10 +6,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
-import structlog
-
+from agentbus._logging import get_logger
 from agentbus.leader._aggregate import Progress
 from agentbus.leader._attempt import SubtaskError
 from agentbus.leader._record import SubtaskRecord
@@ -22,7 +21,7 @@ ProgressSink = Callable[[list[Progress]], Awaitable[None]]
 _INTERVAL: Final = 0.1
 _BATCH: Final = 256
 
-_log = structlog.get_logger("agentbus.leader")
+_log = get_logger("agentbus.leader")
 
 
 class ProgressStream:
@@ -72,6 +71,7 @@ class ProgressStream:
         done: int,
         agent_id: str | None = None,
         error: SubtaskError | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> None:
         """Queue one transition of a subtask."""
         if self._sink is None:
@@ -85,6 +85,7 @@ class ProgressStream:
                 attempt=record.attempts,
                 agent_id=agent_id,
                 error=None if error is None else error.to_wire(),
+                detail=detail,
                 done=done,
                 total=self._total,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -37,6 +38,7 @@ class SubtaskRecord:
     agents: list[str] | None = None
     started: float | None = None
     ended: float | None = None
+    usage: dict[str, float] | None = None
 
     @property
     def is_settled(self) -> bool:
@@ -68,6 +70,7 @@ class SubtaskRecord:
             started_at=_datetime(self.started),
             ended_at=_datetime(self.ended),
             duration=duration,
+            usage=self.usage,
         )
 
 
@@ -86,6 +89,7 @@ def tally(
     """
     counts = dict.fromkeys(SubtaskStatus, 0)
     agents: set[str] = set()
+    usage: Counter[str] = Counter()
     attempts = 0
     failed_critical = error is not None
     outcomes: list[SubtaskOutcome] = []
@@ -94,6 +98,7 @@ def tally(
         counts[record.status] += 1
         attempts += record.attempts
         agents.update(record.agents or ())
+        usage.update(record.usage or {})
         # Skipped work is partial; a critical subtask that failed (or a deadline) is failure.
         ended_badly = record.status in (SubtaskStatus.FAILED, SubtaskStatus.CANCELLED)
         failed_critical = failed_critical or (ended_badly and subtask.critical)
@@ -112,6 +117,7 @@ def tally(
             attempts=attempts,
             wall_time=round(wall_time, 6),
             agents_used=sorted(agents),
+            usage=dict(usage),
         ),
         started_at=started_at,
         ended_at=utcnow(),

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import random
 import time
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import structlog
-
 from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
+from agentbus._logging import get_logger
+from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.agents._agent import NOTIFY_START
-from agentbus.bus import Transport
+from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import (
     BROADCAST,
     Metadata,
@@ -32,16 +34,18 @@ from agentbus.leader._attempt import (
     SubtaskError,
 )
 from agentbus.leader._directory import SkillDirectory
+from agentbus.leader._durable import PlanJournal, Restored, Sent, restore_record
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
 from agentbus.leader._record import SubtaskRecord, tally
 
-__all__ = ["PlanRunner", "RunState"]
+__all__ = ["HANDED_OVER", "PlanRunner", "RunState"]
 
-_log = structlog.get_logger("agentbus.leader")
+_log = get_logger("agentbus.leader")
 
 _LEADER_STOPPING: Final = "the leader is stopping"
+HANDED_OVER: Final = "the leader is stopping: the plan goes on under another"
 
 
 class RunState(enum.Enum):
@@ -70,6 +74,9 @@ class PlanRunner:
         retry_base: float = 0.2,
         retry_cap: float = 5.0,
         rng: random.Random | None = None,
+        journal: PlanJournal | None = None,
+        restored: Restored | None = None,
+        reply_to: str | None = None,
     ) -> None:
         self.plan = plan
         self.state = RunState.PENDING
@@ -87,6 +94,11 @@ class PlanRunner:
         self._ended: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
         self._holders = Holders()
         self._deadline: datetime | None = None
+        self._spent: Counter[str] = Counter()  # what the answers so far used, by unit
+        self._trace = current_trace()  # the run_plan request's, when a leader serves one
+        self._journal = journal
+        self._restored = restored or Restored(leader="")
+        self._reply_to = reply_to
         self._done = 0
         self._progress = ProgressStream(progress, plan_id=plan.id, total=len(plan.subtasks))
         self._log = _log.bind(plan_id=plan.id)
@@ -125,12 +137,17 @@ class PlanRunner:
             try:
                 await self._schedule()
             except asyncio.CancelledError:
+                if self._journal is not None:
+                    await self._hand_over()
+                    raise
                 # Everything launched, whether the graph still counts it or not.
                 self._graph.stop(_LEADER_STOPPING)
                 await self._stop(Stop(_LEADER_STOPPING, tuple(self._tasks)))
                 raise
         if self.state is RunState.RUNNING:
             self.state = RunState.FINISHED
+        if self._journal is not None:
+            await self._journal.flush()
         return tally(
             self.plan,
             self._records,
@@ -138,6 +155,16 @@ class PlanRunner:
             wall_time=time.monotonic() - started,
             error=self.stop_reason,
         )
+
+    async def _hand_over(self) -> None:
+        # A durable plan outlives this leader: its request goes back to the queue and
+        # another leader goes on from the journal, so the work in flight is left running.
+        self.state = RunState.STOPPED
+        self.stop_reason = HANDED_OVER
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _schedule(self) -> None:
         graph = self._graph
@@ -197,6 +224,10 @@ class PlanRunner:
 
     async def _execute(self, subtask: Subtask) -> None:
         record = self._records[subtask.id]
+        settled = self._restored.settled.get(subtask.id)
+        if settled is not None:  # another leader saw it end: not run again
+            self._take_over(record, settled)
+            return
         try:
             parameters = {
                 **subtask.parameters,
@@ -209,16 +240,24 @@ class PlanRunner:
         record.started = time.time()
         self._emit(record, "started")
         tried: set[str] = set()
+        in_flight = self._restored.in_flight.pop(subtask.id, None)
+        if in_flight is not None:  # another leader's attempt: asked again under its id
+            record.attempts = in_flight.attempt - 1
         while True:
             record.attempts += 1
-            result = await self._attempt(subtask, parameters, record, tried)
+            result = await self._attempt(subtask, parameters, record, tried, in_flight)
+            in_flight = None
             if isinstance(result, Answered):
                 self._results[subtask.id] = record.result = result.result
+                if result.usage:
+                    record.usage = result.usage
+                    self._spent.update(result.usage)
                 record.add_agent(result.agent_id)
                 self._finish(record)
                 return
             error = result.error
-            if error.is_final or record.attempts > subtask.retries or self._seconds_left() == 0:
+            out_of_time = self._seconds_left() == 0 or self._over_budget()
+            if error.is_final or record.attempts > subtask.retries or out_of_time:
                 self._finish(record, error)
                 return
             self._emit(record, "retrying", error=error)
@@ -226,7 +265,12 @@ class PlanRunner:
                 await asyncio.sleep(self._backoff(record.attempts))
 
     async def _attempt(
-        self, subtask: Subtask, parameters: dict[str, Any], record: SubtaskRecord, tried: set[str]
+        self,
+        subtask: Subtask,
+        parameters: dict[str, Any],
+        record: SubtaskRecord,
+        tried: set[str],
+        in_flight: Sent | None = None,
     ) -> AttemptResult:
         timeout = subtask.timeout
         left = self._seconds_left()
@@ -234,40 +278,75 @@ class PlanRunner:
             timeout = min(timeout, left)
         if timeout <= 0:
             return Failed(SubtaskError.deadline())
+        if self._over_budget():
+            assert self.plan.budget is not None
+            return Failed(SubtaskError.over_budget(dict(self._spent), self.plan.budget))
         try:
-            receiver = await self._receiver(subtask, tried)
+            receiver = in_flight.receiver if in_flight else await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
             return Failed(SubtaskError.of(exc))
         # Built from known-valid values (ids from the validated plan, the bus's own id):
         # no validation on the way out.
         extra: dict[str, Any] = {NOTIFY_START: True, "plan_id": self.plan.id}
         extra["subtask_id"] = subtask.id
+        # The plan's trace (its run_plan request's) goes on to every subtask.
+        span = start_span(
+            f"plan step {subtask.id}",
+            "internal",
+            self._trace,
+            {"agentbus.plan.id": self.plan.id, "agentbus.subtask.id": subtask.id},
+        )
+        trace = child_trace(span, self._trace)
+        if trace is not None:
+            extra["trace"] = trace
         metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
+        fields: dict[str, Any] = {}
+        if self._journal is not None:  # the same id whichever leader sends it
+            fields["message_id"] = self._journal.message_id(subtask.id, record.attempts)
+            if in_flight is None:
+                await self._journal.sent(subtask.id, record.attempts, **fields, receiver=receiver)
         request = RequestEnvelope.model_construct(
             sender_id=self._bus.agent_id,
             receiver_id=receiver,
             payload=RequestPayload.model_construct(action=subtask.skill, parameters=parameters),
             metadata=metadata,
+            **fields,
         )
-        return await self._send(request, timeout, record, tried)
+        result: AttemptResult | None = None
+        try:
+            result = await self._send(request, timeout, record, tried)
+        finally:
+            outcome = "cancelled" if result is None else "success"
+            if isinstance(result, Failed):
+                outcome = result.error.code
+            end_span(span, outcome)
+        return result
 
     async def _send(
         self, request: RequestEnvelope, timeout: float, record: SubtaskRecord, tried: set[str]
     ) -> AttemptResult:
         flight = self._holders.track(request.message_id, asyncio.current_task())
 
-        def on_start(notice: ResponseEnvelope) -> None:
+        def on_progress(notice: ResponseEnvelope) -> None:
             holder = notice.sender_id
-            if self._holders.hand_to(flight, holder):
-                record.attempts += 1  # the broker redelivered it to another instance
-            tried.add(holder)
-            record.add_agent(holder)
-            self._emit(record, "running", agent_id=holder)
+            update = notice.payload.result if isinstance(notice.payload.result, dict) else {}
+            state = str(update.get("state", "started"))
+            if state == "started" or flight.holder != holder:  # its first word: it holds it
+                if self._holders.hand_to(flight, holder):
+                    record.attempts += 1  # the broker redelivered it to another instance
+                tried.add(holder)
+                record.add_agent(holder)
+                self._emit(record, "running", agent_id=holder)
+            if state != "started":  # the skill's own progress, or a partial result
+                detail = {k: v for k, v in update.items() if k not in ("state", "agent_id")}
+                self._emit(record, state, agent_id=holder, detail=detail)
 
         try:
             # Awaited in this task, no second one: agent_offline cancels this task.
-            reply = await self._bus.send_request(request, timeout=timeout, on_progress=on_start)
-            return Answered(reply.payload.result, reply.sender_id)
+            reply = await self._bus.send_request(
+                request, timeout=timeout, on_progress=on_progress, reply_to=self._reply_to
+            )
+            return Answered(reply.payload.result, reply.sender_id, _usage(reply))
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
             record.add_agent(exc.envelope.sender_id)
@@ -275,6 +354,8 @@ class PlanRunner:
         except AgentBusError as exc:
             return Failed(SubtaskError.of(exc))
         except asyncio.CancelledError:
+            if self.stop_reason == HANDED_OVER:
+                raise
             if flight.offline and flight.task is not None and flight.task.uncancel() == 0:
                 # Cancelled by agent_offline alone: tell the holder to stop, move on.
                 await self._send_cancel(flight)
@@ -325,7 +406,22 @@ class PlanRunner:
         record.error = error
         record.ended = time.time()
         self._done += 1
+        if self._journal is not None:
+            self._journal.settled(record)
         self._emit(record, record.status.value, error=error)
+
+    def _take_over(self, record: SubtaskRecord, settled: dict[str, Any]) -> None:
+        restore_record(record, settled)
+        if record.status is SubtaskStatus.SUCCEEDED:
+            self._results[record.id] = record.result
+        self._spent.update(record.usage or {})
+        self._done += 1
+        self._emit(record, record.status.value, error=record.error)
+
+    def _over_budget(self) -> bool:
+        # Once one unit's cap is reached no attempt starts: like the deadline.
+        budget = self.plan.budget or {}
+        return any(self._spent[unit] >= cap for unit, cap in budget.items())
 
     def _emit(
         self,
@@ -334,5 +430,24 @@ class PlanRunner:
         *,
         agent_id: str | None = None,
         error: SubtaskError | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> None:
-        self._progress.emit(record, transition, done=self._done, agent_id=agent_id, error=error)
+        self._progress.emit(
+            record, transition, done=self._done, agent_id=agent_id, error=error, detail=detail
+        )
+
+
+def _usage(reply: ResponseEnvelope) -> dict[str, float] | None:
+    # metadata.usage as the agent sent it; anything but a map of unit to amount is ignored.
+    usage = (reply.metadata.model_extra or {}).get("usage")
+    if not isinstance(usage, dict):
+        return None
+    amounts = {
+        str(unit): float(amount)
+        for unit, amount in usage.items()
+        if isinstance(amount, int | float)
+        and not isinstance(amount, bool)
+        and math.isfinite(amount)
+        and amount >= 0
+    }
+    return amounts or None

@@ -7,9 +7,8 @@ import enum
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeAlias
 
-import structlog
-
 from agentbus._exceptions import ConnectionLost
+from agentbus._logging import get_logger
 from agentbus.testing._message import DeadLetterReason, MemoryMessage, Queued
 
 __all__ = ["ConsumerCallback", "ConsumerState", "MemoryConsumer", "MemoryDelivery"]
@@ -17,7 +16,7 @@ __all__ = ["ConsumerCallback", "ConsumerState", "MemoryConsumer", "MemoryDeliver
 ConsumerCallback: TypeAlias = Callable[["MemoryDelivery"], Awaitable[Any]]
 """Receives one delivery; it runs in a task of its own."""
 
-_log = structlog.get_logger("agentbus.testing")
+_log = get_logger("agentbus.testing")
 
 
 class _Broker(Protocol):

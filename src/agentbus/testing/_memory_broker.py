@@ -8,6 +8,7 @@ import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Final
 
 from agentbus._exceptions import ConfigurationError, Unroutable
@@ -66,6 +67,8 @@ class MemoryBroker:
         self._queues: dict[str, _Queue] = {}
         self._tags = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.journals: dict[str, list[tuple[datetime, bytes]]] = {}
+        """Each journal's records (``MemoryJournal``), by name."""
 
     def __repr__(self) -> str:
         return f"<MemoryBroker queues={len(self._queues)} dead_letters={len(self.dead_letters)}>"

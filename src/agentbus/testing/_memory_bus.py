@@ -6,23 +6,26 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Self
 
-import structlog
-
 from agentbus._config import Settings
 from agentbus._exceptions import BusClosed
+from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus import BusState
 from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._base import BaseBus
 from agentbus.bus._feed import Feed
+from agentbus.bus._journal import Journal
+from agentbus.envelopes import utcnow
 from agentbus.testing._consumer import MemoryConsumer, MemoryDelivery
 from agentbus.testing._memory_broker import MemoryBroker
+from agentbus.testing._memory_journal import MemoryJournal
 from agentbus.testing._publisher import MemoryPublisher
 
 __all__ = ["MemoryBus"]
 
 _REPLY_PREFETCH: Final = 512  # the instance queue's prefetch on the real bus
-_log = structlog.get_logger("agentbus.testing")
+_REPLY_QUEUE_EXPIRES: Final = 600.0  # a named reply queue outlives its consumer, as there
+_log = get_logger("agentbus.testing")
 
 
 _NODE: Final = "memory://"
@@ -114,6 +117,21 @@ class MemoryBus(BaseBus):
         async def stop() -> None:
             consumer.close()
             self.broker.delete_queue(feed.queue)
+
+        return stop
+
+    async def _open_journal(self, queue: str, max_age: str) -> Journal:
+        return MemoryJournal(self.broker.journals.setdefault(queue, []), utcnow)
+
+    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+        assert self._dispatcher is not None
+        self.broker.declare_queue(queue, dead_letter=False, expires=_REPLY_QUEUE_EXPIRES)
+        consumer = self.broker.consume(queue, self._dispatcher.on_message, prefetch=_REPLY_PREFETCH)
+
+        async def stop(delete: bool) -> None:
+            consumer.close()
+            if delete:
+                self.broker.delete_queue(queue)
 
         return stop
 

@@ -1,0 +1,149 @@
+#!/usr/bin/env node
+// An agentbus client in Node.js on amqplib: nothing but the wire contract (docs/wire.md).
+//
+//   node client.mjs request <receiver> <action> [parameters-json]   one request, its reply
+//   node client.mjs plan <plan.json | ->                            a plan on the leader
+//   node client.mjs listen <event-name> [count]                     broadcast events
+//
+// Every envelope received is printed on stdout as one JSON line; notes go to stderr.
+// Settings: AGENTBUS_URL (amqp://guest:guest@localhost:5672), AGENTBUS_EXCHANGE (agentbus),
+// AGENTBUS_TIMEOUT (seconds a request or plan may take, 30; a plan gets ten times that).
+// Exit status: 0 on success, 1 on a failure or error reply, 2 on a usage or transport error.
+
+import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import amqp from "amqplib";
+
+const URL = process.env.AGENTBUS_URL ?? "amqp://guest:guest@localhost:5672";
+const EXCHANGE = process.env.AGENTBUS_EXCHANGE ?? "agentbus";
+const TIMEOUT = Number(process.env.AGENTBUS_TIMEOUT ?? 30) * 1000;
+// A client picks its own sender id; one per run keeps the replies and events apart.
+const SENDER = `node-client-${randomUUID().slice(0, 8)}`;
+
+/** A version 1.0 envelope from this client. */
+function envelope(receiver, messageType, payload) {
+  return {
+    protocol_version: "1.0",
+    message_id: randomUUID(),
+    timestamp: new Date().toISOString(),
+    sender_id: SENDER,
+    receiver_id: receiver,
+    message_type: messageType,
+    payload,
+    metadata: {},
+  };
+}
+
+/** Print one envelope (or any JSON value) as a line on stdout. */
+const print = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
+
+/** Open a channel and an exclusive, server-named queue of our own. */
+async function open() {
+  const connection = await amqp.connect(URL);
+  const channel = await connection.createChannel();
+  const { queue } = await channel.assertQueue("", { exclusive: true });
+  return { connection, channel, queue };
+}
+
+/**
+ * Send a request to `agent.<receiver>.request` and resolve with its reply envelope.
+ *
+ * The reply comes to our own queue (`reply_to`); it is ours when its correlation id is the
+ * request's message id. `mandatory` makes the broker return a request nothing is bound for,
+ * and `expiration` dead-letters one nobody picked up in time instead of running it late.
+ * `onEvent` gets the events sent to `agent.<our sender id>.event` meanwhile (plan progress).
+ */
+async function request(receiver, action, parameters, { timeout = TIMEOUT, onEvent } = {}) {
+  const { connection, channel, queue } = await open();
+  try {
+    if (onEvent) await channel.bindQueue(queue, EXCHANGE, `agent.${SENDER}.event`);
+    const sent = envelope(receiver, "request", { action, parameters });
+    const reply = new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no reply within ${timeout} ms`)), timeout);
+      channel.on("return", (message) => {
+        clearTimeout(timer);
+        reject(new Error(`agent_unavailable: nothing is bound for ${message.fields.routingKey}`));
+      });
+      channel.consume(queue, (message) => {
+        const body = JSON.parse(message.content.toString("utf8"));
+        const correlation = message.properties.correlationId ?? body.metadata?.correlation_id;
+        if (body.message_type === "event") {
+          onEvent?.(body);
+        } else if (correlation === sent.message_id) {
+          clearTimeout(timer);
+          resolve(body);
+        } // anything else is a stray reply to an earlier request: not ours, ignored
+      }, { noAck: true });
+    });
+    channel.publish(EXCHANGE, `agent.${receiver}.request`, Buffer.from(JSON.stringify(sent)), {
+      contentType: "application/json",
+      messageId: sent.message_id,
+      type: "request",
+      replyTo: queue,
+      expiration: String(timeout),
+      persistent: true,
+      mandatory: true,
+    });
+    console.error(`sent ${sent.message_id} on agent.${receiver}.request, replies to ${queue}`);
+    return await reply;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** Submit a plan to the leader; print its progress events, then the leader's reply. */
+async function plan(file) {
+  const text = readFileSync(file === "-" ? 0 : file, "utf8");
+  const reply = await request("leader", "run_plan", { plan: JSON.parse(text) }, {
+    timeout: TIMEOUT * 10,
+    onEvent: (event) => {
+      if (event.payload.event_name === "plan_progress") print(event);
+    },
+  });
+  print(reply);
+  return reply;
+}
+
+/** Print `count` events named `name` sent to everyone (`broadcast.event.<name>`). */
+async function listen(name, count) {
+  const { connection, channel, queue } = await open();
+  await channel.bindQueue(queue, EXCHANGE, `broadcast.event.${name}`);
+  console.error(`listening on ${EXCHANGE} broadcast.event.${name} as ${SENDER}`);
+  let seen = 0;
+  await new Promise((resolve) => {
+    channel.consume(queue, (message) => {
+      print(JSON.parse(message.content.toString("utf8")));
+      if (++seen === count) resolve();
+    }, { noAck: true });
+  });
+  await connection.close();
+}
+
+/** Run the command line; return the exit status. */
+async function main([command, ...args]) {
+  if (command === "request" && args.length >= 2) {
+    const reply = await request(args[0], args[1], JSON.parse(args[2] ?? "{}"));
+    print(reply);
+    return reply.message_type === "response" && reply.payload.status === "success" ? 0 : 1;
+  }
+  if (command === "plan" && args.length === 1) {
+    const reply = await plan(args[0]);
+    return reply.message_type === "response" && reply.payload.result?.status === "completed" ? 0 : 1;
+  }
+  if (command === "listen" && args.length >= 1) {
+    await listen(args[0], Number(args[1] ?? 1));
+    return 0;
+  }
+  console.error("usage: client.mjs request <receiver> <action> [parameters-json]");
+  console.error("       client.mjs plan <plan.json | ->");
+  console.error("       client.mjs listen <event-name> [count]");
+  return 2;
+}
+
+main(process.argv.slice(2)).then(
+  (status) => { process.exitCode = status; },
+  (error) => {
+    console.error(`client.mjs: ${error.message}`);
+    process.exitCode = 2;
+  },
+);

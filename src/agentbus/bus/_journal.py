@@ -1,0 +1,101 @@
+"""Journals: append-only logs every process can read back, kept by the broker.
+
+On RabbitMQ a journal is a stream (``x-queue-type: stream``): replicated on a cluster,
+kept for ``max_age``, readable from any point by any number of readers without taking
+anything away. In memory it is a list on the ``MemoryBroker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+import aio_pika
+import orjson
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+
+from agentbus.bus._errors import map_transport_errors
+
+__all__ = ["Journal", "StreamJournal"]
+
+_FENCE: Final = "_fence"
+_READ_PREFETCH: Final = 500  # a stream consumer must have one
+_READ_TIMEOUT: Final = 30.0
+
+
+class Journal(Protocol):
+    """An append-only log of JSON records, kept by the broker."""
+
+    async def append(self, record: dict[str, Any]) -> None:
+        """Add ``record`` at the end, once the broker has it (confirmed)."""
+        ...
+
+    async def read(self, since: datetime) -> list[dict[str, Any]]:
+        """Return, in order, the records appended from about ``since`` up to now."""
+        ...
+
+
+class StreamJournal:
+    """A journal on a RabbitMQ stream."""
+
+    def __init__(self, connection: AbstractRobustConnection, queue: str) -> None:
+        self._connection = connection
+        self._queue = queue
+        self._channel: aio_pika.abc.AbstractChannel | None = None
+        self._lock = asyncio.Lock()
+
+    async def declare(self, max_age: str) -> None:
+        """Declare the stream (``max_age`` like ``7D`` or ``12h``) and a channel to append."""
+        with map_transport_errors():
+            channel = await self._connection.channel(publisher_confirms=True)
+            await channel.declare_queue(
+                self._queue,
+                durable=True,
+                arguments={"x-queue-type": "stream", "x-max-age": max_age},
+            )
+            self._channel = channel
+
+    async def append(self, record: dict[str, Any]) -> None:
+        """Add ``record`` at the end, once the broker has it (confirmed)."""
+        assert self._channel is not None
+        message = aio_pika.Message(
+            orjson.dumps(record), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
+        )
+        with map_transport_errors():
+            await self._channel.default_exchange.publish(message, routing_key=self._queue)
+
+    async def read(self, since: datetime) -> list[dict[str, Any]]:
+        """Return, in order, the records appended from about ``since`` up to now.
+
+        A fence record goes in first; reading stops when it comes back, so everything
+        appended before the call is read, and nothing waits on a silent stream.
+        """
+        fence = uuid.uuid4().hex
+        await self.append({_FENCE: fence})
+        found: list[dict[str, Any]] = []
+        done = asyncio.get_running_loop().create_future()
+
+        async def take(message: AbstractIncomingMessage) -> None:
+            await message.ack()
+            record = orjson.loads(message.body)
+            if record.get(_FENCE) == fence:
+                if not done.done():
+                    done.set_result(None)
+            elif _FENCE not in record:
+                found.append(record)
+
+        async with self._lock:
+            with map_transport_errors():
+                channel = await self._connection.channel()
+                try:
+                    await channel.set_qos(prefetch_count=_READ_PREFETCH)
+                    queue = await channel.get_queue(self._queue, ensure=False)
+                    tag = await queue.consume(take, arguments={"x-stream-offset": since})
+                    async with asyncio.timeout(_READ_TIMEOUT):
+                        await done
+                    await queue.cancel(tag)
+                finally:
+                    await channel.close()
+        return found

@@ -1,0 +1,178 @@
+"""Durable plans: a plan's steps journaled on the broker, so another leader can take it over.
+
+A leader that dies mid-plan leaves its ``run_plan`` request unacknowledged: RabbitMQ gives
+it to another leader instance (or to the restarted one). That leader reads the plan's
+journal back and goes on from there: subtasks that succeeded are not run again, and those
+in flight are asked again under the same message id (a worker's de-duplication answers a
+finished one from memory rather than running it twice) while their answers, sent to the
+plan's own reply queue, are still taken. Every record carries the plan's key, derived from
+the ``run_plan`` request's message id, which the redelivery keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from agentbus.bus import Journal
+from agentbus.leader._aggregate import SubtaskStatus
+from agentbus.leader._attempt import SubtaskError
+from agentbus.leader._record import SubtaskRecord
+
+__all__ = ["JOURNAL", "PlanJournal", "Restored", "Sent", "plan_key", "restore_record"]
+
+JOURNAL: Final = "plans"
+"""The journal leaders share (``<exchange>.journal.plans``)."""
+_LOOK_BACK: Final = timedelta(minutes=5)  # read from this long before the request was sent
+
+
+def plan_key(request_id: str) -> str:
+    """The plan's key: short, an id, the same for every delivery of its request."""
+    return hashlib.sha256(request_id.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A subtask request sent and not yet answered, as the journal has it."""
+
+    attempt: int
+    message_id: str
+    receiver: str
+
+
+@dataclass(slots=True)
+class Restored:
+    """What the journal says of a plan another leader began."""
+
+    leader: str
+    settled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    in_flight: dict[str, Sent] = field(default_factory=dict)
+
+
+class PlanJournal:
+    """One plan's records in the leaders' journal, in order. Records made while a write
+    is out go together in the next one: one confirmed append per batch, not per record."""
+
+    def __init__(self, journal: Journal, key: str) -> None:
+        self.key = key
+        self._journal = journal
+        self._batch: list[dict[str, Any]] = []
+        self._batch_written: asyncio.Future[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+
+    @property
+    def reply_queue(self) -> str:
+        """The name of the plan's reply queue (``Transport.reply_queue``)."""
+        return f"plan-{self.key}"
+
+    def message_id(self, subtask_id: str, attempt: int) -> str:
+        """The request id of an attempt: the same whichever leader sends it."""
+        return f"{self.key}/{subtask_id}/{attempt}"
+
+    async def restore(self, sent_at: datetime) -> Restored | None:
+        """Read the plan's records back; None if no leader began it."""
+        since = min(sent_at, datetime.now(UTC)) - _LOOK_BACK
+        restored: Restored | None = None
+        for entry in await self._journal.read(since):
+            if entry.get("plan") != self.key:
+                continue
+            for record in entry.get("records", ()):
+                restored = _apply(restored, record)
+        return restored
+
+    async def begun(self, leader: str) -> None:
+        """Record that ``leader`` runs the plan."""
+        await self._add({"kind": "begun", "leader": leader})
+
+    async def sent(self, subtask_id: str, attempt: int, message_id: str, receiver: str) -> None:
+        """Record an attempt's request; return once the journal has it (send it then)."""
+        await self._add(
+            {
+                "kind": "sent",
+                "subtask": subtask_id,
+                "attempt": attempt,
+                "message_id": message_id,
+                "receiver": receiver,
+            }
+        )
+
+    def settled(self, record: SubtaskRecord) -> None:
+        """Record a subtask's end (written with the next batch; ``flush`` waits for it)."""
+        self._add(
+            {
+                "kind": "settled",
+                "subtask": record.id,
+                "status": record.status.value,
+                "result": record.result,
+                "error": None if record.error is None else record.error.to_wire(),
+                "attempts": record.attempts,
+                "agents": record.agents,
+                "started": record.started,
+                "ended": record.ended,
+                "usage": record.usage,
+            }
+        )
+
+    async def flush(self) -> None:
+        """Wait until every record so far is in the journal."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    def _add(self, record: dict[str, Any]) -> asyncio.Future[None]:
+        if self._batch_written is None:
+            self._batch_written = asyncio.get_running_loop().create_future()
+        self._batch.append(record)
+        written = self._batch_written
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        return written
+
+    async def _write(self) -> None:
+        while self._batch:
+            batch, written = self._batch, self._batch_written
+            self._batch, self._batch_written = [], None
+            assert written is not None
+            try:
+                await self._journal.append({"plan": self.key, "records": batch})
+            except BaseException as exc:
+                if not written.done():
+                    written.set_exception(exc)
+                    written.exception()  # retrieved: settled() does not await its batch
+                raise
+            if not written.done():
+                written.set_result(None)
+
+
+def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None:
+    kind = record.get("kind")
+    if kind == "begun":
+        return restored or Restored(leader=str(record.get("leader")))
+    if restored is None:
+        return None
+    if kind == "sent":
+        sent = Sent(record["attempt"], record["message_id"], record["receiver"])
+        restored.in_flight[record["subtask"]] = sent
+    elif kind == "settled":
+        restored.in_flight.pop(record["subtask"], None)
+        restored.settled[record["subtask"]] = record
+    return restored
+
+
+def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
+    """Make ``record`` what the journal's ``settled`` entry says."""
+    record.status = SubtaskStatus(entry["status"])
+    record.result = entry.get("result")
+    error = entry.get("error")
+    record.error = (
+        None
+        if error is None
+        else SubtaskError(error["code"], error["message"], error.get("details"))
+    )
+    record.attempts = int(entry.get("attempts") or 0)
+    record.agents = entry.get("agents")
+    record.started = entry.get("started")
+    record.ended = entry.get("ended")
+    record.usage = entry.get("usage")

@@ -1,0 +1,235 @@
+"""The README and docs/ run as written: each code block is run here, by a named test, or
+is marked illustrative with a reason (doc_blocks.py says how blocks are marked).
+
+Shell blocks run line by line from the repository root, against the test broker on a
+fresh exchange (``AGENTBUS_URL`` and ``AGENTBUS_EXCHANGE`` in the environment, the venv's
+``bin`` first on ``PATH``): a line ending in ``&`` starts a process, ``kill %...`` sends
+SIGTERM to those and expects each to exit 0, and any other line must exit 0, tried again
+for a while as a user would while the team starts. Python blocks run with top-level await.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import io
+import json
+import os
+import runpy
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pytest
+from doc_blocks import ROOT, Block, all_blocks, named
+
+import agentbus
+from agentbus import Settings
+from agentbus.bus import Topology
+from agentbus.leader import Plan
+
+pytestmark = pytest.mark.docs
+
+RUNNERS = {
+    "team-by-hand",
+    "agent-in-15-lines",
+    "bus-from-python",
+    "essay-plan",
+    "essay-team",
+    "plan-cli",
+    "plan-python",
+}
+"""The doc-test names this module runs; every one must mark exactly one block."""
+SERVICES = ("registry", "leader", "greeter", "outliner", "drafter", "summarizer")
+RETRY_FOR = 20.0  # seconds a foreground line may take to succeed while the team starts
+STOP_WITHIN = 20.0  # seconds a SIGTERMed process has to exit
+
+
+def test_every_block_is_run_tested_or_marked_illustrative() -> None:
+    """No block goes unaccounted for: a runner here, a test module, or a stated reason."""
+    found = [block for block in all_blocks() if block.lang != "text"]  # figures, not code
+    unmarked = [block.where for block in found if block.kind is None]
+    assert not unmarked, f"blocks without a doc-test/tested-by/illustrative marker: {unmarked}"
+    missing = [
+        f"{block.where} -> {block.value}"
+        for block in found
+        if block.kind == "tested-by" and not (ROOT / str(block.value)).exists()
+    ]
+    assert not missing, f"tested-by names a file that does not exist: {missing}"
+    names = [block.value for block in found if block.kind == "doc-test"]
+    assert sorted(names) == sorted(RUNNERS), "each doc-test name marks one block, and runs here"
+
+
+@dataclass
+class Shell:
+    """A shell block's run: what each foreground line printed, the background processes."""
+
+    env: dict[str, str]
+    logs: Path
+    outputs: list[subprocess.CompletedProcess[str]] = field(default_factory=list)
+    background: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    async def run(
+        self, block: Block, before_kill: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        for line in block.text.splitlines():
+            words = shlex.split(line, comments=True)
+            if not words:
+                continue
+            if words[0] == "kill":
+                if before_kill is not None:
+                    await before_kill()
+                await self.stop()
+            elif words[-1] == "&":
+                self.start(words[:-1])
+            else:
+                self.outputs.append(await self.until_ok(words))
+
+    def start(self, argv: list[str]) -> None:
+        log = self.logs / f"{len(self.background)}-{Path(argv[-1]).name}.log"
+        with log.open("wb") as out:
+            self.background.append(
+                subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            )
+
+    async def until_ok(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        deadline = time.monotonic() + RETRY_FOR
+        while True:
+            done = await asyncio.to_thread(
+                subprocess.run, argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            if done.returncode == 0:
+                return done
+            if time.monotonic() > deadline:
+                pytest.fail(f"{shlex.join(argv)} exited {done.returncode}: {done.stderr[-2000:]}")
+            await asyncio.sleep(0.5)
+
+    async def stop(self) -> None:
+        for process in self.background:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.background:
+            code = await asyncio.to_thread(process.wait, STOP_WITHIN)
+            assert code == 0, f"{shlex.join(map(str, process.args))} exited {code}"  # type: ignore[arg-type]
+
+    def kill_all(self) -> None:
+        for process in self.background:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture
+async def exchange(broker_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """A fresh exchange, named in the environment for the commands and snippets run here."""
+    name = f"docs-{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("AGENTBUS_URL", broker_url)
+    monkeypatch.setenv("AGENTBUS_EXCHANGE", name)
+    yield name
+    topology = Topology(name)
+    connection = await aio_pika.connect(broker_url)
+    async with connection:
+        names = [topology.service_queue(s) for s in SERVICES] + [topology.dead_letter_queue]
+        for queue in names:
+            channel = await connection.channel()
+            with contextlib.suppress(Exception):
+                await channel.queue_delete(queue)
+        for exchange_name in (name, topology.dead_letter_exchange):
+            channel = await connection.channel()
+            with contextlib.suppress(Exception):
+                await channel.exchange_delete(exchange_name)
+
+
+@pytest.fixture
+def shell(exchange: str, tmp_path: Path) -> Iterator[Shell]:
+    """Runs shell blocks; whatever a failed test left running is killed."""
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["AGENTBUS_LOG_FORMAT"] = "json"
+    runner = Shell(env, tmp_path)
+    yield runner
+    runner.kill_all()
+
+
+async def run_python(block: Block, **names: Any) -> str:
+    """Run a Python block with top-level await; return what it printed."""
+    code = compile(block.text, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = eval(code, {"__name__": "docs_block", **names})
+        if asyncio.iscoroutine(result):
+            await result
+    return printed.getvalue()
+
+
+async def test_team_by_hand(shell: Shell) -> None:
+    """README: a registry, a leader and a greeter by hand; the request is answered."""
+    await shell.run(named("team-by-hand"))
+    request = shell.outputs[-1]
+    assert json.loads(request.stdout)["payload"]["result"] == {"text": "hello, ann!", "length": 11}
+
+
+async def test_agent_in_15_lines(broker_url: str, exchange: str) -> None:
+    """README: the 15-line agent runs and answers with its typed result."""
+    namespace: dict[str, Any] = {"__name__": "docs_block"}
+    code = compile(named("agent-in-15-lines").text, "agent", "exec")
+    exec(code, namespace)
+    settings = Settings(url=broker_url, exchange=exchange)
+    async with namespace["Greeter"](settings=settings), agentbus.connect(settings=settings) as bus:
+        reply = await bus.request("greeter", "greet", {"who": "ann", "shout": True}, timeout=10)
+    assert reply.result == {"text": "HELLO, ANN!", "length": 11}
+
+
+async def test_bus_from_python(broker_url: str, exchange: str) -> None:
+    """README: the bus from Python, against a running greeter (its URL made the test's)."""
+    greeter = runpy.run_path(str(ROOT / "examples" / "greeter.py"))["Greeter"]
+    block = named("bus-from-python")
+    text = block.text.replace("amqp://guest:guest@localhost:5672/", broker_url)
+    offline: list[Any] = []
+
+    async def on_offline(event: Any) -> None:
+        offline.append(event)
+
+    async with greeter(settings=Settings(url=broker_url, exchange=exchange)):
+        printed = await run_python(
+            Block(block.path, block.line, block.lang, text, block.kind, block.value),
+            on_offline=on_offline,
+        )
+    assert printed.strip() == "{'text': 'hello, ann!', 'length': 11}"
+
+
+def test_essay_plan_is_the_shipped_file() -> None:
+    """README's plan is examples/essay.json, valid as a Plan."""
+    shown = json.loads(named("essay-plan").text)
+    assert shown == json.loads((ROOT / "examples" / "essay.json").read_text())
+    Plan.model_validate(shown)
+
+
+async def test_essay_team_runs_the_plan_from_the_cli_and_python(shell: Shell) -> None:
+    """README: the essay team by hand; its plan from the CLI (both ways) and from Python."""
+
+    async def while_up() -> None:
+        await shell.run(named("plan-cli"))
+        plan = Plan.model_validate_json((ROOT / "examples" / "essay.json").read_text())
+        printed = await run_python(named("plan-python"), plan=plan, agentbus=agentbus)
+        assert "transition" in printed or "succeeded" in printed  # progress, as printed
+
+    await shell.run(named("essay-team"), before_kill=while_up)
+    report = shell.outputs[0].stdout  # essay-team's `agentbus plan run examples/essay.json`
+    assert "completed" in report
+    aggregate = json.loads(shell.outputs[-1].stdout)  # plan-cli's `--json`
+    assert aggregate["status"] == "completed"
+    results = {subtask["id"]: subtask["result"] for subtask in aggregate["subtasks"]}
+    assert results["outline"]["sections"] == ["What bees are", "How bees work", "Why bees matter"]
+    assert results["draft"].startswith("## What bees are\n\n")
+    assert results["summary"]["sections"] == 3

@@ -1,0 +1,103 @@
+"""Durable plans on the in-memory bus: journaled, and taken over when their leader goes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import orjson
+import pytest
+
+from agentbus import Agent, Leader, Settings, current_request, skill
+from agentbus.leader import PlanStatus
+from agentbus.registry import Registry
+from agentbus.testing import MemoryBroker, MemoryBus
+
+SETTINGS = Settings(shutdown_grace=0.2)
+
+
+class Steps(Agent):
+    name = "steps"
+    runs: Counter[str] = Counter()
+    gate: asyncio.Event = asyncio.Event()
+    holding: asyncio.Event = asyncio.Event()
+
+    @skill
+    async def step(self, n: int, hold: bool = False) -> int:
+        Steps.runs[current_request().message_id] += 1
+        if hold:
+            Steps.holding.set()
+            await Steps.gate.wait()
+        return n + 1
+
+
+def _chain(length: int, hold_at: int | None = None) -> dict[str, object]:
+    subtasks: list[dict[str, object]] = [{"id": "s0", "skill": "step", "parameters": {"n": 0}}]
+    for i in range(1, length):
+        subtask: dict[str, object] = {
+            "id": f"s{i}",
+            "skill": "step",
+            "depends_on": [f"s{i - 1}"],
+            "inputs": {"n": f"s{i - 1}"},
+        }
+        if i == hold_at:
+            subtask["parameters"] = {"hold": True}
+        subtasks.append(subtask)
+    return {"id": "chain", "subtasks": subtasks}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    Steps.runs = Counter()
+    Steps.gate = asyncio.Event()
+    Steps.holding = asyncio.Event()
+
+
+def _bus(broker: MemoryBroker, agent_id: str) -> MemoryBus:
+    return MemoryBus(broker, SETTINGS, agent_id=agent_id)
+
+
+async def test_a_durable_plan_runs_as_any_and_journals_its_steps() -> None:
+    """Same aggregate as without the journal; the journal holds begun, sent and settled."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        reply = await client.request("leader", "run_plan", {"plan": _chain(3)}, timeout=20)
+    assert reply.result["status"] == PlanStatus.COMPLETED.value
+    assert [s["result"] for s in reply.result["subtasks"]] == [1, 2, 3]
+    [journal] = broker.journals.values()
+    records = [record for _, body in journal for record in orjson.loads(body)["records"]]
+    assert Counter(record["kind"] for record in records) == {"begun": 1, "sent": 3, "settled": 3}
+    assert not [q for q in broker.queues if ".replies.plan-" in q]  # deleted at the end
+
+
+async def test_a_plan_whose_leader_goes_mid_step_is_finished_by_another_once() -> None:
+    """Leader 1 goes while step 2 runs; leader 2 takes the redelivered plan from the
+    journal: steps 0-1 not run again, step 2's answer taken, 3-4 run; one aggregate."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        first = Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2)
+        await first.start()
+        asking = asyncio.create_task(
+            client.request("leader", "run_plan", {"plan": _chain(5, hold_at=2)}, timeout=30)
+        )
+        await asyncio.wait_for(Steps.holding.wait(), 10)
+        await first.bus.drain(grace=0)  # its run_plan goes back to the leaders' queue
+        await first.bus.aclose()
+        async with Leader(bus=_bus(broker, "leader-2"), durable=True, heartbeat_interval=0.2):
+            Steps.gate.set()  # the step leader 1 sent now ends: its answer waits for leader 2
+            reply = await asyncio.wait_for(asking, 30)
+    aggregate = reply.result
+    assert reply.sender_id == "leader-2"
+    assert aggregate["status"] == PlanStatus.COMPLETED.value
+    assert [s["result"] for s in aggregate["subtasks"]] == [1, 2, 3, 4, 5]
+    assert [s["attempts"] for s in aggregate["subtasks"]] == [1] * 5
+    assert sorted(Steps.runs.values()) == [1] * 5  # each step ran once, under one id each

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import aio_pika
 import aiormq.exceptions
 import orjson
+from aio_pika.abc import AbstractIncomingMessage
 
 from agentbus._config import Settings, mask_url
 from agentbus._exceptions import ConfigurationError
@@ -95,23 +96,31 @@ async def read_audit(
                 ) from exc
         count = 0
         origin = start if after is None else after[0]
-        async with queue.iterator(arguments={"x-stream-offset": origin}) as messages:
-            while limit is None or count < limit:
-                try:
-                    async with asyncio.timeout(idle):
-                        message = await anext(messages)
-                except (TimeoutError, StopAsyncIteration):
+        arrived: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+
+        async def take(message: AbstractIncomingMessage) -> None:
+            # A stream is read with acks (they move the consumer's credit), never nacks:
+            # what is prefetched and not read when the reader stops goes with the channel.
+            await message.ack()
+            arrived.put_nowait(message)
+
+        with map_transport_errors():
+            await queue.consume(take, arguments={"x-stream-offset": origin})
+        while limit is None or count < limit:
+            try:
+                async with asyncio.timeout(idle):
+                    message = await arrived.get()
+            except TimeoutError:
+                return
+            found = (message.headers or {}).get("x-stream-offset")
+            offset = found if isinstance(found, int) else -1
+            records = orjson.loads(message.body)
+            for index, record in enumerate(records if isinstance(records, list) else []):
+                if after is not None and (offset, index) <= after:
+                    continue
+                if limit is not None and count >= limit:
                     return
-                await message.ack()
-                found = (message.headers or {}).get("x-stream-offset")
-                offset = found if isinstance(found, int) else -1
-                records = orjson.loads(message.body)
-                for index, record in enumerate(records if isinstance(records, list) else []):
-                    if after is not None and (offset, index) <= after:
-                        continue
-                    if limit is not None and count >= limit:
-                        return
-                    yield AuditEntry(offset, index, record, message.user_id)
-                    count += 1
+                yield AuditEntry(offset, index, record, message.user_id)
+                count += 1
     finally:
         await connection.close()

@@ -60,7 +60,12 @@ async def test_a_team_on_generated_permissions_over_tls_runs_a_plan(team: Secure
     """Registry, leader, text over TLS: listed, a plan runs, no refusal anywhere, audited."""
     agents: list[Agent] = [
         Registry(agent_id="registry-1", settings=team.settings("registry"), heartbeat_interval=1),
-        Leader(agent_id="leader-1", settings=team.settings("leader"), heartbeat_interval=1),
+        Leader(
+            agent_id="leader-1",
+            settings=team.settings("leader"),
+            heartbeat_interval=1,
+            durable=True,  # its journal stream and the plan's reply queue: its own
+        ),
         TextAgent(agent_id="text-1", settings=team.settings("text"), heartbeat_interval=1),
     ]
     for agent in agents:

@@ -50,6 +50,8 @@ class Grant:
         calls_instances: Whether it may request any team instance directly (the
             registry's ``describe``).
         audits: Whether it may read the audit stream.
+        keeps_plans: Whether it keeps plan journals and their durable reply queues (the
+            leader's durable plans: ``<exchange>.journal.*``, ``<exchange>.replies.*``).
     """
 
     user: str
@@ -58,6 +60,7 @@ class Grant:
     broadcasts: frozenset[str] = field(default_factory=frozenset)
     calls_instances: bool = False
     audits: bool = False
+    keeps_plans: bool = False
 
 
 def team_grants(
@@ -109,6 +112,7 @@ def team_grants(
                 calls=frozenset(callees - {service}),
                 broadcasts=frozenset(broadcasts),
                 calls_instances=service == REGISTRY,
+                keeps_plans=service == LEADER,
             )
         )
     for client, wanted in (clients or {}).items():
@@ -238,6 +242,11 @@ def _permissions(grant: Grant, topology: Topology, vhost: str) -> dict[str, str]
     ]
     if grant.service is not None:
         queues.append(e(topology.service_queue(grant.service)))
+    if grant.keeps_plans:
+        queues += [
+            rf"{e(topology.exchange)}\.journal\.[^.]+",
+            rf"{e(topology.exchange)}\.replies\.[^.]+",
+        ]
     exchanges = [e(topology.exchange), e(topology.dead_letter_exchange)]
     declared = [*exchanges, e(topology.dead_letter_queue), *queues]
     readable = [*exchanges, *queues]

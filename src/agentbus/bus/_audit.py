@@ -24,9 +24,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+import aiormq.exceptions
 import orjson
 import structlog
-from aio_pika.abc import AbstractRobustChannel
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
 from agentbus.bus._amqp import basic_publish, message_properties
 from agentbus.envelopes import Envelope, RequestEnvelope
@@ -116,15 +117,29 @@ def raw_fields(raw: Mapping[str, Any], amqp_message_id: str | None) -> dict[str,
 
 
 class AuditTrail:
-    """Publishes audit records to the stream, in order, from a writer task of its own."""
+    """Publishes audit records to the stream, in order, from a writer task of its own.
+
+    The writer first finds the stream (or, with ``create``, declares it): off the bus's
+    open, which it does not slow down. Records appended meanwhile wait in the buffer;
+    if there is no stream, they are dropped and the trail turns itself off.
+    """
 
     def __init__(
-        self, channel: AbstractRobustChannel, stream: str, *, app_id: str, user_id: str | None
+        self,
+        connection: AbstractRobustConnection,
+        stream: str,
+        *,
+        create: bool,
+        app_id: str,
+        user_id: str | None,
     ) -> None:
         self.stream = stream
         self.written = 0
         self.failed = 0
-        self._channel = channel
+        self.off = False
+        self._connection = connection
+        self._create = create
+        self._channel: AbstractRobustChannel | None = None
         self._app_id = app_id
         self._user_id = user_id
         self._buffer: deque[dict[str, Any]] = deque()
@@ -138,8 +153,29 @@ class AuditTrail:
 
     def append(self, record: dict[str, Any]) -> None:
         """Queue ``record`` for the stream; it is written soon, in order."""
+        if self.off:
+            return
         self._buffer.append(record)
         self._wake.set()
+
+    async def _find_stream(self) -> bool:
+        probe = await self._connection.channel(publisher_confirms=False)
+        try:
+            # Passive unless asked to make it: a missing stream closes only this channel.
+            await probe.declare_queue(
+                self.stream,
+                durable=True,
+                passive=not self._create,
+                arguments={"x-queue-type": "stream"},
+            )
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return False
+        except aiormq.exceptions.ChannelPreconditionFailed:
+            pass  # there, declared otherwise (its own retention arguments): write to it
+        finally:
+            with contextlib.suppress(Exception):
+                await probe.close()
+        return True
 
     async def aclose(self) -> None:
         """Write what is buffered (a bounded wait), then stop the writer."""
@@ -150,10 +186,22 @@ class AuditTrail:
                 async with asyncio.timeout(_PUBLISH_TIMEOUT):
                     await asyncio.shield(self._writer)
             self._writer.cancel()
-        with contextlib.suppress(Exception):
-            await self._channel.close()
+        if self._channel is not None:
+            with contextlib.suppress(Exception):
+                await self._channel.close()
 
     async def _write_forever(self) -> None:
+        try:
+            found = await self._find_stream()
+            if found:
+                self._channel = await self._connection.channel(publisher_confirms=False)
+        except Exception as exc:  # the connection went meanwhile: no trail for this bus
+            _log.warning("audit stream not opened", error=repr(exc))
+            found = False
+        if not found:
+            self.off = True
+            self._buffer.clear()
+            return
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -175,6 +223,7 @@ class AuditTrail:
                 return
 
     async def _publish(self, batch: list[dict[str, Any]]) -> None:
+        assert self._channel is not None
         properties = message_properties(
             app_id=self._app_id,
             message_id=batch[0]["message_id"] or "",

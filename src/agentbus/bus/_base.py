@@ -214,8 +214,9 @@ class BaseBus(abc.ABC):
         dispatcher = self._require_open()
         dispatcher.request_handler = handler
         for action in broadcast_actions:
-            await self._bind_instance(f"broadcast.request.{_checked(action, 'action')}")
-            dispatcher.broadcast_actions.add(action)
+            # Admitted before it is bound: the first broadcast may come right after.
+            dispatcher.broadcast_actions.add(_checked(action, "action"))
+            await self._bind_instance(f"broadcast.request.{action}")
         if service is None:
             return
         if self.service is not None:

@@ -182,34 +182,20 @@ class Bus(BaseBus):
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue
-        dispatcher.audit = self._audit = await self._open_audit()
+        dispatcher.audit = self._audit = self._open_audit()
         # Never cancelled by itself: closing the connection ends it, without a round trip
         # that a stalled network would hold up.
         await queue.consume(dispatcher.on_message, no_ack=False)
 
-    async def _open_audit(self) -> AuditTrail | None:
-        """Open the audit trail: per ``settings.audit``, if the stream is (or is made) there."""
-        wanted = self.settings.audit
-        if wanted is False:
+    def _open_audit(self) -> AuditTrail | None:
+        """Start the audit trail, per ``settings.audit`` (it finds its stream by itself)."""
+        if self.settings.audit is False:
             return None
         assert self._connection is not None
-        stream = self.topology.audit_stream
-        probe = await self._connection.channel(publisher_confirms=False)
-        try:
-            # Passive unless asked to make it: a missing stream closes only this channel.
-            await probe.declare_queue(
-                stream, durable=True, passive=not wanted, arguments={"x-queue-type": "stream"}
-            )
-        except aiormq.exceptions.ChannelNotFoundEntity:
-            return None
-        except aiormq.exceptions.ChannelPreconditionFailed:
-            pass  # there, declared otherwise (its own retention arguments): write to it
-        finally:
-            await _bounded(probe.close())
-        channel = await self._connection.channel(publisher_confirms=False)
         trail = AuditTrail(
-            channel,
-            stream,
+            self._connection,
+            self.topology.audit_stream,
+            create=bool(self.settings.audit),
             app_id=self._app_id,
             user_id=publisher_user_id(self.settings, self.agent_id),
         )

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     durable_plans: bool = False
     """Leaders journal each plan on the broker, so another leader finishes a plan whose
     leader died (``Leader(durable=...)``, ``agentbus leader --durable``)."""
+    plan_retention: float = Field(default=3600.0, ge=0)
+    """Seconds a leader keeps a plan's aggregate after it ended, for ``plan_status``."""
     tracing: bool = False
     """OpenTelemetry spans for sending, handling and plan steps (the ``otel`` extra)."""
     trace_file: str | None = None

@@ -436,3 +436,46 @@ async def test_cli_exit_status_follows_the_plan_and_shows_progress(procs: Proces
     assert any("bad (fail) failed" in line for line in failed_lines)
     assert any("after (square) skipped" in line for line in failed_lines)
     assert any("bad (fail) failed" in line for line in done["partial"].stderr.splitlines())
+
+
+async def test_cli_looks_up_and_watches_a_plan_by_id(procs: Processes) -> None:
+    """`plan status` while it runs (exit 4) and once ended (exit 0, the aggregate);
+    `plan watch` from a client that did not submit it follows it to its end."""
+    client, _ = await team(procs, {"alpha-1": ("Alpha",)}, "--durable")
+    plan = {
+        "id": "looked-up",
+        "subtasks": [
+            {"id": "wait", "skill": "slow", "parameters": {"seconds": 2}},
+            {"id": "then", "skill": "double", "depends_on": ["wait"], "parameters": {"n": 21}},
+        ],
+    }
+    running = asyncio.create_task(PlanClient(client).run(plan, timeout=PLAN_TIMEOUT))
+    while True:  # until the leader has the plan and its first step runs
+        early = await procs.cli("plan", "status", "looked-up", "--json")
+        if early.returncode == 4 and json.loads(early.stdout)["subtasks"][0]["status"] == "running":
+            break
+        assert early.returncode in (3, 4), early.stderr
+        await asyncio.sleep(0.1)
+    watched = asyncio.create_task(procs.cli("plan", "watch", "looked-up"))
+    aggregate = await running
+    watch = await watched
+    after = await procs.cli("plan", "status", "looked-up", "--json")
+    unknown = await procs.cli("plan", "status", "nope")
+
+    assert early.returncode == 4, early.stderr
+    state = json.loads(early.stdout)
+    assert (state["state"], state["leader"], state["total"]) == ("running", LEADER, 2)
+    assert [s["status"] for s in state["subtasks"]] == ["running", "pending"]
+    assert watch.returncode == 0, watch.stderr
+    assert "then" in watch.stdout
+    assert "succeeded" in watch.stdout
+    assert after.returncode == 0, after.stderr
+    ended = json.loads(after.stdout)
+    assert ended["state"] == "ended"
+    assert ended["aggregate"]["subtasks"][1]["result"] == 42
+    assert aggregate.subtask("then").result == 42
+    assert unknown.returncode == 3
+    assert unknown.stderr.strip() == (
+        "agentbus: error: no plan 'nope' is known to leader-1: not running here, "
+        "not ended here lately, and not in the leaders' journal"
+    )

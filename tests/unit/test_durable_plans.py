@@ -8,7 +8,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from agentbus import Agent, Leader, Settings, current_request, skill
+from agentbus import Agent, Leader, PlanClient, RemoteError, Settings, current_request, skill
 from agentbus.leader import PlanStatus
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
@@ -71,7 +71,8 @@ async def test_a_durable_plan_runs_as_any_and_journals_its_steps() -> None:
     assert [s["result"] for s in reply.result["subtasks"]] == [1, 2, 3]
     [journal] = broker.journals.values()
     records = [record for _, body in journal for record in orjson.loads(body)["records"]]
-    assert Counter(record["kind"] for record in records) == {"begun": 1, "sent": 3, "settled": 3}
+    kinds = Counter(record["kind"] for record in records)
+    assert kinds == {"begun": 1, "sent": 3, "settled": 3, "ended": 1}
     assert not [q for q in broker.queues if ".replies.plan-" in q]  # deleted at the end
 
 
@@ -101,3 +102,46 @@ async def test_a_plan_whose_leader_goes_mid_step_is_finished_by_another_once() -
     assert [s["result"] for s in aggregate["subtasks"]] == [1, 2, 3, 4, 5]
     assert [s["attempts"] for s in aggregate["subtasks"]] == [1] * 5
     assert sorted(Steps.runs.values()) == [1] * 5  # each step ran once, under one id each
+
+
+async def test_a_plan_s_status_while_running_after_it_ended_and_from_another_leader() -> None:
+    """plan_status: running with each subtask so far; ended with the aggregate; and a
+    leader that never ran it reads it from the journal."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        plans = PlanClient(client)
+        async with Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2):
+            asking = asyncio.create_task(plans.run(_chain(4, hold_at=2), timeout=30))
+            await asyncio.wait_for(Steps.holding.wait(), 10)
+            running = await plans.status("chain")
+            Steps.gate.set()
+            aggregate = await asking
+            ended = await plans.status("chain")
+        async with Leader(bus=_bus(broker, "leader-2"), durable=True, heartbeat_interval=0.2):
+            journaled = await plans.status("chain")
+            with pytest.raises(RemoteError, match="no plan 'nope' is known to leader-2"):
+                await plans.status("nope")
+    assert (running.state, running.leader, running.done, running.total) == (
+        "running",
+        "leader-1",
+        2,
+        4,
+    )
+    assert [s.status.value for s in running.subtasks] == [
+        "succeeded",
+        "succeeded",
+        "running",
+        "pending",
+    ]
+    assert ended.state == "ended"
+    assert ended.aggregate == aggregate
+    assert journaled.state == "ended"
+    assert journaled.leader == "leader-1"
+    assert journaled.aggregate is not None
+    assert journaled.aggregate.status is PlanStatus.COMPLETED
+    assert [s.result for s in journaled.aggregate.subtasks] == [1, 2, 3, 4]
+    assert [s.attempts for s in journaled.aggregate.subtasks] == [1] * 4

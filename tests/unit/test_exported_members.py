@@ -75,6 +75,7 @@ EXPECTED_LEADER = [
     "PlanClient",
     "PlanGraph",
     "PlanRunner",
+    "PlanState",
     "PlanStatus",
     "Progress",
     "ProgressReport",

@@ -216,6 +216,7 @@ class Agent:
             service=self.name,
             prefetch=self.capacity,
             broadcast_actions=(ANNOUNCE, "cancel"),
+            acks_early=_long_running(self.skills),
         )
         await self.beat(full=True)
         self._heartbeat_task = asyncio.create_task(self._beat_forever())
@@ -394,3 +395,9 @@ def _instance_id(service: str, agent_id: str | None, bus: Transport | None) -> s
     if bus is not None and bus.agent_id != chosen:
         raise ConfigurationError(f"agent id {chosen!r} differs from its bus's {bus.agent_id!r}")
     return chosen
+
+
+def _long_running(skills: dict[str, SkillSpec]) -> Callable[[RequestEnvelope], bool] | None:
+    # Which requests the bus acknowledges as their work starts (skill(long_running=True)).
+    actions = frozenset(name for name, spec in skills.items() if spec.long_running)
+    return (lambda request: request.payload.action in actions) if actions else None

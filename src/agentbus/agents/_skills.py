@@ -27,6 +27,7 @@ _MAX_REPORTED: Final = 5
 class _Mark:
     name: str | None
     description: str | None
+    long_running: bool = False
 
 
 @overload
@@ -34,11 +35,18 @@ def skill(func: F, /) -> F: ...
 
 
 @overload
-def skill(*, name: str | None = None, description: str | None = None) -> Callable[[F], F]: ...
+def skill(
+    *, name: str | None = None, description: str | None = None, long_running: bool = False
+) -> Callable[[F], F]: ...
 
 
 def skill(
-    func: F | None = None, /, *, name: str | None = None, description: str | None = None
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    long_running: bool = False,
 ) -> F | Callable[[F], F]:
     """Mark an async method of an ``Agent`` as a skill other agents can request.
 
@@ -52,6 +60,11 @@ def skill(
         func: The method (when used as a bare ``@skill``).
         name: The action name; default the method's name.
         description: The description on the agent card.
+        long_running: Work that may outlast the broker's consumer timeout (30 minutes
+            by default): its request is acknowledged when the work starts, so the broker
+            never takes it back. If this instance dies meanwhile, the request is not
+            redelivered: a plan retries it (the leader hears the agent went offline), a
+            plain caller times out.
     """
 
     def mark(target: F) -> F:
@@ -59,7 +72,7 @@ def skill(
             raise ConfigurationError(
                 f"skill {target.__qualname__} must be an async method or async generator"
             )
-        setattr(target, _MARK, _Mark(name, description))
+        setattr(target, _MARK, _Mark(name, description, long_running))
         return target
 
     if func is not None:
@@ -78,6 +91,8 @@ class SkillSpec:
     def __init__(self, method: Callable[..., Any], mark: _Mark) -> None:
         self.method = method
         self.streams = inspect.isasyncgenfunction(method)
+        self.long_running = mark.long_running
+        """Acknowledged when it starts (``skill(long_running=True)``)."""
         """An async generator: its items go out as partial results, in order."""
         self.name = mark.name or method.__name__
         if not is_valid_id(self.name):

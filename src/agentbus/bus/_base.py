@@ -203,16 +203,20 @@ class BaseBus(abc.ABC):
         service: str | None = None,
         prefetch: int | None = None,
         broadcast_actions: Iterable[str] = (),
+        acks_early: Callable[[RequestEnvelope], bool] | None = None,
     ) -> None:
         """Answer requests with ``handler``.
 
         Requests to this instance's id are always served. With ``service``, the bus
         also consumes the service's shared queue, competing with its other instances,
         at most ``prefetch`` at a time. ``broadcast_actions`` are request actions
-        received when broadcast to everyone.
+        received when broadcast to everyone. A request for which ``acks_early`` says
+        true is acknowledged before the handler runs (long work, past the broker's
+        consumer timeout); if this process dies meanwhile, it is not redelivered.
         """
         dispatcher = self._require_open()
         dispatcher.request_handler = handler
+        dispatcher.acks_early = acks_early
         for action in broadcast_actions:
             # Admitted before it is bound: the first broadcast may come right after.
             dispatcher.broadcast_actions.add(_checked(action, "action"))

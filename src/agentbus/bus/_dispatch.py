@@ -80,6 +80,8 @@ class Dispatcher:
         self.audit: AuditSink | None = None
         self.rates: SenderRates | None = None
         self.request_handler: RequestHandler | None = None
+        self.acks_early: Callable[[RequestEnvelope], bool] | None = None
+        self._acked_early: set[int] = set()  # id() of deliveries acked before their work
         self.event_handlers: list[tuple[str, EventHandler]] = []
         self._publisher = publisher
         self._pending = pending
@@ -109,12 +111,16 @@ class Dispatcher:
             how = await self._dispatch(message, shared=shared)
         except asyncio.CancelledError:
             # Cancelled mid-way (a drain past its grace, a close): back to the queue.
-            await asyncio.shield(settle(message, Settle.REQUEUE, self._stats))
+            if id(message) not in self._acked_early:
+                await asyncio.shield(settle(message, Settle.REQUEUE, self._stats))
             raise
         else:
-            # The one place a delivery is settled: every path above returns how.
-            await settle(message, how, self._stats)
+            # The one place a delivery is settled: every path above returns how (long
+            # work was acked when it started, the one exception).
+            if id(message) not in self._acked_early:
+                await settle(message, how, self._stats)
         finally:
+            self._acked_early.discard(id(message))
             if self._limit is not None:
                 # Settled, or given up on: a copy republished from it may run now.
                 self._limit.settled(message)
@@ -215,6 +221,10 @@ class Dispatcher:
             if self.audit is not None:
                 self._audit(request, message.user_id, "duplicate", None)
             return Settle.ACK
+        if self.acks_early is not None and self.acks_early(request):
+            # Long work: the broker's consumer timeout would take the delivery back.
+            await settle(message, Settle.ACK, self._stats)
+            self._acked_early.add(id(message))
         started = time.perf_counter()
         try:
             reply = await self._run(request)

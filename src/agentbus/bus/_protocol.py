@@ -71,6 +71,7 @@ class Transport(Protocol):
         service: str | None = None,
         prefetch: int | None = None,
         broadcast_actions: Any = (),
+        acks_early: Callable[[RequestEnvelope], bool] | None = None,
     ) -> None: ...
 
     async def subscribe(self, pattern: str, handler: EventHandler) -> None: ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 from typing import Any
 
@@ -11,13 +13,20 @@ from pydantic import ValidationError
 from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus.bus import Bus
 from agentbus.cli._context import client_settings, load_json, print_json, read_bytes, run_async
-from agentbus.cli._render import agents_table, aggregate_report, progress_text
+from agentbus.cli._render import (
+    agents_table,
+    aggregate_report,
+    plan_state_report,
+    progress_text,
+)
 from agentbus.envelopes import BROADCAST, EnvelopeError, EventEnvelope, ResponseEnvelope, decode
-from agentbus.leader import Plan, PlanClient, PlanStatus, Progress
+from agentbus.leader import Plan, PlanClient, PlanState, PlanStatus, Progress
 
 __all__ = ["agents", "plan", "publish", "request"]
 
 _PLAN_EXIT = {PlanStatus.COMPLETED: 0, PlanStatus.PARTIAL: 1, PlanStatus.FAILED: 2}
+_WATCH_LOOK = 5.0  # seconds between looks at a watched plan, should an event be missed
+_WATCH_SETTLE = 0.2
 
 
 @click.group()
@@ -65,6 +74,73 @@ async def plan_run(
     else:
         click.echo(aggregate_report(aggregate))
     ctx.exit(_PLAN_EXIT[aggregate.status])
+
+
+@plan.command("status")
+@click.argument("plan_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+@click.option("--leader", "leader_service", default="leader", show_default=True)
+@click.pass_context
+@run_async
+async def plan_status(ctx: click.Context, plan_id: str, as_json: bool, leader_service: str) -> None:
+    """Show where the plan PLAN_ID is: each subtask while it runs, the aggregate once ended.
+
+    The exit status is that of `plan run` for an ended plan, 4 while it runs, and 3 when
+    no leader knows it.
+    """
+    state = await _state_of(ctx, plan_id, leader_service)
+    if as_json:
+        print_json(state.model_dump(mode="json"))
+    else:
+        click.echo(plan_state_report(state))
+    ctx.exit(4 if state.aggregate is None else _PLAN_EXIT[state.aggregate.status])
+
+
+@plan.command("watch")
+@click.argument("plan_id")
+@click.option("--leader", "leader_service", default="leader", show_default=True)
+@click.pass_context
+@run_async
+async def plan_watch(ctx: click.Context, plan_id: str, leader_service: str) -> None:
+    """Follow the plan PLAN_ID's progress live until it ends, then print its report.
+
+    Works from any client, also one that did not submit the plan (its progress is
+    broadcast). The exit status is that of `plan run`; 3 when no leader knows the plan.
+    """
+    ended = asyncio.Event()
+
+    def show(progress: Progress) -> None:
+        _show_progress(progress)
+        if progress.done == progress.total:
+            ended.set()
+
+    async with Bus(client_settings(ctx)) as bus:
+        client = PlanClient(bus, leader=leader_service)
+        await client.watch(plan_id, show)  # first: nothing between the look and the watch
+        state = await _look(client, plan_id)
+        while state.aggregate is None:
+            click.echo(f"{plan_id}: {state.done}/{state.total} done, on {state.leader}", err=True)
+            if ended.is_set():  # its leader files the aggregate just after the last step
+                await asyncio.sleep(_WATCH_SETTLE)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), timeout=_WATCH_LOOK)
+            state = await _look(client, plan_id)
+    click.echo(aggregate_report(state.aggregate))
+    ctx.exit(_PLAN_EXIT[state.aggregate.status])
+
+
+async def _state_of(ctx: click.Context, plan_id: str, leader_service: str) -> PlanState:
+    async with Bus(client_settings(ctx)) as bus:
+        return await _look(PlanClient(bus, leader=leader_service), plan_id)
+
+
+async def _look(client: PlanClient, plan_id: str) -> PlanState:
+    try:
+        return await client.status(plan_id)
+    except RemoteError as exc:
+        raise _CouldNotRun(exc.envelope.payload.message) from exc
+    except AgentBusError as exc:
+        raise _CouldNotRun(str(exc)) from exc
 
 
 class _CouldNotRun(click.ClickException):

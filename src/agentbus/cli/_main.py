@@ -21,6 +21,7 @@ from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import client_settings, print_json, settings_of
 from agentbus.cli._definitions import definitions_command
 from agentbus.cli._demo import demo_command
+from agentbus.cli._gateway import gateway, run_a2a
 from agentbus.cli._security import security_options, security_overrides
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
@@ -28,7 +29,7 @@ from agentbus.leader import Plan
 
 __all__ = ["cli", "main"]
 
-_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo"})
+_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo", "gateway", "run-a2a"})
 
 
 def plan_schema() -> dict[str, Any]:
@@ -136,6 +137,8 @@ for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
 cli.add_command(definitions_command)
 cli.add_command(audit_command)
+cli.add_command(gateway)
+cli.add_command(run_a2a)
 
 
 def main() -> None:

@@ -7,9 +7,15 @@ from typing import Any, Final
 
 import orjson
 
-from agentbus.leader import Aggregate
+from agentbus.leader import Aggregate, PlanState
 
-__all__ = ["agents_table", "aggregate_report", "progress_text", "table"]
+__all__ = [
+    "agents_table",
+    "aggregate_report",
+    "plan_state_report",
+    "progress_text",
+    "table",
+]
 
 _CHUNK_SHOWN: Final = 200  # characters of a partial result printed on a progress line
 
@@ -101,3 +107,15 @@ def progress_text(state: str, update: dict[str, Any]) -> str:
             shown = shown[:_CHUNK_SHOWN] + "..."
         return f"partial #{update.get('seq')}: {shown}"
     return state
+
+
+def plan_state_report(state: PlanState) -> str:
+    """Render a plan's state: the aggregate's report once ended, else where each subtask is."""
+    if state.aggregate is not None:
+        return f"{state.plan_id}: ended on {state.leader}\n" + aggregate_report(state.aggregate)
+    rows = [
+        (o.id, o.skill, o.status.value, str(o.attempts), ",".join(o.agents) or "-")
+        for o in state.subtasks
+    ]
+    head = f"{state.plan_id}: running on {state.leader}, {state.done}/{state.total} done"
+    return head + "\n" + table(("subtask", "skill", "status", "attempts", "agents"), rows)

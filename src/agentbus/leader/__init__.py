@@ -17,6 +17,7 @@ from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._leader import Leader
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._run import PlanRunner, RunState
+from agentbus.leader._status import PlanState
 
 __all__ = [
     "PLAN_PROGRESS",
@@ -27,6 +28,7 @@ __all__ = [
     "PlanClient",
     "PlanGraph",
     "PlanRunner",
+    "PlanState",
     "PlanStatus",
     "Progress",
     "ProgressReport",

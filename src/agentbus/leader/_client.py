@@ -12,6 +12,7 @@ from agentbus.bus import Transport
 from agentbus.envelopes import EventEnvelope
 from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
 from agentbus.leader._plan import Plan
+from agentbus.leader._status import PlanState
 
 __all__ = ["PlanClient"]
 
@@ -26,6 +27,7 @@ class PlanClient:
         self._leader = leader
         self._callbacks: dict[str, ProgressCallback] = {}
         self._subscribed = False
+        self._watching = False
 
     async def run(
         self,
@@ -54,6 +56,26 @@ class PlanClient:
             return Aggregate.model_validate(reply.result)
         except ValidationError as exc:
             raise AgentBusError(f"the leader's answer is not an aggregate: {exc}") from exc
+
+    async def status(self, plan_id: str, *, timeout: float = 10.0) -> PlanState:
+        """Where the plan ``plan_id`` is: running (each subtask so far) or ended (with its
+        aggregate), as a leader knows it (``Leader.plan_status``).
+
+        Raises:
+            RemoteError: no leader knows the plan (``invalid_parameters``).
+        """
+        reply = await self._bus.request(
+            self._leader, "plan_status", {"plan_id": plan_id}, timeout=timeout
+        )
+        return PlanState.model_validate(reply.result)
+
+    async def watch(self, plan_id: str, on_progress: ProgressCallback) -> None:
+        """Hand every progress event of ``plan_id`` to ``on_progress`` from now on (from
+        the broadcast ones: any client may follow any plan)."""
+        self._callbacks[plan_id] = on_progress
+        if not self._watching:
+            await self._bus.subscribe(f"broadcast.event.{PLAN_PROGRESS}", self._on_event)
+            self._watching = True
 
     async def _subscribe(self) -> None:
         if not self._subscribed:

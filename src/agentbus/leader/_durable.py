@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -20,9 +21,20 @@ from typing import Any, Final
 from agentbus.bus import Journal
 from agentbus.leader._aggregate import SubtaskStatus
 from agentbus.leader._attempt import SubtaskError
-from agentbus.leader._record import SubtaskRecord
+from agentbus.leader._plan import Plan
+from agentbus.leader._record import SubtaskRecord, tally
+from agentbus.leader._status import PlanState
 
-__all__ = ["JOURNAL", "PlanJournal", "Restored", "Sent", "plan_key", "restore_record"]
+__all__ = [
+    "JOURNAL",
+    "PlanJournal",
+    "Restored",
+    "Sent",
+    "journaled_state",
+    "lookup",
+    "plan_key",
+    "restore_record",
+]
 
 JOURNAL: Final = "plans"
 """The journal leaders share (``<exchange>.journal.plans``)."""
@@ -45,11 +57,15 @@ class Sent:
 
 @dataclass(slots=True)
 class Restored:
-    """What the journal says of a plan another leader began."""
+    """What the journal says of a plan a leader began: who runs it, what has settled,
+    what is in flight, and whether it has ended."""
 
     leader: str
+    plan: dict[str, Any] | None = None
+    begun_at: float | None = None
     settled: dict[str, dict[str, Any]] = field(default_factory=dict)
     in_flight: dict[str, Sent] = field(default_factory=dict)
+    ended: bool = False
 
 
 class PlanJournal:
@@ -83,9 +99,15 @@ class PlanJournal:
                 restored = _apply(restored, record)
         return restored
 
-    async def begun(self, leader: str) -> None:
-        """Record that ``leader`` runs the plan."""
-        await self._add({"kind": "begun", "leader": leader})
+    async def begun(self, leader: str, plan: dict[str, Any] | None) -> None:
+        """Record that ``leader`` runs the plan (the plan itself the first time)."""
+        record = {"kind": "begun", "leader": leader, "at": time.time()}
+        await self._add(record if plan is None else record | {"plan_id": plan["id"], "plan": plan})
+
+    async def ended(self, status: str) -> None:
+        """Record that the plan ended, and wait until the journal has every record."""
+        self._add({"kind": "ended", "status": status})
+        await self.flush()
 
     async def sent(self, subtask_id: str, attempt: int, message_id: str, receiver: str) -> None:
         """Record an attempt's request; return once the journal has it (send it then)."""
@@ -146,12 +168,35 @@ class PlanJournal:
                 written.set_result(None)
 
 
+async def lookup(journal: Journal, plan_id: str, since: datetime) -> Restored | None:
+    """The latest run of the plan ``plan_id`` that the journal holds since ``since``."""
+    runs: dict[str, Restored | None] = {}
+    latest: str | None = None
+    for entry in await journal.read(since):
+        key = str(entry.get("plan"))
+        records = entry.get("records", ())
+        if key not in runs:
+            if not any(r.get("kind") == "begun" and r.get("plan_id") == plan_id for r in records):
+                continue
+            latest = key
+            runs[key] = None
+        for record in records:
+            runs[key] = _apply(runs[key], record)
+    return None if latest is None else runs[latest]
+
+
 def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None:
     kind = record.get("kind")
     if kind == "begun":
-        return restored or Restored(leader=str(record.get("leader")))
+        restored = restored or Restored(leader="")
+        restored.leader = str(record.get("leader"))
+        if "plan" in record:
+            restored.plan, restored.begun_at = record["plan"], record.get("at")
+        return restored
     if restored is None:
         return None
+    if kind == "ended":
+        restored.ended = True
     if kind == "sent":
         sent = Sent(record["attempt"], record["message_id"], record["receiver"])
         restored.in_flight[record["subtask"]] = sent
@@ -176,3 +221,35 @@ def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
     record.started = entry.get("started")
     record.ended = entry.get("ended")
     record.usage = entry.get("usage")
+
+
+def journaled_state(found: Restored) -> PlanState | None:
+    """The plan's state as the journal has it (None without the plan's first record)."""
+    if found.plan is None:
+        return None
+    plan = Plan.model_validate(found.plan)
+    records = {s.id: SubtaskRecord(s.id, s.skill) for s in plan.subtasks}
+    for subtask_id, entry in found.settled.items():
+        restore_record(records[subtask_id], entry)
+    for subtask_id, sent in found.in_flight.items():
+        records[subtask_id].status = SubtaskStatus.RUNNING
+        records[subtask_id].attempts = sent.attempt
+    if not found.ended:
+        return PlanState(
+            plan_id=plan.id,
+            state="running",
+            leader=found.leader,
+            done=len(found.settled),
+            total=len(records),
+            subtasks=[record.outcome() for record in records.values()],
+        )
+    begun = found.begun_at or time.time()
+    last = max((r.ended or begun for r in records.values()), default=begun)
+    aggregate = tally(
+        plan,
+        records,
+        started_at=datetime.fromtimestamp(begun, UTC),
+        wall_time=last - begun,
+        error=None,
+    )
+    return PlanState.ended(aggregate, found.leader)

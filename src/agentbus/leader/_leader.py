@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import structlog
 
+from agentbus._exceptions import InvalidParameters
 from agentbus.agents._agent import Agent, current_request
 from agentbus.agents._heartbeat import AGENT_OFFLINE
 from agentbus.agents._skills import skill
 from agentbus.bus import Journal, Topology
-from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope
+from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope, utcnow
 from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
 from agentbus.leader._directory import SkillDirectory
-from agentbus.leader._durable import JOURNAL, PlanJournal, plan_key
+from agentbus.leader._durable import JOURNAL, PlanJournal, journaled_state, lookup, plan_key
 from agentbus.leader._plan import Plan
 from agentbus.leader._progress import ProgressSink
 from agentbus.leader._run import HANDED_OVER, PlanRunner
+from agentbus.leader._status import PlanState, RecentPlans
 
 __all__ = ["Leader"]
 
@@ -43,6 +46,7 @@ class Leader(Agent):
         super().__init__(**kwargs)
         self._registry = registry
         self._durable = self.settings.durable_plans if durable is None else durable
+        self._recent = RecentPlans(self.settings.plan_retention)
         self._journal: Journal | None = None
         self._runners: set[PlanRunner] = set()
         self._directory: SkillDirectory | None = None
@@ -59,15 +63,18 @@ class Leader(Agent):
         assert self._directory is not None
         request = current_request()
         structlog.contextvars.bind_contextvars(plan_id=plan.id)
-        runner, stop_replies = await self._runner(plan, request)
+        runner, journal, stop_replies = await self._runner(plan, request)
         self._runners.add(runner)
         self._log.info("plan started", plan_id=plan.id, subtasks=len(plan.subtasks))
         try:
             aggregate = await runner.run()
+            if journal is not None:
+                await journal.ended(aggregate.status.value)
         finally:
             self._runners.discard(runner)
             if stop_replies is not None:  # the plan's queue goes once its plan has ended
                 await stop_replies(runner.stop_reason != HANDED_OVER)
+        self._recent.add(aggregate)
         self._log.info(
             "plan ended", plan_id=plan.id, status=aggregate.status.value, **_totals(aggregate)
         )
@@ -79,21 +86,58 @@ class Leader(Agent):
                 self.metrics.subtasks.labels(outcome.skill, outcome.status.value).inc()
         return aggregate
 
+    @skill
+    async def plan_status(self, plan_id: str, within: float = 3600.0) -> PlanState:
+        """Where a plan is: each subtask so far while it runs, the aggregate once it ended.
+
+        Known here: the plans this leader runs or ended (kept ``plan_retention`` seconds);
+        with durable plans, any plan in the leaders' journal begun in the last ``within``
+        seconds, whichever leader ran it.
+        """
+        for runner in self._runners:
+            if runner.plan.id == plan_id:
+                done, outcomes = runner.snapshot()
+                total = len(runner.plan.subtasks)
+                return PlanState(
+                    plan_id=plan_id,
+                    state="running",
+                    leader=self.id,
+                    done=done,
+                    total=total,
+                    subtasks=outcomes,
+                )
+        aggregate = self._recent.get(plan_id)
+        if aggregate is not None:
+            return PlanState.ended(aggregate, self.id)
+        if self._journal is not None:
+            since = utcnow() - timedelta(seconds=within)
+            found = await lookup(self._journal, plan_id, since)
+            state = None if found is None else journaled_state(found)
+            if state is not None:
+                return state
+        raise InvalidParameters(
+            f"no plan {plan_id!r} is known to {self.id}: not running here, not ended here "
+            "lately, and not in the leaders' journal"
+            + ("" if self._journal is not None else " (plans are not durable)"),
+            details={"plan_id": plan_id},
+        )
+
     async def _runner(
         self, plan: Plan, request: RequestEnvelope
-    ) -> tuple[PlanRunner, Callable[[bool], Awaitable[None]] | None]:
+    ) -> tuple[PlanRunner, PlanJournal | None, Callable[[bool], Awaitable[None]] | None]:
         assert self._directory is not None
         progress = self._sink_for(request.sender_id)
         if self._journal is None:
             runner = PlanRunner(self.bus, plan, directory=self._directory, progress=progress)
-            return runner, None
+            return runner, None, None
         journal = PlanJournal(self._journal, plan_key(request.message_id))
         restored = await journal.restore(request.timestamp)
         expect = [sent.message_id for sent in (restored.in_flight if restored else {}).values()]
         stop_replies = await self.bus.reply_queue(journal.reply_queue, expect=expect)
         if restored is None:
-            await journal.begun(self.id)
+            await journal.begun(self.id, plan.model_dump(mode="json"))
         else:
+            await journal.begun(self.id, None)
             self._log.info(
                 "plan taken over",
                 plan_id=plan.id,
@@ -110,7 +154,7 @@ class Leader(Agent):
             restored=restored,
             reply_to=Topology(self.bus.settings.exchange).reply_queue(journal.reply_queue),
         )
-        return runner, stop_replies
+        return runner, journal, stop_replies
 
     async def _on_offline(self, event: EventEnvelope) -> None:
         agent_id = event.payload.event_data.get("agent_id")

@@ -24,7 +24,7 @@ from agentbus.envelopes import (
     ResponseEnvelope,
     utcnow,
 )
-from agentbus.leader._aggregate import Aggregate, SubtaskStatus
+from agentbus.leader._aggregate import Aggregate, SubtaskOutcome, SubtaskStatus
 from agentbus.leader._attempt import (
     Answered,
     AttemptResult,
@@ -108,6 +108,10 @@ class PlanRunner:
             f"<PlanRunner plan_id={self.plan.id!r} state={self.state.value} "
             f"done={self._done}/{len(self._by_id)}>"
         )
+
+    def snapshot(self) -> tuple[int, list[SubtaskOutcome]]:
+        """How many subtasks have ended, and each one's outcome so far (a running plan)."""
+        return self._done, [record.outcome() for record in self._records.values()]
 
     def agent_offline(self, agent_id: str) -> None:
         """Move on at once from the work an agent reported offline was holding."""

@@ -1,0 +1,172 @@
+"""The CLI's HTTP faces of A2A: ``gateway`` (bus agents as A2A agents) and ``run-a2a``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import click
+from pydantic import ValidationError
+
+from agentbus._config import Settings
+from agentbus._exceptions import ConfigurationError
+from agentbus.agents import run_until_signalled
+from agentbus.cli._context import settings_of
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from agentbus.gateway import ApiKeys, GatewaySettings
+
+__all__ = ["gateway", "run_a2a"]
+
+
+@click.command()
+@click.option("--host", help="Interface to listen on [AGENTBUS_GATEWAY_HOST; 127.0.0.1].")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port [AGENTBUS_GATEWAY_PORT; 8080].")
+@click.option(
+    "--keys", "keys_file", metavar="FILE",
+    help="JSON API keys: key -> bus identity [AGENTBUS_GATEWAY_KEYS_FILE].",
+)  # fmt: skip
+@click.option(
+    "--anonymous", "allow_anonymous", is_flag=True, default=None,
+    help="No keys: every caller is 'anonymous' (local use only).",
+)  # fmt: skip
+@click.option("--public-url", metavar="URL", help="Base URL callers use (named in the cards).")
+@click.option("--max-open-tasks", type=click.IntRange(min=1), help="Tasks running at once [256].")
+@click.option("--retention", "task_retention", type=click.FloatRange(min=1), help="Seconds [3600].")
+@click.option("--max-body", "max_body_size", type=click.IntRange(min=1), help="Bytes [1 MiB].")
+@click.option("--ssl-certfile", type=click.Path(exists=True, dir_okay=False))
+@click.option("--ssl-keyfile", type=click.Path(exists=True, dir_okay=False))
+@click.pass_context
+def gateway(
+    ctx: click.Context, /, ssl_certfile: str | None, ssl_keyfile: str | None, **options: Any
+) -> None:
+    """Serve every live agent on the bus as an A2A agent over HTTP (JSON-RPC, SSE).
+
+    Cards: GET /agents (the list) and /agents/SERVICE/.well-known/agent-card.json;
+    calls: POST /agents/SERVICE/ with Authorization: Bearer KEY.
+    """
+    try:
+        from agentbus.gateway import ApiKeys, GatewaySettings
+    except ImportError as exc:
+        raise click.UsageError(
+            f"the gateway needs the a2a extra: pip install 'agentbus[a2a]' ({exc})"
+        ) from exc
+    try:
+        config = GatewaySettings(**{k: v for k, v in options.items() if v is not None})
+    except ValidationError as exc:
+        raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc
+    if config.keys_file is None and not config.allow_anonymous:
+        raise click.UsageError("give --keys FILE (API keys), or --anonymous for local use")
+    try:
+        keys = (
+            ApiKeys.from_file(config.keys_file)
+            if config.keys_file is not None
+            else ApiKeys({}, allow_anonymous=True)
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
+    asyncio.run(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
+
+
+async def _serve(
+    settings: Settings,
+    config: GatewaySettings,
+    keys: ApiKeys,
+    certfile: str | None,
+    keyfile: str | None,
+) -> None:
+    import uvicorn
+
+    from agentbus.gateway import Gateway
+
+    async with Gateway(settings, config, keys) as served:
+        server = _server_class()(
+            uvicorn.Config(
+                served.app,
+                host=config.host,
+                port=config.port,
+                lifespan="off",
+                ssl_certfile=certfile,
+                ssl_keyfile=keyfile,
+                log_config=None,
+                timeout_graceful_shutdown=5,
+            )
+        )
+        click.echo(f"agentbus gateway on {served.public_url}/agents", err=True)
+        await server.serve()
+
+
+@click.command("run-a2a")
+@click.argument("url")
+@click.option("--service", help="Service name on the bus [from the card's name].")
+@click.option("--id", "agent_id", metavar="ID", help="Instance id [service-<random>].")
+@click.option(
+    "--key", envvar="AGENTBUS_A2A_KEY", metavar="KEY",
+    help="Bearer key for the A2A agent [env AGENTBUS_A2A_KEY].",
+)  # fmt: skip
+@click.option("--concurrency", type=click.IntRange(min=1), help="Requests forwarded at once.")
+@click.option("--heartbeat", type=click.FloatRange(min=0.05), default=5.0, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds an A2A call may take.")  # fmt: skip
+@click.pass_context
+def run_a2a(
+    ctx: click.Context,
+    /,
+    url: str,
+    service: str | None,
+    agent_id: str | None,
+    key: str | None,
+    concurrency: int | None,
+    heartbeat: float,
+    timeout: float,
+) -> None:
+    """Put the A2A agent at URL on the bus: its card's skills, forwarded over HTTP.
+
+    The agent heartbeats like any other; requests become A2A messages, their tasks' artifacts
+    the results, failed tasks error envelopes, and a bus cancel cancels the A2A task.
+    """
+    try:
+        from agentbus.gateway import RemoteA2AAgent
+    except ImportError as exc:
+        raise click.UsageError(
+            f"run-a2a needs the a2a extra: pip install 'agentbus[a2a]' ({exc})"
+        ) from exc
+
+    async def serve() -> None:
+        agent = await RemoteA2AAgent.from_url(
+            url,
+            service=service,
+            key=key,
+            timeout=timeout,
+            agent_id=agent_id,
+            concurrency=concurrency,
+            heartbeat_interval=heartbeat,
+            settings=settings_of(ctx),
+        )
+        await run_until_signalled(agent)
+
+    asyncio.run(serve())
+
+
+def _server_class() -> type[uvicorn.Server]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        # uvicorn raises a caught SIGTERM/SIGINT again once it has shut down, which would
+        # end the process before the gateway closes its buses: here it only stops serving.
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            handled = (signal.SIGINT, signal.SIGTERM)
+            previous = {signum: signal.signal(signum, self.handle_exit) for signum in handled}
+            try:
+                yield
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+
+    return Server

@@ -1,0 +1,24 @@
+"""The A2A gateway: the bus's agents as A2A agents over HTTP (needs the ``a2a`` extra).
+
+``Gateway`` serves every live service as an A2A agent (cards, JSON-RPC, SSE streaming,
+tasks); ``ApiKeys`` maps bearer keys to bus identities. ``RemoteA2AAgent`` puts an
+external A2A agent on the bus.
+"""
+
+from agentbus.gateway._app import Gateway
+from agentbus.gateway._cards import SCHEMAS_EXTENSION, a2a_card
+from agentbus.gateway._keys import ApiKeys, Identity
+from agentbus.gateway._parts import SKILL_KEY
+from agentbus.gateway._remote import RemoteA2AAgent
+from agentbus.gateway._settings import GatewaySettings
+
+__all__ = [
+    "SCHEMAS_EXTENSION",
+    "SKILL_KEY",
+    "ApiKeys",
+    "Gateway",
+    "GatewaySettings",
+    "Identity",
+    "RemoteA2AAgent",
+    "a2a_card",
+]

@@ -1,0 +1,240 @@
+"""The gateway: an ASGI app serving each live bus service as an A2A agent, on the SDK's routes.
+
+Paths: ``/agents`` lists the agent cards; ``/agents/<service>/.well-known/agent-card.json``
+is a service's card; ``/agents/<service>/`` takes its JSON-RPC calls, and
+``/agents/<service>/rest/...`` the same calls in the HTTP+JSON (REST) binding. The routes follow the
+registry: a service that leaves is gone (404), a new one appears, without a restart.
+"""
+
+from __future__ import annotations
+
+import uuid
+from types import TracebackType
+from typing import Self
+
+import structlog
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
+from a2a.types import a2a_pb2 as a2a
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentbus._config import Settings
+from agentbus.bus import Bus
+from agentbus.bus._admission import connection_user, verifies_sender
+from agentbus.gateway._callers import Callers
+from agentbus.gateway._cards import REST_PREFIX, a2a_card
+from agentbus.gateway._directory import Directory
+from agentbus.gateway._executor import BusExecutor
+from agentbus.gateway._handler import GatewayHandler
+from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
+from agentbus.gateway._settings import GatewaySettings
+from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
+
+__all__ = ["Gateway"]
+
+_log = structlog.get_logger("agentbus.gateway")
+_PREFIX = "/agents"
+
+
+class Gateway:
+    """Makes the bus's agents A2A agents over HTTP; open it, then serve ``app`` with uvicorn.
+
+    Args:
+        settings: The bus settings (broker, exchange).
+        gateway: The gateway's own settings.
+        keys: The API keys; every non-public path needs one.
+    """
+
+    def __init__(self, settings: Settings, gateway: GatewaySettings, keys: ApiKeys) -> None:
+        self.settings = settings
+        self.config = gateway
+        self.public_url = (gateway.public_url or f"http://{gateway.host}:{gateway.port}").rstrip(
+            "/"
+        )
+        self.open_tasks = OpenTasks(gateway.max_open_tasks)
+        self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
+        self._bus = Bus(settings, agent_id=_gateway_id(settings), app_id="gateway")
+        self.callers = Callers(settings, keys)
+        self.directory = Directory(
+            self._bus,
+            registry=gateway.registry,
+            interval=gateway.refresh_interval,
+            on_change=self._reroute,
+        )
+        self._executor = BusExecutor(
+            self.callers, self.open_tasks, timeout=gateway.request_timeout, leader=gateway.leader
+        )
+        self._handlers: dict[str, GatewayHandler] = {}
+        self._mounts: dict[str, Mount] = {}
+        self.app = Starlette(
+            routes=self._routes(),
+            middleware=[
+                Middleware(
+                    AuthenticationMiddleware,
+                    backend=KeyBackend(keys, _is_public),
+                    on_error=unauthorized,
+                ),
+                Middleware(_BodyLimit, max_size=gateway.max_body_size),
+            ],
+        )
+        self.app.router.default = _no_such_agent
+
+    def __repr__(self) -> str:
+        state = self._bus.state.value
+        return f"<Gateway {self.public_url} {state} services={sorted(self.directory.cards)}>"
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def open(self) -> Self:
+        """Connect to the bus and start following the registry.
+
+        Raises:
+            BrokerUnavailable: the broker cannot be reached.
+        """
+        await self._bus.open()
+        try:
+            await self.directory.start()
+        except BaseException:
+            await self._bus.aclose()
+            raise
+        return self
+
+    async def aclose(self) -> None:
+        """Stop following the registry, cancel running tasks (on the bus too), close every bus."""
+        await self.directory.aclose()
+        await self._executor.aclose()
+        for handler in list(self._handlers.values()):
+            await handler.aclose()
+        await self.callers.aclose()
+        await self._bus.aclose()
+
+    def card_url(self, service: str) -> str:
+        """Return the URL of ``service``'s A2A endpoint (its card is under it)."""
+        return f"{self.public_url}{_PREFIX}/{service}/"
+
+    def a2a_card(self, service: str) -> a2a.AgentCard | None:
+        """Return ``service``'s A2A card, or None when it is not live."""
+        card = self.directory.cards.get(service)
+        return None if card is None else a2a_card(card, self.card_url(service))
+
+    def _routes(self) -> list[BaseRoute]:
+        routes: list[BaseRoute] = [Route(_PREFIX, self._listing, methods=["GET"])]
+        return routes + [self._mount(service) for service in sorted(self.directory.cards)]
+
+    def _reroute(self) -> None:
+        # In place: the app's router keeps the list object.
+        self.app.router.routes[:] = self._routes()
+
+    def _mount(self, service: str) -> Mount:
+        mount = self._mounts.get(service)
+        if mount is not None:
+            return mount
+        card = self.a2a_card(service)
+        assert card is not None
+        handler = GatewayHandler(
+            service,
+            lambda: self.directory.cards.get(service),
+            card,
+            executor=self._executor,
+            store=self.store,
+            open_tasks=self.open_tasks,
+        )
+
+        async def current(served: a2a.AgentCard) -> a2a.AgentCard:
+            return self.a2a_card(service) or served
+
+        # v0.3 compatibility too: clients without the A2A-Version header, message/send.
+        routes = [
+            *create_agent_card_routes(card, card_modifier=current),
+            *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
+            *create_rest_routes(handler, path_prefix=REST_PREFIX),
+        ]
+        self._handlers[service] = handler
+        mount = self._mounts[service] = Mount(f"{_PREFIX}/{service}", routes=routes)
+        return mount
+
+    async def _listing(self, request: Request) -> JSONResponse:
+        cards = [self.a2a_card(service) for service in sorted(self.directory.cards)]
+        return JSONResponse({"agents": [agent_card_to_dict(card) for card in cards if card]})
+
+
+def _gateway_id(settings: Settings) -> str:
+    # With sender verification, an id must belong to the connection's broker user: the
+    # user, "-" and a suffix without "-" (the last "-" separates the instance).
+    if verifies_sender(settings):
+        return f"{connection_user(settings)}-gateway{uuid.uuid4().hex[:8]}"
+    return f"gateway-{uuid.uuid4().hex[:8]}"
+
+
+def _is_public(scope: Scope) -> bool:
+    # Discovery is open: the listing and the cards (they name the security scheme).
+    path: str = scope.get("path", "")
+    return scope.get("method") == "GET" and (
+        path == _PREFIX or path.endswith(AGENT_CARD_WELL_KNOWN_PATH)
+    )
+
+
+async def _no_such_agent(scope: Scope, receive: Receive, send: Send) -> None:
+    path: str = scope.get("path", "")
+    service = path.removeprefix(_PREFIX + "/").split("/", 1)[0] if path.startswith(_PREFIX) else ""
+    message = f"no agent {service!r} on this gateway" if service else f"no such path {path!r}"
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32601, "message": message}}
+    await JSONResponse(body, status_code=404)(scope, receive, send)
+
+
+class _BodyLimit:
+    """Refuse request bodies over ``max_size`` bytes: the SDK answers a JSON-RPC error."""
+
+    def __init__(self, app: ASGIApp, max_size: int) -> None:
+        self.app = app
+        self.max_size = max_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            if declared is not None and declared > self.max_size:
+                raise HTTPException(413, f"the body is over {self.max_size} bytes")
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_size:
+                raise HTTPException(413, f"the body is over {self.max_size} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

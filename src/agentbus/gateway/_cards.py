@@ -1,0 +1,87 @@
+"""Agent cards: a bus service's card as an A2A agent card, and an A2A card as a bus card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.types import a2a_pb2 as a2a
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Struct
+
+from agentbus.agents import AgentCard, SkillCard
+
+__all__ = ["BEARER", "REST_PREFIX", "SCHEMAS_EXTENSION", "a2a_card", "skill_schemas"]
+
+SCHEMAS_EXTENSION = "urn:agentbus:a2a:skill-schemas:v1"
+"""An A2A card extension whose params hold each skill's parameter and result JSON Schemas."""
+BEARER = "bearer"
+REST_PREFIX = "/rest"
+"""Where, under an agent's URL, the HTTP+JSON (REST) binding is served."""
+
+
+def a2a_card(card: AgentCard, url: str, *, streaming: bool = True) -> a2a.AgentCard:
+    """Return the A2A card of the bus service ``card`` describes, served at ``url``.
+
+    The card names two interfaces: JSON-RPC at ``url``, HTTP+JSON under ``url`` + ``/rest``.
+    """
+    schemas = Struct()
+    schemas.update(
+        {
+            skill.name: {"parameters": skill.parameters, "result": skill.result}
+            for skill in card.skills
+        }
+    )
+    return a2a.AgentCard(
+        name=card.name,
+        description=card.description or f"the {card.name} agent on the bus",
+        version=card.version,
+        supported_interfaces=[
+            a2a.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            a2a.AgentInterface(
+                url=url.rstrip("/") + REST_PREFIX,
+                protocol_binding="HTTP+JSON",
+                protocol_version="1.0",
+            ),
+        ],
+        capabilities=a2a.AgentCapabilities(
+            streaming=streaming,
+            extensions=[
+                a2a.AgentExtension(
+                    uri=SCHEMAS_EXTENSION,
+                    description="JSON Schemas of each skill's parameters and result",
+                    params=schemas,
+                )
+            ],
+        ),
+        security_schemes={
+            BEARER: a2a.SecurityScheme(
+                http_auth_security_scheme=a2a.HTTPAuthSecurityScheme(
+                    scheme="Bearer", description="an API key given by the gateway's operator"
+                )
+            )
+        },
+        security_requirements=[ParseDict({"schemes": {BEARER: {}}}, a2a.SecurityRequirement())],
+        default_input_modes=["application/json", "text/plain"],
+        default_output_modes=["application/json", "text/plain"],
+        skills=[_skill(card.name, skill) for skill in card.skills],
+    )
+
+
+def _skill(service: str, skill: SkillCard) -> a2a.AgentSkill:
+    return a2a.AgentSkill(
+        id=skill.name,
+        name=skill.name,
+        description=skill.description or skill.name,
+        tags=[service],
+        input_modes=["application/json", "text/plain"],
+        output_modes=["application/json", "text/plain"],
+    )
+
+
+def skill_schemas(card: a2a.AgentCard) -> dict[str, dict[str, Any]]:
+    """Return ``{skill: {"parameters": schema, "result": schema}}`` from a card's extension."""
+    for extension in card.capabilities.extensions:
+        if extension.uri == SCHEMAS_EXTENSION:
+            found: dict[str, dict[str, Any]] = MessageToDict(extension.params)
+            return found
+    return {}

@@ -1,0 +1,208 @@
+"""The A2A executor of the gateway: a task is one bus request, its replies are the task's events.
+
+``in_progress`` replies and a plan's progress are status updates (``working``); the response is
+an artifact and ``completed``; an error envelope (or a bus error) is ``failed`` with a message
+carrying the wire error code. Cancelling a task sends the bus ``cancel`` to the agent holding
+the request (or on broadcast, before one is known).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from a2a.helpers import new_data_part, new_message, new_task, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import a2a_pb2 as a2a
+
+from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus.agents._agent import NOTIFY_START
+from agentbus.bus import Bus
+from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope, utcnow
+from agentbus.gateway._callers import Callers
+from agentbus.gateway._parts import BusCall, result_parts
+from agentbus.gateway._tasks import OpenTasks
+from agentbus.leader import Progress
+
+__all__ = ["CALL_KEY", "BusExecutor", "error_message"]
+
+CALL_KEY = "agentbus.call"
+"""Call-context state key: the ``BusCall`` the request handler made of the message."""
+
+_log = structlog.get_logger("agentbus.gateway")
+
+
+@dataclass(slots=True)
+class _Flight:
+    bus: Bus
+    message_id: str
+    holder: str | None = None
+    cancelled: bool = False
+
+
+class BusExecutor(AgentExecutor):
+    """Runs A2A tasks as bus requests from the caller's identity."""
+
+    def __init__(
+        self, callers: Callers, open_tasks: OpenTasks, *, timeout: float, leader: str = "leader"
+    ) -> None:
+        self._callers = callers
+        self._open = open_tasks
+        self._timeout = timeout
+        self._leader = leader
+        self._flights: dict[str, _Flight] = {}
+
+    def __repr__(self) -> str:
+        return f"<BusExecutor flights={len(self._flights)}>"
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        call: BusCall = context.call_context.state[CALL_KEY]
+        key = context.message.message_id if context.message is not None else ""
+        self._open.claim(key)
+        task_id = context.task_id or ""
+        updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+        flight: _Flight | None = None
+        try:
+            if context.current_task is None:
+                history = [context.message] if context.message is not None else []
+                submitted = a2a.TaskState.TASK_STATE_SUBMITTED
+                await event_queue.enqueue_event(
+                    new_task(task_id, updater.context_id, submitted, history=history)
+                )
+            await updater.start_work()
+            bus = await self._callers.bus(context.call_context.user.user_name)
+            parameters = self._parameters(call, task_id)
+            envelope = RequestEnvelope.model_validate(
+                {
+                    "sender_id": bus.agent_id,
+                    "receiver_id": call.service,
+                    "payload": {"action": call.skill, "parameters": parameters},
+                    "metadata": {
+                        "deadline": utcnow() + timedelta(seconds=self._timeout),
+                        NOTIFY_START: True,
+                        "a2a_task_id": task_id,
+                    },
+                }
+            )
+            flight = self._flights[task_id] = _Flight(bus, envelope.message_id)
+            plan = parameters.get("plan") if self._is_plan(call) else None
+            plan_id = str(plan["id"]) if isinstance(plan, dict) else None
+            reply = await self._request(bus, envelope, flight, updater, plan_id)
+            if flight.cancelled:
+                return
+            await updater.add_artifact(result_parts(reply.payload.result), name=call.skill)
+            await updater.complete()
+        except RemoteError as exc:
+            if flight is None or not flight.cancelled:
+                error = exc.envelope.payload
+                await updater.failed(error_message(error.code, error.message, error.details))
+        except AgentBusError as exc:
+            if isinstance(exc, RequestTimeout) and flight is not None:
+                await _send_cancel(flight)  # the answer would come to nobody: stop the work
+            if flight is None or not flight.cancelled:
+                await updater.failed(error_message(exc.code, exc.message, exc.details))
+        finally:
+            self._flights.pop(task_id, None)
+            self._open.release(key)
+
+    def _parameters(self, call: BusCall, task_id: str) -> dict[str, Any]:
+        # A plan needs an id to follow its progress: the task's, unless it has one.
+        plan = call.parameters.get("plan")
+        if self._is_plan(call) and isinstance(plan, dict) and "id" not in plan:
+            return {**call.parameters, "plan": {**plan, "id": f"a2a-{task_id}"}}
+        return call.parameters
+
+    def _is_plan(self, call: BusCall) -> bool:
+        return call.service == self._leader and call.skill == "run_plan"
+
+    async def _request(
+        self,
+        bus: Bus,
+        envelope: RequestEnvelope,
+        flight: _Flight,
+        updater: TaskUpdater,
+        plan_id: str | None,
+    ) -> ResponseEnvelope:
+        updates: asyncio.Queue[a2a.Message | None] = asyncio.Queue()
+
+        def on_reply(reply: ResponseEnvelope) -> None:
+            flight.holder = reply.sender_id
+            updates.put_nowait(_working({"in_progress": reply.payload.result}, updater))
+
+        def on_plan(progress: Progress) -> None:
+            updates.put_nowait(
+                _working({"plan_progress": progress.model_dump(mode="json")}, updater)
+            )
+
+        if plan_id is not None:
+            self._callers.watch_plan(bus, plan_id, on_plan)
+        pump = asyncio.create_task(_pump(updates, updater))
+        try:
+            return await bus.send_request(envelope, timeout=self._timeout, on_progress=on_reply)
+        finally:
+            if plan_id is not None:
+                self._callers.unwatch_plan(bus, plan_id)
+            updates.put_nowait(None)
+            await pump
+
+    async def aclose(self) -> None:
+        """Send the bus cancel for every request still running: the gateway is going away."""
+        flights = list(self._flights.values())
+        for flight in flights:
+            flight.cancelled = True
+        await asyncio.gather(*(_send_cancel(flight) for flight in flights))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
+        flight = self._flights.get(task_id)
+        updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+        if flight is not None:
+            flight.cancelled = True
+        await updater.cancel()
+        if flight is not None:
+            await _send_cancel(flight)
+
+
+async def _pump(updates: asyncio.Queue[a2a.Message | None], updater: TaskUpdater) -> None:
+    while (message := await updates.get()) is not None:
+        await updater.update_status(a2a.TaskState.TASK_STATE_WORKING, message=message)
+
+
+def _working(data: dict[str, Any], updater: TaskUpdater) -> a2a.Message:
+    # The data as it came; a progress report's message also as text, for people.
+    parts = [new_data_part(data, media_type="application/json")]
+    report = data.get("in_progress")
+    if isinstance(report, dict) and isinstance(report.get("message"), str):
+        parts.append(new_text_part(report["message"], media_type="text/plain"))
+    return new_message(parts, context_id=updater.context_id, task_id=updater.task_id)
+
+
+async def _send_cancel(flight: _Flight) -> None:
+    # To the instance holding the request when known, else to everyone: whoever has it stops.
+    cancel = RequestEnvelope(
+        sender_id=flight.bus.agent_id,
+        receiver_id=flight.holder or BROADCAST,
+        payload=RequestPayload(action="cancel", parameters={"message_id": flight.message_id}),
+    )
+    try:
+        await flight.bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
+    except AgentBusError as exc:
+        _log.info("cancel not sent", message_id=flight.message_id, error=str(exc))
+
+
+def error_message(code: str, message: str, details: dict[str, Any]) -> a2a.Message:
+    """Return the status message of a failed task: the wire error as text and as data."""
+    return new_message(
+        [
+            new_text_part(f"{code}: {message}", media_type="text/plain"),
+            new_data_part(
+                {"code": code, "message": message, "details": details},
+                media_type="application/json",
+            ),
+        ]
+    )

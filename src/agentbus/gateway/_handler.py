@@ -1,0 +1,79 @@
+"""The SDK's request handler with the gateway's admission: a message fits a skill and a slot."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.tasks import TaskStore
+from a2a.types import a2a_pb2 as a2a
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
+
+from agentbus.agents import AgentCard
+from agentbus.gateway._executor import CALL_KEY, BusExecutor
+from agentbus.gateway._parts import bus_call
+from agentbus.gateway._tasks import OpenTasks
+
+__all__ = ["GatewayHandler"]
+
+
+class GatewayHandler(DefaultRequestHandler):
+    """Handles one service's A2A requests; a message becomes a ``BusCall`` before any task.
+
+    A message that fits no skill, or comes when every task slot is taken, gets the A2A
+    error at once: no task is created and nothing is sent on the bus.
+    """
+
+    def __init__(
+        self,
+        service: str,
+        card: Callable[[], AgentCard | None],
+        a2a_card: a2a.AgentCard,
+        *,
+        executor: BusExecutor,
+        store: TaskStore,
+        open_tasks: OpenTasks,
+    ) -> None:
+        super().__init__(agent_executor=executor, task_store=store, agent_card=a2a_card)
+        self.service = service
+        self._card = card
+        self._open = open_tasks
+
+    def __repr__(self) -> str:
+        return f"<GatewayHandler {self.service}>"
+
+    def _admit(self, params: a2a.SendMessageRequest, context: ServerCallContext) -> str:
+        if params.message.task_id:
+            raise UnsupportedOperationError(
+                message="each task is one bus request: send a new message without taskId "
+                "(the bus agents take no follow-up input)"
+            )
+        card = self._card()
+        if card is None:
+            raise InvalidParamsError(message=f"the agent {self.service!r} is not on the bus now")
+        context.state[CALL_KEY] = bus_call(card, params.message)
+        key = params.message.message_id
+        self._open.reserve(key)
+        return key
+
+    async def on_message_send(
+        self, params: a2a.SendMessageRequest, context: ServerCallContext
+    ) -> a2a.Message | a2a.Task:
+        key = self._admit(params, context)
+        try:
+            result: a2a.Message | a2a.Task = await super().on_message_send(params, context)
+            return result
+        finally:
+            self._open.release_unclaimed(key)
+
+    async def on_message_send_stream(
+        self, params: a2a.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        key = self._admit(params, context)
+        try:
+            async for event in super().on_message_send_stream(params, context):
+                yield event
+        finally:
+            self._open.release_unclaimed(key)

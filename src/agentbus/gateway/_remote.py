@@ -1,0 +1,255 @@
+"""An external A2A agent on the bus: its card's skills offered as bus skills, calls forwarded.
+
+The bus agent fetches the A2A card, offers each A2A skill under the same name (with the
+card's JSON Schemas when it carries agentbus's schema extension, else an object whose
+``text`` goes as a text part and anything else as one data part), heartbeats like any agent,
+and forwards each request with the SDK's client. A working update's text is reported as
+progress (``report_progress``) and its data as partial results (``send_partial``), the
+artifacts are the result, a failed or rejected task an error envelope (its code when the
+status message carries one), and a bus ``cancel`` cancels the A2A task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import httpx
+import structlog
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client.errors import A2AClientError
+from a2a.helpers import get_data_parts, new_data_part, new_message, new_text_part
+from a2a.types import a2a_pb2 as a2a
+from a2a.utils.errors import A2AError
+from google.protobuf.json_format import MessageToDict
+from jsonschema import Draft202012Validator
+
+from agentbus._config import Settings
+from agentbus._exceptions import AgentBusError, Cancelled, InvalidParameters
+from agentbus.agents import Agent, SkillSpec, report_progress, send_partial
+from agentbus.agents._skills import _Mark
+from agentbus.envelopes import ErrorCode
+from agentbus.gateway._cards import skill_schemas
+from agentbus.gateway._parts import SKILL_KEY, from_json
+
+__all__ = ["RemoteA2AAgent"]
+
+_log = structlog.get_logger("agentbus.gateway")
+_FREE_FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "description": "sent as an A2A text part"}},
+    "additionalProperties": True,
+    "description": "text goes as a text part; other parameters as one data part",
+}
+_FAILED = {a2a.TaskState.TASK_STATE_FAILED, a2a.TaskState.TASK_STATE_REJECTED}
+_NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+class RemoteA2AAgent(Agent):
+    """A bus agent fronting the A2A agent at a URL; build it with ``from_url``."""
+
+    name = "a2a"
+    description = "An external A2A agent"
+
+    remote_card: a2a.AgentCard
+    url: str
+
+    def __init__(self, *, key: str | None = None, timeout: float = 300.0, **options: Any) -> None:
+        super().__init__(**options)
+        self._key = key
+        self._timeout = timeout
+        self._http: httpx.AsyncClient | None = None
+        self._client: Client | None = None
+
+    @classmethod
+    def for_card(
+        cls, card: a2a.AgentCard, url: str, *, service: str | None = None
+    ) -> type[RemoteA2AAgent]:
+        """Return the agent class offering ``card``'s skills as the service ``service``."""
+        name = service or _as_id(card.name)
+        attributes: dict[str, Any] = {
+            "name": name,
+            "description": card.description or f"the A2A agent at {url}",
+            "version": card.version or "0.0.0",
+            "tags": ("a2a",),
+            "remote_card": card,
+            "url": url,
+        }
+        agent_class: type[RemoteA2AAgent] = type(f"RemoteA2AAgent_{name}", (cls,), attributes)
+        agent_class.skills = {skill.id: _RemoteSkill(skill, card) for skill in card.skills}
+        return agent_class
+
+    @classmethod
+    async def from_url(
+        cls,
+        url: str,
+        *,
+        service: str | None = None,
+        key: str | None = None,
+        settings: Settings | None = None,
+        **options: Any,
+    ) -> RemoteA2AAgent:
+        """Fetch the A2A card at ``url`` and return an agent offering its skills.
+
+        Raises:
+            AgentBusError: the card cannot be fetched (``agent_unavailable``).
+        """
+        async with httpx.AsyncClient(headers=_auth(key), timeout=30) as http:
+            try:
+                card = await A2ACardResolver(http, url).get_agent_card()
+            except (A2AClientError, httpx.HTTPError) as exc:
+                raise AgentBusError(
+                    f"no A2A agent card at {url}: {exc}", code=ErrorCode.AGENT_UNAVAILABLE
+                ) from exc
+        return cls.for_card(card, url, service=service)(key=key, settings=settings, **options)
+
+    async def on_start(self) -> None:
+        self._http = httpx.AsyncClient(
+            headers=_auth(self._key), timeout=httpx.Timeout(30.0, read=self._timeout)
+        )
+        streaming = self.remote_card.capabilities.streaming
+        config = ClientConfig(streaming=streaming, httpx_client=self._http)
+        self._client = ClientFactory(config).create(self.remote_card)
+
+    async def on_stop(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def forward(self, skill: str, parameters: dict[str, Any]) -> Any:
+        """Send ``parameters`` to the A2A agent's ``skill``; return the task's result."""
+        assert self._client is not None
+        message = _message(skill, parameters)
+        request = a2a.SendMessageRequest(message=message)
+        task_id = ""
+        try:
+            task: a2a.Task | None = None
+            async for event in self._client.send_message(request):
+                kind = event.WhichOneof("payload")
+                if kind == "task":
+                    task, task_id = event.task, event.task.id
+                elif kind == "status_update":
+                    task_id = event.status_update.task_id
+                    await self._progress(event.status_update.status)
+                elif kind == "message":
+                    return _result(list(event.message.parts))
+            if task is None or task.status.state not in (
+                *_FAILED,
+                a2a.TaskState.TASK_STATE_COMPLETED,
+            ):
+                task = await self._client.get_task(a2a.GetTaskRequest(id=task_id))
+        except asyncio.CancelledError:
+            if task_id:
+                await asyncio.shield(self._cancel_remote(task_id))
+            raise
+        except (A2AError, A2AClientError, httpx.HTTPError) as exc:
+            raise AgentBusError(
+                f"the A2A agent at {self.url} failed: {exc}", code=ErrorCode.AGENT_UNAVAILABLE
+            ) from exc
+        return _outcome(task)
+
+    async def _progress(self, status: a2a.TaskStatus) -> None:
+        # A working update's text is progress; its data is a part of the result.
+        if status.state != a2a.TaskState.TASK_STATE_WORKING:
+            return
+        parts = list(status.message.parts)
+        text = " ".join(part.text for part in parts if part.HasField("text"))
+        if text:
+            await report_progress(message=text)
+        for data in get_data_parts(parts):
+            await send_partial(from_json(data))
+
+    async def _cancel_remote(self, task_id: str) -> None:
+        assert self._client is not None
+        try:
+            await self._client.cancel_task(a2a.CancelTaskRequest(id=task_id))
+        except (A2AError, A2AClientError, httpx.HTTPError) as exc:
+            self._log.info("A2A task not cancelled", task_id=task_id, error=str(exc))
+
+
+class _RemoteSkill(SkillSpec):
+    """A skill of the remote card: checked against its JSON Schema, forwarded as a message.
+
+    Built on a placeholder method without parameters (a remote skill has no Python
+    signature); its schemas, ``bind`` and ``run`` come from the card instead.
+    """
+
+    def __init__(self, skill: a2a.AgentSkill, card: a2a.AgentCard) -> None:
+        super().__init__(_placeholder, _Mark(skill.id, skill.description or skill.name))
+        schemas = skill_schemas(card).get(skill.id, {})
+        self._parameters: dict[str, Any] = schemas.get("parameters") or _FREE_FORM
+        self._result_schema: dict[str, Any] = schemas.get("result") or {}
+        self._validator = Draft202012Validator(self._parameters)
+
+    @property
+    def parameters_schema(self) -> dict[str, Any]:
+        return self._parameters
+
+    @property
+    def result_schema(self) -> dict[str, Any]:
+        return self._result_schema
+
+    def bind(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        error = next(iter(self._validator.iter_errors(parameters)), None)
+        if error is not None:
+            where = "/".join(str(part) for part in error.absolute_path) or "parameters"
+            raise InvalidParameters(
+                f"invalid parameters for {self.name!r}: {where}: {error.message}",
+                details={"skill": self.name, "errors": [{"field": where, "error": error.message}]},
+            )
+        return parameters
+
+    async def run(self, agent: Any, arguments: dict[str, Any]) -> Any:
+        assert isinstance(agent, RemoteA2AAgent)
+        return await agent.forward(self.name, arguments)
+
+
+async def _placeholder(agent: Any) -> Any:  # pragma: no cover - never called: run forwards
+    raise NotImplementedError
+
+
+def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:
+    if set(parameters) == {"text"} and isinstance(parameters["text"], str):
+        parts = [new_text_part(parameters["text"])]
+    else:
+        parts = [new_data_part(parameters)]
+    message = new_message(parts, role=a2a.Role.ROLE_USER)
+    message.metadata.update({SKILL_KEY: skill})
+    return message
+
+
+def _outcome(task: a2a.Task) -> Any:
+    state = task.status.state
+    if state == a2a.TaskState.TASK_STATE_COMPLETED:
+        return _result([part for artifact in task.artifacts for part in artifact.parts])
+    if state == a2a.TaskState.TASK_STATE_CANCELED:
+        raise Cancelled("the A2A task was cancelled")
+    parts = list(task.status.message.parts)
+    details = next((d for d in get_data_parts(parts) if isinstance(d, dict) and "code" in d), {})
+    text = " ".join(part.text for part in parts if part.HasField("text"))
+    code = str(details.get("code") or ErrorCode.PROCESSING_FAILED)
+    message = str(details.get("message") or text or a2a.TaskState.Name(state))
+    raise AgentBusError(
+        message, code=code, details={"a2a_task": task.id, "a2a_state": a2a.TaskState.Name(state)}
+    )
+
+
+def _result(parts: list[a2a.Part]) -> Any:
+    values = [
+        part.text if part.HasField("text") else from_json(MessageToDict(part.data))
+        for part in parts
+        if part.HasField("text") or part.HasField("data")
+    ]
+    if len(values) == 1:
+        return values[0]
+    return values
+
+
+def _auth(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _as_id(name: str) -> str:
+    return _NOT_ID.sub("-", name).strip("-")[:128] or "a2a-agent"

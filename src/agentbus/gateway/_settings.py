@@ -1,0 +1,37 @@
+"""The gateway's settings, read from ``AGENTBUS_GATEWAY_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["GatewaySettings"]
+
+
+class GatewaySettings(BaseSettings):
+    """A2A gateway settings. Each field reads ``AGENTBUS_GATEWAY_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTBUS_GATEWAY_", extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    public_url: str | None = None
+    """The base URL callers reach the gateway at (cards name it); default from host and port."""
+    keys_file: str | None = None
+    """A JSON object: API key -> bus identity (or {"identity": ..., "url": ...})."""
+    allow_anonymous: bool = False
+    """Without keys: every caller is the identity ``anonymous`` (for local use only)."""
+    registry: str = "registry"
+    leader: str = "leader"
+    """The leader service: its ``run_plan`` tasks stream the plan's progress."""
+    refresh_interval: float = Field(default=1.0, gt=0)
+    """Seconds between looks at the registry (online/offline events also trigger one)."""
+    max_open_tasks: int = Field(default=256, ge=1)
+    """Tasks running at once; a message beyond this is refused with an error."""
+    max_tasks: int = Field(default=10_000, ge=1)
+    """Tasks kept in the task store; the oldest finished ones go first."""
+    task_retention: float = Field(default=3600.0, gt=0)
+    """Seconds a finished task can still be read back."""
+    max_body_size: int = Field(default=1_048_576, ge=1)
+    request_timeout: float = Field(default=300.0, gt=0)
+    """Seconds a task waits for its bus answer (a plan's own deadline still applies)."""

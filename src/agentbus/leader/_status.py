@@ -1,0 +1,64 @@
+"""A plan you can look up: where it is while it runs, its aggregate once it has ended."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Final, Literal
+
+from pydantic import BaseModel
+
+from agentbus.leader._aggregate import Aggregate, SubtaskOutcome
+
+__all__ = ["PlanState", "RecentPlans"]
+
+_RECENT: Final = 1000  # finished plans a leader remembers, at most
+
+
+class PlanState(BaseModel):
+    """A plan as a leader knows it: ``running`` with each subtask so far, or ``ended``
+    with its aggregate."""
+
+    plan_id: str
+    state: Literal["running", "ended"]
+    leader: str
+    done: int
+    total: int
+    subtasks: list[SubtaskOutcome]
+    aggregate: Aggregate | None = None
+
+    @classmethod
+    def ended(cls, aggregate: Aggregate, leader: str) -> PlanState:
+        """The state of a plan that has ended with ``aggregate``."""
+        return cls(
+            plan_id=aggregate.plan_id,
+            state="ended",
+            leader=leader,
+            done=aggregate.totals.subtasks,
+            total=aggregate.totals.subtasks,
+            subtasks=aggregate.subtasks,
+            aggregate=aggregate,
+        )
+
+
+class RecentPlans:
+    """The aggregates of the plans this leader ended, kept ``retention`` seconds."""
+
+    def __init__(self, retention: float, size: int = _RECENT) -> None:
+        self._retention = retention
+        self._size = size
+        self._ended: OrderedDict[str, tuple[float, Aggregate]] = OrderedDict()
+
+    def add(self, aggregate: Aggregate) -> None:
+        """Remember an aggregate."""
+        self._ended[aggregate.plan_id] = (time.monotonic(), aggregate)
+        self._ended.move_to_end(aggregate.plan_id)
+        while len(self._ended) > self._size:
+            self._ended.popitem(last=False)
+
+    def get(self, plan_id: str) -> Aggregate | None:
+        """The aggregate of ``plan_id`` if it ended here within the retention time."""
+        found = self._ended.get(plan_id)
+        if found is None or time.monotonic() - found[0] > self._retention:
+            return None
+        return found[1]

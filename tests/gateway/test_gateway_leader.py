@@ -1,0 +1,86 @@
+"""The leader as an A2A agent: a plan in a data part runs, its progress streams, the aggregate
+is the artifact."""
+
+from __future__ import annotations
+
+import pytest
+from a2a.types import a2a_pb2 as a2a
+from a2a.utils.errors import InvalidParamsError
+from a2a_client import data_of, sdk_client, send, state_name, user_message
+from gateway_agents import Calc, Counter, Shouter
+from gateway_team import HEARTBEAT, KEY, Team
+
+from agentbus.leader import Leader
+from waiting import wait_until
+
+PLAN = {
+    "subtasks": [
+        {"id": "loud", "skill": "shout", "parameters": {"text": "agents on the bus"}},
+        {"id": "words", "skill": "count", "depends_on": ["loud"], "inputs": {"text": "loud"}},
+    ]
+}
+
+
+async def test_a_plan_streams_its_progress_and_ends_with_the_aggregate(team: Team) -> None:
+    """Each subtask's transitions arrive as working updates; the artifact is the aggregate."""
+    for agent in (
+        Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+        Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+        Counter(agent_id="counter-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+    ):
+        await team.add(agent)
+    gateway = await team.serve()
+    await wait_until(lambda: {"leader", "shouter", "counter"} <= set(gateway.directory.cards), 15)
+    async with sdk_client(f"{team.url}/agents/leader", KEY, streaming=True) as client:
+        events = await send(client, user_message({"plan": PLAN}, skill="run_plan"))
+    progress = [
+        data_of(event.status_update.status.message.parts[0])["plan_progress"]
+        for event in events
+        if event.HasField("status_update")
+        and event.status_update.status.message.parts
+        and "plan_progress" in data_of(event.status_update.status.message.parts[0])
+    ]
+    transitions = [(p["subtask_id"], p["transition"]) for p in progress]
+    assert ("loud", "succeeded") in transitions
+    assert ("words", "succeeded") in transitions
+    assert transitions.index(("loud", "succeeded")) < transitions.index(("words", "succeeded"))
+    assert {p["plan_id"] for p in progress} == {f"a2a-{events[0].task.id}"}
+    aggregate = data_of(events[-2].artifact_update.artifact.parts[0])
+    assert aggregate["status"] == "completed"
+    results = {s["id"]: s["result"] for s in aggregate["subtasks"]}
+    assert results == {"loud": "AGENTS ON THE BUS", "words": {"words": 4}}
+    assert state_name(events[-1].status_update.status.state) == "TASK_STATE_COMPLETED"
+
+
+async def test_an_invalid_plan_is_a_protocol_error_before_the_leader(team: Team) -> None:
+    """A plan that fails run_plan's schema is refused by the gateway; the leader runs nothing."""
+    leader = Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    await team.add(leader)
+    gateway = await team.serve()
+    await wait_until(lambda: "leader" in gateway.directory.cards, 15)
+    async with sdk_client(f"{team.url}/agents/leader", KEY) as client:
+        with pytest.raises(
+            InvalidParamsError, match="plan/subtasks: 'none' is not of type 'array'"
+        ):
+            await send(client, user_message({"plan": {"subtasks": "none"}}, skill="run_plan"))
+    assert len(gateway.open_tasks) == 0
+
+
+async def test_cancelling_a_plans_task_cancels_its_running_subtasks(team: Team) -> None:
+    """CancelTask on a plan: the leader stops the plan and the worker's skill is cancelled."""
+    calc = Calc(agent_id="calc-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    leader = Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    for agent in (leader, calc):
+        await team.add(agent)
+    gateway = await team.serve()
+    await wait_until(lambda: {"leader", "calc"} <= set(gateway.directory.cards), 15)
+    plan = {"subtasks": [{"id": "nap", "skill": "slow", "parameters": {"seconds": 60}}]}
+    async with sdk_client(f"{team.url}/agents/leader", KEY) as client:
+        (response,) = await send(
+            client, user_message({"plan": plan}, skill="run_plan"), return_immediately=True
+        )
+        await wait_until(lambda: calc.in_flight == 1, 15)
+        cancelled = await client.cancel_task(a2a.CancelTaskRequest(id=response.task.id))
+    assert state_name(cancelled.status.state) == "TASK_STATE_CANCELED"
+    await wait_until(lambda: calc.ended == ["cancelled"], 15)
+    await wait_until(lambda: leader.in_flight == 0 and len(gateway.open_tasks) == 0, 15)

@@ -265,6 +265,9 @@ def _topic_permissions(
     grant: Grant, topology: Topology, vhost: str, callers: set[str], team: frozenset[str]
 ) -> dict[str, str]:
     writes = []
+    if grant.service is not None:
+        # A classic service queue's poison count republishes a request to its own key.
+        writes.append(rf"agent\.{_escape(grant.service)}\.request")
     if grant.calls:
         writes.append(rf"agent\.{_ids(grant.calls)}\.request")
     if grant.calls_instances and team:

@@ -22,7 +22,7 @@ from processes import INTERVAL, MISSED, SLACK, Processes, poll, since, within
 from agentbus import Bus, EventEnvelope
 
 SKILLS = {
-    "alpha": ["double", "slow"],
+    "alpha": ["double", "slow", "spell"],
     "beta": ["shout"],
     "registry": ["find_skill", "get_card", "list_agents", "stats"],
 }

@@ -30,8 +30,9 @@ from typing import Any, TypeVar
 import pytest
 from helpers import BusFactory, delete_topology
 
-from agentbus import RemoteError
+from agentbus import RemoteError, RequestEnvelope
 from agentbus.bus import Topology
+from agentbus.envelopes import RequestPayload
 from waiting import eventually
 
 T = TypeVar("T")
@@ -273,6 +274,13 @@ async def test_prometheus_scrapes_the_team_and_drops_a_departed_agent(
         await client.request("alpha", "double", {"n": "x"}, timeout=10)
     listing = await client.request("registry", "list_agents", timeout=10)
     assert {row["agent_id"] for row in listing.result} <= {"registry-1", "alpha-1"}
+    # A broadcast request, as the registry sends when it starts: every agent handles it.
+    announce = RequestEnvelope(
+        sender_id=client.agent_id,
+        receiver_id="broadcast",
+        payload=RequestPayload(action="announce"),
+    )
+    await client.publish(announce, persistent=False, mandatory=False)
     requested = time.monotonic()
 
     def both_up() -> dict[str, float] | None:
@@ -294,6 +302,9 @@ async def test_prometheus_scrapes_the_team_and_drops_a_departed_agent(
         # Scraped after the requests: 5 answered, 1 refused with invalid_parameters.
         rows = prometheus.query('agentbus_handler_duration_seconds_count{action="double"}')
         by_outcome = {row["metric"]["outcome"]: float(row["value"][1]) for row in rows}
+        announced = prometheus.query('agentbus_handler_duration_seconds_count{action="announce"}')
+        if len(announced) < 2:  # the registry and alpha each handled the broadcast
+            return None
         return by_outcome if by_outcome == {"success": 5.0, "invalid_parameters": 1.0} else None
 
     await eventually(served_all, 2 * SCRAPE + SLACK, "handler counts of 'double' scraped")

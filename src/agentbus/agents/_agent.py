@@ -27,6 +27,7 @@ from agentbus.agents._heartbeat import (
 )
 from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
+from agentbus.agents._traffic import Traffic
 from agentbus.bus import Bus, Transport
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, is_valid_id, utcnow
 
@@ -37,6 +38,8 @@ NOTIFY_START: Final = "notify_start"
 NOTIFY_START_AFTER: Final = 0.2
 """Seconds a skill runs before the agent sends the ``in_progress`` notice."""
 
+CANCELLED_BY_REQUEST: Final = "cancelled by request"
+"""The message of the ``CancelledError`` a skill sees when a ``cancel`` request stops it."""
 _BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE})
 _HEARTBEAT_TTL_INTERVALS: Final = 3
 # A goodbye (the draining heartbeat, agent_offline) is best effort: on a stalled network
@@ -129,6 +132,7 @@ class Agent:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._notices: set[asyncio.Task[None]] = set()  # start notices being sent
         self._card: AgentCard | None = None
+        self._traffic: Traffic | None = None
         self._log = _log.bind(agent_id=self.id)
         self._builtins: dict[str, Callable[[RequestEnvelope], Awaitable[Any]]] = {
             "ping": self._ping,
@@ -209,6 +213,9 @@ class Agent:
             self._bus = Bus(self.settings, agent_id=self.id, metrics=self.metrics)
         if not self._bus.is_open:
             await self._bus.open()
+        # What this agent serves goes into its heartbeats (and on to metrics, if any).
+        self._traffic = Traffic(self._bus.stats.observer)
+        self._bus.stats.observer = self._traffic
         # Ready before the first request: one may be waiting in the queue already.
         await self.on_start()
         await self._bus.serve(
@@ -262,6 +269,7 @@ class Agent:
             card_digest=card.digest(),
             card=card if full else None,
             started_at=self._started_at,
+            traffic=self._traffic.report() if self._traffic is not None else None,
         )
         await self.bus.emit(
             HEARTBEAT,
@@ -378,7 +386,7 @@ class Agent:
         if work is None:
             return {"agent_id": self.id, "message_id": target, "cancelled": False}
         work.cancelled_by_request = True
-        work.task.cancel()
+        work.task.cancel(CANCELLED_BY_REQUEST)  # the skill may say why it stops
         return {"agent_id": self.id, "message_id": target, "cancelled": True}
 
     async def _announce(self, request: RequestEnvelope) -> dict[str, Any]:

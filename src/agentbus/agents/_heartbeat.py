@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,8 @@ class Heartbeat(BaseModel):
     card_digest: str
     card: AgentCard | None = None
     started_at: datetime | None = None
+    traffic: dict[str, Any] | None = None
+    """Requests served since start: ``served``, ``errors`` by code, latency ``buckets``."""
 
 
 class OfflineNotice(BaseModel):

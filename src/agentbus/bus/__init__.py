@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 from agentbus.bus._admission import Refusal, verifies_sender
 from agentbus.bus._bus import Bus, connect
+from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
@@ -20,6 +21,8 @@ __all__ = [
     "Bus",
     "BusState",
     "BusStats",
+    "DeadLetter",
+    "DeadLetters",
     "DedupStore",
     "DedupWindow",
     "EventHandler",
@@ -31,6 +34,7 @@ __all__ = [
     "ProgressCallback",
     "Refusal",
     "RequestHandler",
+    "Settled",
     "SqliteDedupStore",
     "Topology",
     "Transport",

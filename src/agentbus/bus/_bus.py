@@ -22,6 +22,7 @@ from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import NoAckConsumer
 from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
+from agentbus.bus._dead_letters import DeadLetters
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._errors import map_connect_errors, map_transport_errors
 from agentbus.bus._failover import connect_to_nodes
@@ -132,6 +133,15 @@ class Bus(BaseBus):
         self._state = BusState.OPEN
         _log.debug("bus open", agent_id=self.agent_id, node=self.stats.node)
         return self
+
+    def dead_letters(self) -> DeadLetters:
+        """Return this exchange's dead-letter queue, to browse, replay and discard its messages."""
+        return DeadLetters(self._open_connection, self.topology)
+
+    def _open_connection(self) -> AbstractRobustConnection:
+        if self._connection is None or self._state is not BusState.OPEN:
+            raise BusClosed(f"{self!r} is not open")
+        return self._connection
 
     def _connected_to(self, node: str) -> None:
         self.stats.connections += 1

@@ -19,6 +19,7 @@ from agentbus.cli._asyncapi import team_asyncapi
 from agentbus.cli._audit import audit_command
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import client_settings, print_json, settings_of
+from agentbus.cli._dashboard import dashboard
 from agentbus.cli._definitions import definitions_command
 from agentbus.cli._demo import demo_command
 from agentbus.cli._gateway import gateway, run_a2a
@@ -139,6 +140,7 @@ cli.add_command(definitions_command)
 cli.add_command(audit_command)
 cli.add_command(gateway)
 cli.add_command(run_a2a)
+cli.add_command(dashboard)
 
 
 def main() -> None:

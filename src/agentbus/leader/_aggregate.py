@@ -116,3 +116,7 @@ class ProgressReport(BaseModel):
     done: int
     total: int
     transitions: list[Progress]
+    request_id: str | None = None
+    """The ``message_id`` of the ``run_plan`` request: broadcast ``cancel`` of it stops the plan."""
+    outline: list[dict[str, Any]] | None = None
+    """In the plan's first report: every subtask's ``id``, ``skill`` and ``depends_on``."""

@@ -3,27 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
-from agentbus._exceptions import InvalidParameters
+from agentbus._exceptions import AgentBusError, InvalidParameters
 from agentbus.agents._agent import Agent, current_request
 from agentbus.agents._heartbeat import AGENT_OFFLINE
 from agentbus.agents._skills import skill
 from agentbus.bus import Journal, Topology
 from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope, utcnow
-from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
+from agentbus.leader._aggregate import (
+    PLAN_PROGRESS,
+    Aggregate,
+    PlanStatus,
+    Progress,
+    ProgressReport,
+)
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import JOURNAL, PlanJournal, journaled_state, lookup, plan_key
 from agentbus.leader._plan import Plan
 from agentbus.leader._progress import ProgressSink
-from agentbus.leader._run import HANDED_OVER, PlanRunner
+from agentbus.leader._run import HANDED_OVER, PLAN_CANCELLED, PlanRunner
 from agentbus.leader._status import PlanState, RecentPlans
 
 __all__ = ["Leader"]
+
+_OUTLINE_MAX: Final = 1000  # subtasks: a larger plan's first progress report names none
 
 
 class Leader(Agent):
@@ -70,6 +79,12 @@ class Leader(Agent):
             aggregate = await runner.run()
             if journal is not None:
                 await journal.ended(aggregate.status.value)
+        except asyncio.CancelledError:
+            if journal is not None and runner.stop_reason == PLAN_CANCELLED:
+                # Cancelled by request, not handed over: no other leader is to go on with it.
+                with contextlib.suppress(AgentBusError):
+                    await journal.ended(PlanStatus.FAILED.value)
+            raise
         finally:
             self._runners.discard(runner)
             if stop_replies is not None:  # the plan's queue goes once its plan has ended
@@ -126,7 +141,7 @@ class Leader(Agent):
         self, plan: Plan, request: RequestEnvelope
     ) -> tuple[PlanRunner, PlanJournal | None, Callable[[bool], Awaitable[None]] | None]:
         assert self._directory is not None
-        progress = self._sink_for(request.sender_id)
+        progress = self._sink_for(request.sender_id, request.message_id, plan)
         if self._journal is None:
             runner = PlanRunner(self.bus, plan, directory=self._directory, progress=progress)
             return runner, None, None
@@ -162,12 +177,26 @@ class Leader(Agent):
             for runner in list(self._runners):
                 runner.agent_offline(agent_id)
 
-    def _sink_for(self, requester: str) -> ProgressSink:
+    def _sink_for(self, requester: str, request_id: str, plan: Plan) -> ProgressSink:
+        # The first report also names every subtask, so a follower lists the pending ones.
+        outline: list[dict[str, Any]] | None = None
+        if len(plan.subtasks) <= _OUTLINE_MAX:
+            outline = [
+                {"id": s.id, "skill": s.skill, "depends_on": s.depends_on} for s in plan.subtasks
+            ]
+
         async def publish(batch: list[Progress]) -> None:
+            nonlocal outline
             last = batch[-1]
             report = ProgressReport(
-                plan_id=last.plan_id, done=last.done, total=last.total, transitions=batch
+                plan_id=last.plan_id,
+                done=last.done,
+                total=last.total,
+                transitions=batch,
+                request_id=request_id,
+                outline=outline,
             )
+            outline = None
             data = report.model_dump(mode="json", exclude_none=True)
             await asyncio.gather(
                 *(

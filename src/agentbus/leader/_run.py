@@ -14,7 +14,7 @@ from typing import Any, Final
 from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
-from agentbus.agents._agent import NOTIFY_START
+from agentbus.agents._agent import CANCELLED_BY_REQUEST, NOTIFY_START
 from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import (
     BROADCAST,
@@ -40,11 +40,12 @@ from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
 from agentbus.leader._record import SubtaskRecord, tally
 
-__all__ = ["HANDED_OVER", "PlanRunner", "RunState"]
+__all__ = ["HANDED_OVER", "PLAN_CANCELLED", "PlanRunner", "RunState"]
 
 _log = get_logger("agentbus.leader")
 
 _LEADER_STOPPING: Final = "the leader is stopping"
+PLAN_CANCELLED: Final = "the plan was cancelled by request"
 HANDED_OVER: Final = "the leader is stopping: the plan goes on under another"
 
 
@@ -140,13 +141,15 @@ class PlanRunner:
         async with self._progress:
             try:
                 await self._schedule()
-            except asyncio.CancelledError:
-                if self._journal is not None:
+            except asyncio.CancelledError as exc:
+                cancelled = CANCELLED_BY_REQUEST in exc.args  # a cancel request for the plan
+                if self._journal is not None and not cancelled:
                     await self._hand_over()
                     raise
+                reason = PLAN_CANCELLED if cancelled else _LEADER_STOPPING
                 # Everything launched, whether the graph still counts it or not.
-                self._graph.stop(_LEADER_STOPPING)
-                await self._stop(Stop(_LEADER_STOPPING, tuple(self._tasks)))
+                self._graph.stop(reason)
+                await self._stop(Stop(reason, tuple(self._tasks)))
                 raise
         if self.state is RunState.RUNNING:
             self.state = RunState.FINISHED
@@ -257,7 +260,7 @@ class PlanRunner:
                     record.usage = result.usage
                     self._spent.update(result.usage)
                 record.add_agent(result.agent_id)
-                self._finish(record)
+                self._finish(record, agent_id=result.agent_id)
                 return
             error = result.error
             out_of_time = self._seconds_left() == 0 or self._over_budget()
@@ -405,14 +408,20 @@ class PlanRunner:
         left = self._seconds_left()
         return delay if left is None else min(delay, left)
 
-    def _finish(self, record: SubtaskRecord, error: SubtaskError | None = None) -> None:
+    def _finish(
+        self,
+        record: SubtaskRecord,
+        error: SubtaskError | None = None,
+        *,
+        agent_id: str | None = None,
+    ) -> None:
         record.status = SubtaskStatus.SUCCEEDED if error is None else error.status
         record.error = error
         record.ended = time.time()
         self._done += 1
         if self._journal is not None:
             self._journal.settled(record)
-        self._emit(record, record.status.value, error=error)
+        self._emit(record, record.status.value, agent_id=agent_id, error=error)
 
     def _take_over(self, record: SubtaskRecord, settled: dict[str, Any]) -> None:
         restore_record(record, settled)

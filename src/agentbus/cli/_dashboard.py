@@ -1,0 +1,108 @@
+"""``agentbus dashboard``: the web dashboard as a process of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import click
+import structlog
+from pydantic import ValidationError
+
+from agentbus.bus import Bus
+from agentbus.cli._context import settings_of
+from agentbus.dashboard import Dashboard
+
+__all__ = ["dashboard"]
+
+_log = structlog.get_logger("agentbus.dashboard")
+_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+@click.command()
+@click.option(
+    "--host", metavar="HOST", help="Address to listen on [AGENTBUS_DASHBOARD_HOST; 127.0.0.1]."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    help="Port to listen on [AGENTBUS_DASHBOARD_PORT; 8470].",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="File holding the token that allows actions [AGENTBUS_DASHBOARD_TOKEN; none: read-only].",
+)
+@click.option("--id", "agent_id", metavar="ID", help="The dashboard's bus id [dashboard-<random>].")
+@click.pass_context
+def dashboard(
+    ctx: click.Context,
+    host: str | None,
+    port: int | None,
+    token_file: Path | None,
+    agent_id: str | None,
+) -> None:
+    """Serve the live web dashboard: agents, plans, traffic and dead letters."""
+    try:
+        from agentbus.dashboard import DashboardSettings
+        from agentbus.dashboard._app import create_app
+    except ImportError as exc:
+        raise click.UsageError(
+            f"the dashboard needs its extra: pip install 'agentbus[dashboard]' ({exc.name} missing)"
+        ) from exc
+    try:
+        overrides: dict[str, object] = {"host": host, "port": port}
+        if token_file is not None:
+            overrides["token"] = token_file.read_text(encoding="utf-8").strip()
+        options = DashboardSettings.model_validate(
+            DashboardSettings().model_dump() | {k: v for k, v in overrides.items() if v is not None}
+        )
+    except (ValidationError, OSError) as exc:
+        raise click.UsageError(f"invalid dashboard setting: {exc}") from exc
+    if options.token is not None and not options.token.get_secret_value():
+        raise click.UsageError("the dashboard token is empty")
+    settings = settings_of(ctx)
+    bus = Bus(settings, agent_id=agent_id or f"dashboard-{uuid.uuid4().hex[:8]}")
+    board = Dashboard(
+        bus, dead_letters=bus.dead_letters(), missed_intervals=options.missed_intervals
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: object) -> AsyncIterator[None]:
+        if options.host not in _LOOPBACK:
+            _log.warning(
+                "the dashboard listens beyond this machine: whoever reaches it sees the team",
+                host=options.host,
+                actions=options.token is not None,
+            )
+        async with bus, board:
+            _log.info(
+                "dashboard started",
+                url=f"http://{options.host}:{options.port}/",
+                exchange=settings.exchange,
+                actions=options.token is not None,
+            )
+            yield
+        _log.info("dashboard stopped")
+
+    app = create_app(lambda: board, options, lifespan=lifespan)
+    asyncio.run(_serve(app, options))
+
+
+async def _serve(app: Any, options: Any) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
+    await uvicorn.Server(config).serve()

@@ -1,0 +1,79 @@
+"""The dashboard's bus side: the boards it keeps, and what changed on them."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+from agentbus.bus import DeadLetters, Transport
+from agentbus.dashboard._agents import AgentBoard
+from agentbus.dashboard._changes import Changes
+from agentbus.dashboard._dead_letters import DeadLetterBoard
+from agentbus.dashboard._plans import PlanBoard
+from agentbus.dashboard._traffic import TrafficBoard
+
+__all__ = ["Dashboard"]
+
+
+class Dashboard:
+    """Follows a team on an open bus: agents, plans, traffic, dead letters; each a live board."""
+
+    def __init__(
+        self,
+        bus: Transport,
+        *,
+        dead_letters: DeadLetters | None = None,
+        missed_intervals: int = 3,
+    ) -> None:
+        self.bus = bus
+        self.changes = Changes()
+        self.traffic = TrafficBoard(on_change=lambda: self.changes.touch("traffic"))
+        self.agents = AgentBoard(
+            bus,
+            on_change=lambda: self.changes.touch("agents"),
+            missed=missed_intervals,
+            traffic=self.traffic,
+        )
+        self.plans = PlanBoard(bus, on_change=lambda: self.changes.touch("plans"))
+        self.dead_letters = DeadLetterBoard(
+            dead_letters, on_change=lambda: self.changes.touch("dead_letters")
+        )
+
+    def __repr__(self) -> str:
+        return f"<Dashboard agent_id={self.bus.agent_id!r} exchange={self.bus.settings.exchange!r}>"
+
+    async def start(self) -> Self:
+        """Start following the team (the bus must be open)."""
+        await self.plans.start()
+        await self.agents.start()
+        await self.dead_letters.start()
+        return self
+
+    async def aclose(self) -> None:
+        """Stop following; the bus stays open (its owner closes it)."""
+        await self.dead_letters.aclose()
+        await self.agents.aclose()
+        await self.plans.aclose()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def snapshot(self, topic: str) -> dict[str, Any]:
+        """Return what the page shows of ``topic``."""
+        if topic == "agents":
+            return self.agents.snapshot()
+        if topic == "plans":
+            return self.plans.snapshot()
+        if topic == "traffic":
+            return self.traffic.snapshot()
+        if topic == "dead_letters":
+            return self.dead_letters.snapshot()
+        return {}

@@ -1,0 +1,292 @@
+"""Running and recent plans, from the leaders' ``plan_progress`` broadcasts.
+
+A plan's first report names every subtask (``outline``), so each is listed from the
+start, pending until it runs; a plan first heard in the middle lists its subtasks from
+their first transition. A skill's own ``progress`` and ``partial`` news keep its subtask
+running, with its fraction, message and the number of partial results. A plan that is
+done shows the aggregate the transitions add up to (the leader's own aggregate goes to
+the requester alone). Timings are the send times of the batches (the leader sends one
+every 100 ms at most), so they are good to a tenth of a second."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from agentbus._exceptions import UsageError
+from agentbus.bus import Feed, Transport
+from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, utcnow
+from agentbus.leader import PLAN_PROGRESS, ProgressReport, SubtaskStatus
+
+__all__ = ["PlanBoard"]
+
+_KEEP: Final = 50  # finished plans kept on the board, newest first
+_TERMINAL: Final = frozenset(
+    {SubtaskStatus.SUCCEEDED, SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.CANCELLED}
+)
+
+
+@dataclass(slots=True)
+class _Subtask:
+    id: str
+    skill: str
+    status: str = "pending"
+    agent_id: str | None = None
+    attempts: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: dict[str, Any] | None = None
+    fraction: float | None = None
+    message: str | None = None
+    chunks: int = 0
+    depends_on: tuple[str, ...] = ()
+
+    def view(self) -> dict[str, Any]:
+        duration = None
+        if self.started_at is not None and self.ended_at is not None:
+            duration = round((self.ended_at - self.started_at).total_seconds(), 3)
+        return {
+            "id": self.id,
+            "skill": self.skill,
+            "status": self.status,
+            "agent_id": self.agent_id,
+            "attempts": self.attempts,
+            "started_at": _iso(self.started_at),
+            "ended_at": _iso(self.ended_at),
+            "duration": duration,
+            "error": self.error,
+            "fraction": self.fraction,
+            "message": self.message,
+            "chunks": self.chunks,
+            "depends_on": list(self.depends_on),
+        }
+
+
+@dataclass(slots=True)
+class _Plan:
+    plan_id: str
+    leader: str
+    total: int
+    first_seen: datetime
+    request_id: str | None = None
+    done: int = 0
+    last_seen: datetime | None = None
+    cancel_requested: bool = False
+    subtasks: dict[str, _Subtask] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+    def view(self) -> dict[str, Any]:
+        counts = collections.Counter(subtask.status for subtask in self.subtasks.values())
+        counts["pending"] += self.total - len(self.subtasks)
+        view: dict[str, Any] = {
+            "plan_id": self.plan_id,
+            "leader": self.leader,
+            "done": self.done,
+            "total": self.total,
+            "state": "finished" if self.finished else "running",
+            "started_at": _iso(self.first_seen),
+            "updated_at": _iso(self.last_seen),
+            "cancellable": self.request_id is not None and not self.finished,
+            "cancel_requested": self.cancel_requested,
+            "counts": dict(counts),
+            "subtasks": [subtask.view() for subtask in self.subtasks.values()],
+            "aggregate": None,
+        }
+        if self.finished:
+            view["aggregate"] = self._aggregate(counts)
+        return view
+
+    def _aggregate(self, counts: collections.Counter[str]) -> dict[str, Any]:
+        succeeded = counts[SubtaskStatus.SUCCEEDED.value]
+        if succeeded == self.total:
+            status = "completed"
+        elif succeeded == 0:
+            status = "failed"
+        else:
+            status = "partial"
+        wall = None
+        if self.last_seen is not None:
+            wall = round((self.last_seen - self.first_seen).total_seconds(), 3)
+        agents = sorted({s.agent_id for s in self.subtasks.values() if s.agent_id is not None})
+        return {
+            "status": status,
+            "wall_time": wall,
+            "attempts": sum(subtask.attempts for subtask in self.subtasks.values()),
+            "agents_used": agents,
+        }
+
+
+class PlanBoard:
+    """Plans as their progress events tell them; a plan can be cancelled from here."""
+
+    def __init__(
+        self,
+        bus: Transport,
+        *,
+        on_change: Callable[[], None],
+        keep: int = _KEEP,
+    ) -> None:
+        self._bus = bus
+        self._on_change = on_change
+        self._keep = keep
+        self._plans: dict[str, _Plan] = {}
+        self._feed: Feed | None = None
+        self.malformed = 0
+
+    async def start(self) -> None:
+        """Follow every leader's progress broadcasts."""
+        self._feed = await self._bus.consume_feed(
+            f"{BROADCAST}.event.{PLAN_PROGRESS}", self._on_progress, name="dashboard-plans"
+        )
+
+    async def aclose(self) -> None:
+        if self._feed is not None:
+            await self._feed.aclose()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Running plans first, then the finished ones, newest first."""
+        plans = sorted(
+            self._plans.values(), key=lambda plan: (plan.finished, -plan.first_seen.timestamp())
+        )
+        return {"plans": [plan.view() for plan in plans]}
+
+    async def cancel(self, plan_id: str) -> dict[str, Any]:
+        """Ask the plan's leader to stop it: a broadcast ``cancel`` of its ``run_plan`` request.
+
+        Raises:
+            UsageError: the plan is not known, is finished, or its leader did not say
+                which request runs it.
+        """
+        plan = self._plans.get(plan_id)
+        if plan is None:
+            raise UsageError(f"no plan {plan_id!r} is known")
+        if plan.finished:
+            raise UsageError(f"plan {plan_id!r} is finished")
+        if plan.request_id is None:
+            raise UsageError(f"the leader of plan {plan_id!r} does not say which request runs it")
+        cancel = RequestEnvelope(
+            sender_id=self._bus.agent_id,
+            receiver_id=BROADCAST,
+            payload=RequestPayload(action="cancel", parameters={"message_id": plan.request_id}),
+        )
+        await self._bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
+        plan.cancel_requested = True
+        self._on_change()
+        return {"plan_id": plan_id, "request_id": plan.request_id, "cancel_sent": True}
+
+    def _on_progress(self, envelope: dict[str, Any]) -> None:
+        payload = envelope.get("payload")
+        data = payload.get("event_data") if isinstance(payload, dict) else None
+        try:
+            report = ProgressReport.model_validate(data)
+        except ValidationError:
+            self.malformed += 1
+            return
+        at = _timestamp(envelope.get("timestamp"))
+        plan = self._plans.get(report.plan_id)
+        if plan is None:
+            plan = _Plan(
+                plan_id=report.plan_id,
+                leader=str(envelope.get("sender_id")),
+                total=report.total,
+                first_seen=at,
+            )
+            for item in report.outline or ():
+                subtask = _outlined(item)
+                if subtask is not None:
+                    plan.subtasks[subtask.id] = subtask
+            self._plans[report.plan_id] = plan
+            self._forget_old()
+        plan.request_id = report.request_id or plan.request_id
+        plan.done = max(plan.done, report.done)
+        plan.last_seen = at
+        for progress in report.transitions:
+            subtask = plan.subtasks.get(progress.subtask_id)
+            if subtask is None:
+                subtask = plan.subtasks[progress.subtask_id] = _Subtask(
+                    progress.subtask_id, progress.skill
+                )
+            _apply(subtask, progress.transition, progress.agent_id, progress.error, at)
+            if progress.detail is not None:
+                _note(subtask, progress.transition, progress.detail)
+            subtask.attempts = max(subtask.attempts, progress.attempt)
+        self._on_change()
+
+    def _forget_old(self) -> None:
+        finished = [plan for plan in self._plans.values() if plan.finished]
+        finished.sort(key=lambda plan: plan.first_seen)
+        for plan in finished[: max(len(finished) - self._keep, 0)]:
+            del self._plans[plan.plan_id]
+
+
+def _apply(
+    subtask: _Subtask,
+    transition: str,
+    agent_id: str | None,
+    error: dict[str, Any] | None,
+    at: datetime,
+) -> None:
+    if transition == "started":
+        subtask.status = "running"
+        subtask.started_at = subtask.started_at or at
+    elif transition == "running":
+        subtask.status = "running"
+        subtask.agent_id = agent_id or subtask.agent_id
+        subtask.started_at = subtask.started_at or at
+    elif transition in ("progress", "partial"):  # the skill's own news: still running
+        subtask.status = "running"
+        subtask.agent_id = agent_id or subtask.agent_id
+    elif transition == "retrying":
+        subtask.status = "retrying"
+        subtask.error = error
+    else:  # a terminal status, by its name (succeeded says which agent answered)
+        subtask.status = transition
+        subtask.agent_id = agent_id or subtask.agent_id
+        subtask.error = error
+        subtask.ended_at = at
+        if transition in _TERMINAL and subtask.started_at is None:
+            subtask.started_at = at  # skipped (or cancelled before it started): no time spent
+
+
+def _outlined(item: object) -> _Subtask | None:
+    if not isinstance(item, dict):
+        return None
+    subtask_id, skill, depends_on = item.get("id"), item.get("skill"), item.get("depends_on")
+    if not (isinstance(subtask_id, str) and isinstance(skill, str)):
+        return None
+    after = (
+        tuple(d for d in depends_on if isinstance(d, str)) if isinstance(depends_on, list) else ()
+    )
+    return _Subtask(subtask_id, skill, depends_on=after)
+
+
+def _note(subtask: _Subtask, transition: str, detail: dict[str, Any]) -> None:
+    if transition == "progress":
+        fraction, message = detail.get("fraction"), detail.get("message")
+        if isinstance(fraction, int | float) and not isinstance(fraction, bool):
+            subtask.fraction = max(0.0, min(1.0, float(fraction)))
+        if isinstance(message, str):
+            subtask.message = message[:200]
+    elif transition == "partial":
+        subtask.chunks += 1
+
+
+def _timestamp(value: object) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return utcnow()
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

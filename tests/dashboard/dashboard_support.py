@@ -1,0 +1,69 @@
+"""What the dashboard's browser tests share: pages, the dashboard process, screenshots."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processes import AgentProcess
+
+STARTUP = 30.0  # s: a process starting (imports, connecting) on a loaded machine
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+@dataclass
+class Browser:
+    """Opens pages that report their script errors."""
+
+    browser: Any
+    errors: list[str]
+
+    async def new_page(self, *, viewport: dict[str, int]) -> Any:
+        page = await self.browser.new_page(viewport=viewport)
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+        return page
+
+
+@dataclass
+class DashboardProcess:
+    """An ``agentbus dashboard`` process and how to reach it."""
+
+    process: AgentProcess
+    url: str
+    token: str
+
+    def get(self, path: str, *, host: str | None = None) -> tuple[int, bytes]:
+        """GET ``path`` (blocking), optionally with another ``Host`` header."""
+        request = urllib.request.Request(f"{self.url}{path}")
+        if host is not None:
+            request.add_header("Host", host)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}api/state", timeout=5) as response:
+            body: dict[str, Any] = json.load(response)
+            return body
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def shot(page: Any, screens: Path, name: str) -> None:
+    """Save a full-page screenshot under the test's folder and say where."""
+    path = screens / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")

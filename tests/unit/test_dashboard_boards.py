@@ -1,0 +1,248 @@
+"""The dashboard's boards on the in-memory bus: agents, plans and cancel, traffic, changes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from agentbus import Agent, RemoteError, Settings, skill
+from agentbus.agents import report_progress
+from agentbus.agents._traffic import LATENCY_BUCKETS, Traffic
+from agentbus.dashboard import Changes, Dashboard, TrafficBoard
+from agentbus.dashboard._traffic import quantile
+from agentbus.leader import Leader, PlanClient
+from agentbus.registry import Registry
+from agentbus.testing import MemoryBroker, MemoryBus
+from waiting import wait_until
+
+
+class Squarer(Agent):
+    name = "squarer"
+    version = "2.1.0"
+
+    @skill
+    async def square(self, n: int) -> int:
+        return n * n
+
+    @skill
+    async def hang(self) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    @skill
+    async def halfway(self) -> str:
+        await report_progress(0.5, "half done")
+        await asyncio.Event().wait()
+        return "never"
+
+
+Start = Callable[[type[Agent], str], Awaitable[Agent]]
+
+
+@pytest.fixture
+async def team() -> AsyncIterator[tuple[Dashboard, Start]]:
+    """A registry, a leader and a dashboard on one in-memory broker; agents on demand."""
+    broker = MemoryBroker()
+    settings = Settings(shutdown_grace=0.5)
+    started: list[Agent] = []
+
+    async def start(cls: type[Agent], agent_id: str) -> Agent:
+        bus = await MemoryBus(broker, settings, agent_id=agent_id).open()
+        agent = cls(agent_id=agent_id, bus=bus, settings=settings, heartbeat_interval=0.1)
+        await agent.start()
+        started.append(agent)
+        return agent
+
+    await start(Registry, "registry-1")
+    await start(Leader, "leader-1")
+    bus = await MemoryBus(broker, settings, agent_id="dashboard-1").open()
+    async with Dashboard(bus, missed_intervals=3) as dashboard:
+        yield dashboard, start
+        for agent in reversed(started):
+            if agent.bus.is_open:
+                await agent.stop()
+                await agent.bus.aclose()
+    await bus.aclose()
+
+
+def rows(dashboard: Dashboard) -> dict[str, dict[str, Any]]:
+    snapshot = dashboard.snapshot("agents")
+    return {row["agent_id"]: row for group in snapshot["services"] for row in group["agents"]}
+
+
+def service(dashboard: Dashboard, name: str) -> dict[str, Any] | None:
+    groups = dashboard.snapshot("agents")["services"]
+    return next((group for group in groups if group["service"] == name), None)
+
+
+async def test_agents_are_listed_by_service_and_a_departed_service_shows_gone(
+    team: tuple[Dashboard, Start],
+) -> None:
+    """A new agent shows with its skills and version; when it leaves, its service is gone."""
+    dashboard, start = team
+    agent = await start(Squarer, "squarer-1")
+    await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
+    row = rows(dashboard)["squarer-1"]
+    assert (row["status"], row["capacity"], row["version"]) == ("ready", 8, "2.1.0")
+    assert row["skills"] == ["square", "hang", "halfway"]
+    group = service(dashboard, "squarer")
+    assert group is not None
+    assert (group["live"], group["gone"]) == (1, False)
+
+    await agent.stop()
+    await wait_until(lambda: rows(dashboard)["squarer-1"]["status"] == "offline", timeout=5)
+    group = service(dashboard, "squarer")
+    assert group is not None
+    assert group["gone"] is True
+    assert group["live"] == 0
+
+
+async def test_plans_are_followed_and_cancelled_from_the_board(
+    team: tuple[Dashboard, Start],
+) -> None:
+    """Subtasks show as the leader reports them; cancel stops a running plan."""
+    dashboard, start = team
+    await start(Squarer, "squarer-1")
+    client = dashboard.bus
+    await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
+    plan = {"id": "p1", "subtasks": [{"id": "a", "skill": "square", "parameters": {"n": 3}}]}
+    aggregate = await PlanClient(client).run(plan, timeout=10)
+    assert aggregate.status.value == "completed"
+    await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["state"] == "finished", 5)
+    view = dashboard.plans.snapshot()["plans"][0]
+    assert view["aggregate"]["status"] == "completed"
+    assert [(s["id"], s["status"], s["agent_id"]) for s in view["subtasks"]] == [
+        ("a", "succeeded", "squarer-1")
+    ]
+
+    hanging = {"id": "p2", "subtasks": [{"id": "h", "skill": "hang", "timeout": 30}]}
+    running = asyncio.create_task(PlanClient(client).run(hanging, timeout=10))
+
+    def subtask_running() -> bool:
+        plans = {p["plan_id"]: p for p in dashboard.plans.snapshot()["plans"]}
+        return "p2" in plans and plans["p2"]["counts"].get("running") == 1
+
+    await wait_until(subtask_running, timeout=5)
+    answer = await dashboard.plans.cancel("p2")
+    assert answer["cancel_sent"] is True
+    with pytest.raises(RemoteError):
+        await running
+    await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["state"] == "finished", 5)
+    cancelled = next(p for p in dashboard.plans.snapshot()["plans"] if p["plan_id"] == "p2")
+    assert [s["status"] for s in cancelled["subtasks"]] == ["cancelled"]
+    assert cancelled["subtasks"][0]["error"]["message"] == "the plan was cancelled by request"
+
+
+async def test_a_skills_progress_keeps_its_subtask_running_with_the_fraction(
+    team: tuple[Dashboard, Start],
+) -> None:
+    """A skill's own progress news: the subtask stays running, with fraction and message."""
+    dashboard, start = team
+    await start(Squarer, "squarer-1")
+    await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
+    plan = {"id": "p3", "subtasks": [{"id": "h", "skill": "halfway", "timeout": 30}]}
+    running = asyncio.create_task(PlanClient(dashboard.bus).run(plan, timeout=10))
+
+    def halfway() -> bool:
+        plans = dashboard.plans.snapshot()["plans"]
+        return bool(plans) and plans[0]["subtasks"][0]["fraction"] == 0.5
+
+    await wait_until(halfway, timeout=5)
+    (subtask,) = dashboard.plans.snapshot()["plans"][0]["subtasks"]
+    assert (subtask["status"], subtask["message"]) == ("running", "half done")
+    await dashboard.plans.cancel("p3")
+    with pytest.raises(RemoteError):
+        await running
+
+
+async def test_cancel_of_an_unknown_or_finished_plan_is_refused(
+    team: tuple[Dashboard, Start],
+) -> None:
+    """Cancel names what is wrong: no such plan."""
+    dashboard, _ = team
+    with pytest.raises(Exception, match="no plan 'nope' is known"):
+        await dashboard.plans.cancel("nope")
+
+
+def test_quantiles_interpolate_inside_the_bucket() -> None:
+    """p50 of 10 fast and 10 slow requests falls at the top of the fast bucket."""
+    buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+    buckets[LATENCY_BUCKETS.index(0.01)] = 10  # (5 ms, 10 ms]
+    buckets[LATENCY_BUCKETS.index(1.0)] = 10  # (500 ms, 1 s]
+    assert quantile(0.5, buckets) == pytest.approx(0.01)
+    assert quantile(0.99, buckets) == pytest.approx(0.5 + 0.5 * 9.8 / 10)
+    assert quantile(0.5, [0] * len(buckets)) is None
+
+
+def test_traffic_is_read_from_cumulative_counts_between_beats() -> None:
+    """Rates and errors come from differences; a restarted agent's reset counts are taken whole."""
+    now = [0.0]
+    board = TrafficBoard(on_change=lambda: None, clock=lambda: now[0])
+    traffic = Traffic()
+    board.take("w-1", "worker", traffic.report())
+    for _ in range(30):
+        traffic.observe_handler("square", "success", 0.004)
+    traffic.observe_handler("square", "timeout", 2.0)
+    now[0] = 10.0
+    board.take("w-1", "worker", traffic.report())
+    (row,) = board.snapshot()["services"]
+    assert (row["requests"], row["errors"], row["rate"]) == (31, {"timeout": 1}, 3.1)
+    assert row["p50"] is not None
+    assert row["p50"] <= 0.005
+
+    fresh = Traffic()  # the same id, restarted: counts start again
+    fresh.observe_handler("square", "success", 0.004)
+    now[0] = 20.0
+    board.take("w-1", "worker", fresh.report())
+    board.take("w-1", "worker", {"served": "many"})  # malformed: ignored
+    (row,) = board.snapshot()["services"]
+    assert row["requests"] == 32
+
+
+async def test_changes_wake_waiters_with_the_topics_that_moved() -> None:
+    """A waiter learns which topics changed since it last looked; none after a timeout."""
+    changes = Changes()
+    seen = changes.versions()
+    waiting = asyncio.create_task(changes.wait(seen, timeout=5))
+    await asyncio.sleep(0)
+    changes.touch("plans")
+    assert await waiting == ["plans"]
+    assert await changes.wait(changes.versions(), timeout=0.01) == []
+
+
+async def test_a_durable_plan_cancelled_from_the_board_ends_and_is_not_handed_over() -> None:
+    """Cancel of a durable plan stops it like any other: cancelled, and 'ended' journaled."""
+    broker = MemoryBroker()
+    settings = Settings(shutdown_grace=0.2)
+
+    def bus(agent_id: str) -> MemoryBus:
+        return MemoryBus(broker, settings, agent_id=agent_id)
+
+    async with (
+        Registry(bus=bus("registry-1"), heartbeat_interval=0.1),
+        Leader(bus=bus("leader-1"), durable=True, heartbeat_interval=0.1),
+        Squarer(bus=bus("squarer-1"), heartbeat_interval=0.1),
+        bus("dashboard-1") as board_bus,
+        Dashboard(board_bus) as dashboard,
+    ):
+        plan = {"id": "lasting", "subtasks": [{"id": "h", "skill": "hang", "timeout": 30}]}
+        running = asyncio.create_task(PlanClient(board_bus).run(plan, timeout=10))
+
+        def started() -> bool:
+            plans = dashboard.plans.snapshot()["plans"]
+            return bool(plans) and plans[0]["counts"].get("running") == 1
+
+        await wait_until(started, timeout=5)
+        await dashboard.plans.cancel("lasting")
+        with pytest.raises(RemoteError, match="cancelled"):
+            await running
+        await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["done"] == 1, 5)
+    (view,) = dashboard.plans.snapshot()["plans"]
+    assert [s["status"] for s in view["subtasks"]] == ["cancelled"]
+    [journal] = broker.journals.values()
+    records = [record for _, body in journal for record in orjson.loads(body)["records"]]
+    assert [r["status"] for r in records if r["kind"] == "ended"] == ["failed"]

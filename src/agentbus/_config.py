@@ -56,9 +56,30 @@ class Settings(BaseSettings):
     trace_file: str | None = None
     """With ``tracing``: append finished spans to this file as JSON lines, not to the
     global OpenTelemetry provider (for tests and for a look without a collector)."""
-    verify_sender: bool = False
+    verify_sender: bool | None = None
     """Set the AMQP user_id (the connection's user) on every publish, and refuse deliveries
-    without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``)."""
+    without one or whose sender_id is not that user's (``user`` or ``user-<suffix>``).
+    None (the default): on whenever the broker identity is not the shared ``guest``."""
+    rate_limit: float | None = Field(default=None, gt=0)
+    """Requests a second each sender (broker user) may make of this bus's handlers, on
+    average; over it, a request is answered ``rate_limited`` and not run. None: no limit."""
+    rate_burst: int = Field(default=20, ge=1)
+    """Requests a sender may make at once, above ``rate_limit``'s average."""
+    audit: bool | None = None
+    """Record every admitted request and every refusal in the audit stream
+    (``<exchange>.audit``). True: declare the stream if it is missing; None (the default):
+    record if the stream exists (the generated definitions declare it); False: never."""
+    tls_ca_file: str | None = None
+    """PEM file of the CAs that sign the broker's certificate (``amqps://``); None: the
+    system's trusted CAs. The broker's certificate and host name are always verified."""
+    tls_cert_file: str | None = None
+    """PEM file of this client's certificate (``amqps://``), for brokers that ask for one."""
+    tls_key_file: str | None = None
+    """PEM file of the private key of ``tls_cert_file``; None: the key is in that file."""
+    auth_mechanism: Literal["auto", "plain", "external"] = "auto"
+    """How to log in: ``plain`` (the URL's user and password), ``external`` (the client
+    certificate's subject, RabbitMQ's EXTERNAL mechanism), or ``auto``: external when a
+    client certificate is set and the URL has no password, plain otherwise."""
 
 
 def mask_url(url: str) -> str:

@@ -13,6 +13,7 @@ envelope and a caller can act on the code it received::
     │   └── PayloadTooLarge           payload_too_large: over the size cap
     ├── TransportError                the broker or the connection to it failed
     │   ├── BrokerUnavailable         cannot connect (names the URL, without password)
+    │   │   └── TLSError                  the TLS handshake failed: which certificate, or no TLS
     │   ├── ConnectionLost            the connection dropped during an operation
     │   ├── PublishFailed             the broker refused (nacked) a publish
     │   ├── AccessRefused             unauthorized: the broker's permissions refused it
@@ -52,6 +53,7 @@ __all__ = [
     "PublishFailed",
     "RemoteError",
     "RequestTimeout",
+    "TLSError",
     "TransportError",
     "UnknownAction",
     "Unroutable",
@@ -123,6 +125,11 @@ class TransportError(AgentBusError):
 
 class BrokerUnavailable(TransportError):
     """The broker cannot be reached."""
+
+
+class TLSError(BrokerUnavailable):
+    """The TLS handshake with the broker failed: its certificate is not trusted, ours was
+    refused or missing, or a plain ``amqp://`` connection met a TLS-only port."""
 
 
 class ConnectionLost(TransportError):

@@ -209,6 +209,7 @@ class _BusCollector(Collector):
             "replies_dropped": "Replies nobody was there to receive.",
             "publish_retries": "Publishes sent again after a reconnect.",
             "handler_errors": "Handler exceptions answered with processing_failed.",
+            "rate_limited": "Requests answered rate_limited: their sender was over its rate.",
             "connections": "Connections made to the broker: the first, then one per reconnect.",
         }
         families = {

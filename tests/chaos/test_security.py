@@ -225,7 +225,13 @@ async def test_a_forbidden_routing_key_raises_access_refused_and_the_bus_goes_on
         write=rf"^agent\.({SERVICE}|{{username}}-[^.]+)\.request$",
     )
     client = await agentbus.Bus(
-        Settings(url=client_user.url, exchange=chaos_exchange, reconnect_interval=0.5),
+        # The worker is guest, whose replies carry no user_id: this client does not verify.
+        Settings(
+            url=client_user.url,
+            exchange=chaos_exchange,
+            reconnect_interval=0.5,
+            verify_sender=False,
+        ),
         agent_id=f"{client_user.name}-1",
     ).open()
     producer = Producer(client, ledger)

@@ -62,7 +62,9 @@ def test_definitions_name_the_bus_topology() -> None:
     exchanges = {(e["name"], e["type"]) for e in defs["exchanges"]}
     assert exchanges == {(TOPOLOGY.exchange, "topic"), (TOPOLOGY.dead_letter_exchange, "fanout")}
     queues = {q["name"] for q in defs["queues"]}
-    assert queues == {TOPOLOGY.dead_letter_queue} | {TOPOLOGY.service_queue(s) for s in SERVICES}
+    assert queues == {TOPOLOGY.dead_letter_queue, TOPOLOGY.audit_stream} | {
+        TOPOLOGY.service_queue(s) for s in SERVICES
+    }
     bindings = {(b["source"], b["destination"], b["routing_key"]) for b in defs["bindings"]}
     expected = {(TOPOLOGY.dead_letter_exchange, TOPOLOGY.dead_letter_queue, "")}
     expected |= {

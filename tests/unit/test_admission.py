@@ -14,6 +14,7 @@ from agentbus.bus._admission import (
     publisher_user_id,
     refusal,
     sent_by,
+    verifies_sender,
 )
 from agentbus.envelopes import (
     BROADCAST,
@@ -49,7 +50,13 @@ def _check(
     delivery: Delivery, envelope: Envelope, *, shared: bool = True, verify: bool = False
 ) -> Refusal | None:
     return refusal(
-        delivery, envelope, agent_id="svc-1", service="svc", shared=shared, verify_sender=verify
+        delivery,
+        envelope,
+        agent_id="svc-1",
+        service="svc",
+        shared=shared,
+        verify_sender=verify,
+        broadcast_actions={"go"},
     )
 
 
@@ -83,6 +90,13 @@ def _check(
         ),
         pytest.param(
             Delivery("broadcast.request.go"), _request(BROADCAST), True, Refusal.RECEIVER, id="b"
+        ),
+        pytest.param(
+            Delivery("broadcast.request.drop"),
+            _request(BROADCAST, action="drop"),
+            False,
+            Refusal.RECEIVER,
+            id="broadcast-of-an-action-not-taken-on-broadcast",
         ),
         pytest.param(
             Delivery("agent.svc.request"), _request(), False, Refusal.RECEIVER, id="not-inst"
@@ -132,6 +146,11 @@ def test_a_reply_is_admitted_on_any_key_without_a_carbon_copy() -> None:
         ("alice", "alicex", Refusal.SENDER_MISMATCH),
         ("alice", "alice-", Refusal.SENDER_MISMATCH),
         ("alice-1", "alice", Refusal.SENDER_MISMATCH),
+        # A name extending another's with "-" is not the other's to borrow, either way.
+        ("alice", "alice-eu-1", Refusal.SENDER_MISMATCH),
+        ("alice-eu", "alice-eu-1", None),
+        ("alice-eu", "alice-eu", Refusal.SENDER_MISMATCH),
+        ("alice-eu", "alice-1", Refusal.SENDER_MISMATCH),
     ],
 )
 def test_verify_sender_requires_a_user_id_that_owns_the_sender_id(
@@ -169,23 +188,29 @@ def test_sent_by_needs_a_dash_after_the_user_name() -> None:
 )
 def test_connection_user_is_read_from_the_url(url: str, user: str) -> None:
     """The user name the connection logs in as, percent-decoded; guest by default."""
-    assert connection_user(url) == user
+    assert connection_user(Settings(url=url)) == user
 
 
-def test_publisher_user_id_only_with_verify_sender_and_a_matching_agent_id() -> None:
-    """No user_id by default; with verify_sender, the agent id must belong to the user."""
+def test_publisher_user_id_when_senders_are_verified_and_a_matching_agent_id() -> None:
+    """No user_id for guest or with the check off; else the agent id must belong to the user."""
     url = "amqp://billing:pw@host/"
-    assert publisher_user_id(Settings(url=url), "anyone") is None
-    assert publisher_user_id(Settings(url=url, verify_sender=True), "billing-1") == "billing"
+    assert publisher_user_id(Settings(), "anyone") is None
+    assert publisher_user_id(Settings(url=url, verify_sender=False), "anyone") is None
+    assert publisher_user_id(Settings(url=url), "billing-1") == "billing"
     with pytest.raises(ConfigurationError, match="does not belong to broker user 'billing'"):
-        publisher_user_id(Settings(url=url, verify_sender=True), "client-1")
+        publisher_user_id(Settings(url=url), "client-1")
 
 
-def test_verify_sender_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """AGENTBUS_VERIFY_SENDER turns the check on; it is off by default."""
-    assert Settings().verify_sender is False
+def test_sender_verification_is_on_unless_the_identity_is_guest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Default: on for any user of its own, off for the shared guest; the setting overrides."""
+    assert verifies_sender(Settings()) is False
+    assert verifies_sender(Settings(url="amqp://guest:guest@host/")) is False
+    assert verifies_sender(Settings(url="amqp://shop:pw@host/")) is True
+    assert verifies_sender(Settings(url="amqp://shop:pw@host/", verify_sender=False)) is False
     monkeypatch.setenv("AGENTBUS_VERIFY_SENDER", "1")
-    assert Settings().verify_sender is True
+    assert verifies_sender(Settings()) is True
 
 
 async def test_a_refused_request_is_answered_unauthorized_dead_lettered_and_not_run() -> None:

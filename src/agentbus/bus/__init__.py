@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from agentbus.bus._admission import Refusal
+from agentbus.bus._admission import Refusal, verifies_sender
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
 from agentbus.bus._dedup import DedupStore, DedupWindow
@@ -43,6 +43,7 @@ __all__ = [
     "reply_routing_key",
     "routing_key",
     "topic_matches",
+    "verifies_sender",
 ]
 
 if TYPE_CHECKING:  # mypy proves the RabbitMQ bus satisfies the transport seam.

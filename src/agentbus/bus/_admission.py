@@ -9,10 +9,11 @@ routing keys the publisher may not use. So a receiver refuses:
   its copies are caught by the next two rules);
 - a request or event whose routing key is not the one the contract gives its envelope;
 - a request addressed to somebody else: on a service queue, not to the service; on an
-  instance queue, not to the instance or to ``broadcast``;
+  instance queue, not to the instance, nor a broadcast of an action it takes on broadcast;
 - with ``verify_sender``: a delivery without ``user_id``, or whose envelope ``sender_id``
   does not belong to it: ``sender_id`` is the user name, or the user name followed by
-  ``-`` and an instance suffix (user ``billing`` sends as ``billing`` or ``billing-2``).
+  ``-`` and an instance suffix (user ``billing`` sends as ``billing`` or ``billing-2``;
+  see ``sent_by`` for names with ``-``). On by default unless the identity is ``guest``.
 
 Each check is a header or property lookup and a string comparison: cheap on the hot path.
 """
@@ -20,14 +21,15 @@ Each check is a header or property lookup and a string comparison: cheap on the 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final, Protocol
 from urllib.parse import unquote, urlsplit
 
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
+from agentbus.bus._tls import certificate_user, login_mechanism
 from agentbus.bus._topology import routing_key
-from agentbus.envelopes import BROADCAST, Envelope
+from agentbus.envelopes import BROADCAST, Envelope, RequestEnvelope
 
 __all__ = [
     "Admissible",
@@ -37,6 +39,7 @@ __all__ = [
     "publisher_user_id",
     "refusal",
     "sent_by",
+    "verifies_sender",
 ]
 
 _DEFAULT_USER = "guest"  # what aio-pika logs in as when the URL names no user
@@ -95,6 +98,7 @@ def refusal(
     service: str | None,
     shared: bool,
     verify_sender: bool,
+    broadcast_actions: Collection[str] = (),
 ) -> Refusal | None:
     """Return why ``message`` (decoded to ``envelope``) must be refused, or ``None``.
 
@@ -105,6 +109,8 @@ def refusal(
         service: The service this instance serves, if any.
         shared: Whether it came from the service queue (else the instance queue).
         verify_sender: Whether to require ``user_id`` and a ``sender_id`` of that user.
+        broadcast_actions: The actions this instance takes when broadcast; a broadcast
+            request for any other action is not addressed to it.
     """
     reason = identity_refusal(
         message.headers, message.user_id, envelope.sender_id, verify_sender=verify_sender
@@ -116,8 +122,12 @@ def refusal(
         # Replies come through reply_to queues (the default exchange): no contract key.
         if message.routing_key != routing_key(envelope):
             return Refusal.ROUTING_KEY
-        if kind == "request" and not _addressed_here(
-            envelope.receiver_id, agent_id=agent_id, service=service, shared=shared
+        if isinstance(envelope, RequestEnvelope) and not _addressed_here(
+            envelope,
+            agent_id=agent_id,
+            service=service,
+            shared=shared,
+            broadcast_actions=broadcast_actions,
         ):
             return Refusal.RECEIVER
     return None
@@ -146,42 +156,79 @@ def identity_refusal(
     return None
 
 
-def _addressed_here(receiver: str, *, agent_id: str, service: str | None, shared: bool) -> bool:
-    return receiver == service if shared else receiver in (agent_id, BROADCAST)
+def _addressed_here(
+    request: RequestEnvelope,
+    *,
+    agent_id: str,
+    service: str | None,
+    shared: bool,
+    broadcast_actions: Collection[str],
+) -> bool:
+    receiver = request.receiver_id
+    if shared:
+        return receiver == service
+    if receiver == BROADCAST:
+        return request.payload.action in broadcast_actions
+    return receiver == agent_id
 
 
 def sent_by(sender_id: str, user: str) -> bool:
-    """Tell whether ``sender_id`` belongs to broker user ``user``: ``user`` or ``user-<suffix>``.
+    """Tell whether ``sender_id`` belongs to broker user ``user``.
 
-    Agent ids have no dots, so ``-`` is the separator; a user whose name extends another
-    user's with ``-`` (``billing`` and ``billing-eu``) could send as the other's instances:
-    do not name users that way.
+    Every sender id has exactly one owner: an id without ``-`` is its own user's; an id
+    with one is the user's named by everything before its last ``-`` (``billing-2`` is
+    ``billing``'s, ``billing-eu-2`` is ``billing-eu``'s). So user ``billing`` cannot pass
+    for user ``billing-eu``: that id is ``billing``'s own instance ``eu``. A user whose
+    name has a ``-`` sends with an instance suffix (``billing-eu-1``), never bare.
     """
-    if sender_id == user:
-        return True
-    cut = len(user)
-    return len(sender_id) > cut + 1 and sender_id[cut] == "-" and sender_id.startswith(user)
+    owner, dash, suffix = sender_id.rpartition("-")
+    if not dash:
+        return sender_id == user
+    return owner == user and bool(suffix)
 
 
-def connection_user(url: str) -> str:
-    """Return the user name a connection to ``url`` logs in as (AMQP PLAIN)."""
-    name = urlsplit(url.split(";")[0]).username
+def connection_user(settings: Settings) -> str:
+    """Return the broker user a connection with ``settings`` logs in as.
+
+    With the EXTERNAL mechanism, the client certificate's common name (RabbitMQ's
+    ``ssl_cert_login_from = common_name``); else the first node URL's user (PLAIN).
+
+    Raises:
+        ConfigurationError: EXTERNAL, and the certificate cannot be read.
+    """
+    if login_mechanism(settings) == "external" and settings.tls_cert_file:
+        return certificate_user(settings.tls_cert_file)
+    name = urlsplit(settings.url.split(";")[0]).username
     return unquote(name) if name else _DEFAULT_USER
 
 
+def verifies_sender(settings: Settings) -> bool:
+    """Tell whether a bus with ``settings`` verifies senders (and sets ``user_id``).
+
+    ``verify_sender`` when set; by default, whenever the identity is not the shared
+    ``guest``: a team that deploys users of its own gets the check without asking.
+    """
+    if settings.verify_sender is not None:
+        return settings.verify_sender
+    if login_mechanism(settings) == "external":
+        return True
+    return connection_user(settings) != _DEFAULT_USER
+
+
 def publisher_user_id(settings: Settings, agent_id: str) -> str | None:
-    """Return the AMQP ``user_id`` a bus sets on what it publishes: with ``verify_sender`` only.
+    """Return the AMQP ``user_id`` a bus sets on what it publishes: when it verifies senders.
 
     Raises:
-        ConfigurationError: ``verify_sender`` is on and ``agent_id`` does not belong to
+        ConfigurationError: senders are verified and ``agent_id`` does not belong to
             the connection's user, so every receiver would refuse this bus's messages.
     """
-    if not settings.verify_sender:
+    if not verifies_sender(settings):
         return None
-    user = connection_user(settings.url)
+    user = connection_user(settings)
     if not sent_by(agent_id, user):
+        form = f"{user}-<suffix>" if "-" in user else f"{user!r} or '{user}-<suffix>'"
         raise ConfigurationError(
-            f"agent id {agent_id!r} does not belong to broker user {user!r}: with "
-            f"verify_sender, use {user!r} or {user + '-<suffix>'!r}"
+            f"agent id {agent_id!r} does not belong to broker user {user!r}: sender "
+            f"verification is on (verify_sender, or a user other than guest); use {form}"
         )
     return user

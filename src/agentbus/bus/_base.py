@@ -18,12 +18,14 @@ from agentbus._exceptions import (
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus._tracing import enable_tracing, tracing_enabled
+from agentbus.bus._admission import verifies_sender
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._journal import Journal
 from agentbus.bus._pending import PendingRequests, ProgressCallback
 from agentbus.bus._protocol import EnvelopePublisher
+from agentbus.bus._rates import SenderRates
 from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
@@ -182,11 +184,13 @@ class BaseBus(abc.ABC):
             dedup=self._dedup,
             stats=self.stats,
             max_size=self.settings.max_message_size,
-            verify_sender=self.settings.verify_sender,
+            verify_sender=verifies_sender(self.settings),
             delivery_limit=(
                 self.settings.delivery_limit if self.settings.queue_type == "classic" else None
             ),
         )
+        if self.settings.rate_limit is not None:
+            self._dispatcher.rates = SenderRates(self.settings.rate_limit, self.settings.rate_burst)
         return self._dispatcher
 
     def _can_publish(self) -> bool:
@@ -214,7 +218,9 @@ class BaseBus(abc.ABC):
         dispatcher.request_handler = handler
         dispatcher.acks_early = acks_early
         for action in broadcast_actions:
-            await self._bind_instance(f"broadcast.request.{_checked(action, 'action')}")
+            # Admitted before it is bound: the first broadcast may come right after.
+            dispatcher.broadcast_actions.add(_checked(action, "action"))
+            await self._bind_instance(f"broadcast.request.{action}")
         if service is None:
             return
         if self.service is not None:
@@ -261,7 +267,7 @@ class BaseBus(abc.ABC):
             pattern=pattern,
             queue=self.topology.feed_queue(self.agent_id, name),
             handler=handler,
-            verify_sender=self.settings.verify_sender,
+            verify_sender=verifies_sender(self.settings),
             bus_stats=self.stats,
         )
         feed._started(await self._open_feed(feed, max_length))

@@ -20,6 +20,7 @@ from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import NoAckConsumer
+from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dead_letters import DeadLetters
 from agentbus.bus._dedup import DedupStore
@@ -30,6 +31,7 @@ from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._nodes import broker_nodes
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
+from agentbus.bus._tls import login_mechanism, tls_context
 
 __all__ = ["Bus", "connect"]
 
@@ -89,6 +91,7 @@ class Bus(BaseBus):
     ) -> None:
         super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics, dedup=dedup)
         self._connection: AbstractRobustConnection | None = None
+        self._audit: AuditTrail | None = None
         self._instance_queue: AbstractQueue | None = None
         self._service_consumers: list[tuple[AbstractQueue, str]] = []
 
@@ -103,13 +106,21 @@ class Bus(BaseBus):
             raise BusClosed(f"{self!r} cannot be opened again")
         settings = self.settings
         nodes = broker_nodes(settings.url)
-        with map_connect_errors(mask_url(settings.url)):
+        context = tls_context(settings, nodes)
+        mechanism = login_mechanism(settings)
+        with map_connect_errors(
+            mask_url(settings.url),
+            secure=context is not None,
+            client_cert=settings.tls_cert_file is not None,
+        ):
             self._connection = await connect_to_nodes(
                 nodes,
                 timeout=settings.connect_timeout,
                 on_node=self._connected_to,
                 reconnect_interval=settings.reconnect_interval,
                 heartbeat=settings.heartbeat,
+                ssl_context=context,
+                auth=None if mechanism == "plain" else mechanism,
                 client_properties={"connection_name": f"agentbus:{self.agent_id}"},
             )
         try:
@@ -181,9 +192,25 @@ class Bus(BaseBus):
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue
+        dispatcher.audit = self._audit = self._open_audit()
         # Never cancelled by itself: closing the connection ends it, without a round trip
         # that a stalled network would hold up.
         await queue.consume(dispatcher.on_message, no_ack=False)
+
+    def _open_audit(self) -> AuditTrail | None:
+        """Start the audit trail, per ``settings.audit`` (it finds its stream by itself)."""
+        if self.settings.audit is False:
+            return None
+        assert self._connection is not None
+        trail = AuditTrail(
+            self._connection,
+            self.topology.audit_stream,
+            create=bool(self.settings.audit),
+            app_id=self._app_id,
+            user_id=publisher_user_id(self.settings, self.agent_id),
+        )
+        trail.start()
+        return trail
 
     async def _channel(self, prefetch: int | None = None) -> AbstractRobustChannel:
         assert self._connection is not None
@@ -326,6 +353,8 @@ class Bus(BaseBus):
         return set()
 
     async def _close_transport(self) -> None:
+        if self._audit is not None:
+            await self._audit.aclose()
         if self._connection is not None:
             await _bounded(self._connection.close())
 

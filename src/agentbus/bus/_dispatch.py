@@ -12,10 +12,12 @@ from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus._logging import bind_delivery_ids, get_logger
 from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._admission import Refusal, refusal
+from agentbus.bus._audit import AuditSink, audit_record, envelope_fields, raw_fields
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
+from agentbus.bus._rates import SenderRates
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import topic_matches
 from agentbus.bus._trace import bind_trace
@@ -74,6 +76,9 @@ class Dispatcher:
         self.agent_id = agent_id
         self.service: str | None = None
         self.verify_sender = verify_sender
+        self.broadcast_actions: set[str] = set()
+        self.audit: AuditSink | None = None
+        self.rates: SenderRates | None = None
         self.request_handler: RequestHandler | None = None
         self.acks_early: Callable[[RequestEnvelope], bool] | None = None
         self._acked_early: set[int] = set()  # id() of deliveries acked before their work
@@ -140,6 +145,7 @@ class Dispatcher:
             service=self.service,
             shared=shared,
             verify_sender=self.verify_sender,
+            broadcast_actions=self.broadcast_actions,
         )
         if reason is not None:
             return await self._refuse_admission(message, envelope, reason)
@@ -148,6 +154,10 @@ class Dispatcher:
             if counted is not None:
                 return counted
         if isinstance(envelope, RequestEnvelope):
+            if self.rates is not None:
+                wait = self.rates.allow(message.user_id or envelope.sender_id)
+                if wait:
+                    return await self._rate_limit(message, envelope, wait)
             if self.accepting:
                 return await self._serve(message, envelope)
             self._stats.consumed_by[("request", "turned_away")] += 1
@@ -208,6 +218,8 @@ class Dispatcher:
             self._stats.consumed_by[("request", "duplicate")] += 1
             if seen.reply is not None:
                 await self._try_reply(seen.reply, seen.reply_to)
+            if self.audit is not None:
+                self._audit(request, message.user_id, "duplicate", None)
             return Settle.ACK
         if self.acks_early is not None and self.acks_early(request):
             # Long work: the broker's consumer timeout would take the delivery back.
@@ -224,9 +236,19 @@ class Dispatcher:
         self._stats.consumed_by[("request", "served")] += 1
         if isinstance(reply, ErrorEnvelope):
             self._stats.errors_sent[outcome] += 1
+        seconds = time.perf_counter() - started
         if self._stats.observer is not None:
-            seconds = time.perf_counter() - started
             self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
+        try:
+            return await self._answer(message, request, reply)
+        finally:
+            # After the answer, so the record's write never goes ahead of the reply.
+            if self.audit is not None:
+                self._audit(request, message.user_id, outcome, seconds)
+
+    async def _answer(
+        self, message: IncomingMessage, request: RequestEnvelope, reply: Reply
+    ) -> Settle:
         reply_to = message.reply_to
         # The work is done: remember its reply before sending it. If the channel closes
         # now (this task is cancelled) the redelivered request is answered with it, not
@@ -256,6 +278,47 @@ class Dispatcher:
             return Settle.REQUEUE
         self._stats.requests_served += 1
         return Settle.ACK
+
+    async def _rate_limit(
+        self, message: IncomingMessage, request: RequestEnvelope, wait: float
+    ) -> Settle:
+        # Not run and not remembered: the same request sent again later is served.
+        self._stats.rate_limited += 1
+        self._stats.consumed_by[("request", "rate_limited")] += 1
+        self._stats.errors_sent[ErrorCode.RATE_LIMITED] += 1
+        if self.audit is not None:
+            self.audit.append(
+                audit_record(
+                    kind="refusal",
+                    recorder=self.agent_id,
+                    user_id=message.user_id,
+                    outcome=ErrorCode.RATE_LIMITED.value,
+                    **envelope_fields(request),
+                )
+            )
+        error = request.error(
+            ErrorCode.RATE_LIMITED,
+            "the sender is over its rate: retry later",
+            sender_id=self.agent_id,
+            details={"retry_after": round(wait, 3)},
+        )
+        await self._try_reply(error, message.reply_to)
+        return Settle.ACK
+
+    def _audit(
+        self, request: RequestEnvelope, user_id: str | None, outcome: str, seconds: float | None
+    ) -> None:
+        assert self.audit is not None
+        self.audit.append(
+            audit_record(
+                kind="request",
+                recorder=self.agent_id,
+                user_id=user_id,
+                outcome=outcome,
+                seconds=seconds,
+                **envelope_fields(request),
+            )
+        )
 
     async def _run(self, request: RequestEnvelope) -> Reply:
         deadline = request.metadata.deadline
@@ -310,6 +373,16 @@ class Dispatcher:
 
     async def _refuse(self, message: IncomingMessage, exc: EnvelopeError) -> Settle:
         raw = exc.raw or {}
+        if self.audit is not None:
+            self.audit.append(
+                audit_record(
+                    kind="refusal",
+                    recorder=self.agent_id,
+                    user_id=message.user_id,
+                    outcome=exc.code,
+                    **raw_fields(raw, message.message_id),
+                )
+            )
         _log.warning(
             "undecodable message dead-lettered",
             error=exc.message,
@@ -342,6 +415,16 @@ class Dispatcher:
         # reply key unless the sender's identity is what is in doubt.
         self._stats.refused += 1
         self._stats.refused_by[reason] += 1
+        if self.audit is not None:
+            self.audit.append(
+                audit_record(
+                    kind="refusal",
+                    recorder=self.agent_id,
+                    user_id=message.user_id,
+                    outcome=reason.value,
+                    **envelope_fields(envelope),
+                )
+            )
         self._stats.consumed_by[(envelope.message_type, "refused")] += 1
         _log.warning(
             "delivery refused",

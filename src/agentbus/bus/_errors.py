@@ -14,8 +14,10 @@ from agentbus._exceptions import (
     ConfigurationError,
     ConnectionLost,
     PublishFailed,
+    TLSError,
     TransportError,
 )
+from agentbus.bus._tls import tls_failure
 
 __all__ = ["CONNECT_ERRORS", "map_connect_errors", "map_transport_errors"]
 
@@ -65,11 +67,24 @@ def map_transport_errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def map_connect_errors(masked_url: str) -> Iterator[None]:
-    """Raise a failure to connect as ``BrokerUnavailable`` naming the (masked) URL."""
+def map_connect_errors(
+    masked_url: str, *, secure: bool = False, client_cert: bool = False
+) -> Iterator[None]:
+    """Raise a failure to connect as ``BrokerUnavailable`` naming the (masked) URL.
+
+    A failed TLS handshake (or a plain connection to a TLS port) is ``TLSError``, whose
+    one line says which side refused what. ``secure``: the URL is ``amqps://``;
+    ``client_cert``: a client certificate is presented.
+    """
     try:
         yield
     except CONNECT_ERRORS as exc:
+        which = tls_failure(exc, secure=secure, client_cert=client_cert)
+        if which is not None:
+            raise TLSError(
+                f"cannot connect to the broker at {masked_url}: {which}",
+                details={"url": masked_url},
+            ) from exc
         hint = (
             "is RabbitMQ running? Start one with 'rabbitmq-server -detached' "
             "(or 'docker run -d -p 5672:5672 rabbitmq:3'), or set AGENTBUS_URL"
@@ -78,7 +93,10 @@ def map_connect_errors(masked_url: str) -> Iterator[None]:
             exc,
             aiormq.exceptions.ProbableAuthenticationError | aiormq.exceptions.AuthenticationError,
         ):
-            hint = "the broker refused the credentials; check the user and password in AGENTBUS_URL"
+            hint = (
+                "the broker refused the credentials (the user and password in AGENTBUS_URL, "
+                "or the client certificate's user: is it known to the broker?)"
+            )
         raise BrokerUnavailable(
             f"cannot connect to the broker at {masked_url}: {type(exc).__name__}: {exc}; {hint}",
             details={"url": masked_url},

@@ -10,6 +10,7 @@ connects to ``self.url`` (``RobustConnection.__connect_transport``).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ class FailoverConnection(RobustConnection):
         *,
         on_node: NodeListener | None = None,
         client_properties: dict[str, Any] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         **parameters: Any,
     ) -> None:
         # As connect_robust does: parameters (heartbeat, reconnect_interval...) travel in
@@ -47,7 +49,13 @@ class FailoverConnection(RobustConnection):
         self._attempts = 0
         self._on_node = on_node
         self._ready = False
-        super().__init__(self.nodes[0], client_properties=client_properties, **parameters)
+        # The TLS context goes as an object: no certificate path ever sits in a URL.
+        super().__init__(
+            self.nodes[0],
+            client_properties=client_properties,
+            ssl_context=ssl_context,
+            **parameters,
+        )
         self._ready = True
 
     @property

@@ -49,6 +49,8 @@ class BusStats:
     settle_failures: int = 0
     refused: int = 0
     """Deliveries refused by admission (CC/BCC, routing key, receiver, sender identity)."""
+    rate_limited: int = 0
+    """Requests answered ``rate_limited``: their sender was over its rate."""
     no_instance: int = 0
     """Requests failed early because nothing consumed the receiver's queue."""
     connections: int = 0

@@ -38,6 +38,11 @@ class Topology:
         """The durable queue that keeps dead-lettered messages for inspection."""
         return f"{self.exchange}.dead-letter"
 
+    @property
+    def audit_stream(self) -> str:
+        """The stream (``x-queue-type: stream``) that keeps the audit trail."""
+        return f"{self.exchange}.audit"
+
     def service_queue(self, service: str) -> str:
         """Return the shared queue every instance of ``service`` consumes."""
         return f"{self.exchange}.service.{service}"

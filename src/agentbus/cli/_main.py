@@ -16,11 +16,14 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
 from agentbus.cli._asyncapi import team_asyncapi
+from agentbus.cli._audit import audit_command
 from agentbus.cli._calls import agents, plan, publish, request
 from agentbus.cli._context import client_settings, print_json, settings_of
 from agentbus.cli._dashboard import dashboard
+from agentbus.cli._definitions import definitions_command
 from agentbus.cli._demo import demo_command
 from agentbus.cli._gateway import gateway, run_a2a
+from agentbus.cli._security import security_options, security_overrides
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
 from agentbus.leader import Plan
@@ -55,6 +58,7 @@ def plan_schema() -> dict[str, Any]:
     show_default="auto",
     help="Log lines as JSON, readable console text, or auto (console on a terminal).",
 )
+@security_options
 @click.pass_context
 def cli(
     ctx: click.Context, url: str | None, exchange: str | None, log_level: str, log_format: str
@@ -70,6 +74,7 @@ def cli(
     try:
         settings = Settings()
         overrides = {k: v for k, v in (("url", url), ("exchange", exchange)) if v is not None}
+        overrides.update(security_overrides(ctx))
         ctx.obj = Settings.model_validate({**settings.model_dump(), **overrides})
     except ValidationError as exc:
         raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc
@@ -131,6 +136,8 @@ def demo(
 
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
+cli.add_command(definitions_command)
+cli.add_command(audit_command)
 cli.add_command(gateway)
 cli.add_command(run_a2a)
 cli.add_command(dashboard)

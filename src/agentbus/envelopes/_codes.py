@@ -1,4 +1,4 @@
-"""Enumerations and constants of wire contract 1.0."""
+"""Enumerations and constants of wire contract 1.1."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 PROTOCOL_MAJOR: Final = 1
-PROTOCOL_VERSION: Final = "1.0"
+PROTOCOL_VERSION: Final = "1.1"  # 1.1: the error code rate_limited
 BROADCAST: Final = "broadcast"
 ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
 
@@ -61,3 +61,5 @@ class ErrorCode(enum.StrEnum):
     CANCELLED = "cancelled"
     UNAUTHORIZED = "unauthorized"
     PAYLOAD_TOO_LARGE = "payload_too_large"
+    RATE_LIMITED = "rate_limited"
+    """The sender (its broker user) is over its rate at this receiver (since 1.1)."""

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentbus._config import Settings
 from agentbus.bus import Bus
-from agentbus.bus._admission import connection_user
+from agentbus.bus._admission import connection_user, verifies_sender
 from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._directory import Directory
@@ -180,9 +180,11 @@ class Gateway:
 
 
 def _gateway_id(settings: Settings) -> str:
-    # With verify_sender, an id must belong to the connection's broker user.
-    suffix = f"gateway-{uuid.uuid4().hex[:8]}"
-    return f"{connection_user(settings.url)}-{suffix}" if settings.verify_sender else suffix
+    # With sender verification, an id must belong to the connection's broker user: the
+    # user, "-" and a suffix without "-" (the last "-" separates the instance).
+    if verifies_sender(settings):
+        return f"{connection_user(settings)}-gateway{uuid.uuid4().hex[:8]}"
+    return f"gateway-{uuid.uuid4().hex[:8]}"
 
 
 def _is_public(scope: Scope) -> bool:

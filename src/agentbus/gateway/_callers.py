@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
-from agentbus.bus import Bus
+from agentbus.bus import Bus, verifies_sender
 from agentbus.envelopes import ErrorCode, EventEnvelope
 from agentbus.gateway._keys import ApiKeys
 from agentbus.leader import PLAN_PROGRESS, Progress, ProgressReport
@@ -49,7 +49,7 @@ class Callers:
                 settings = self._settings
                 if url is not None:
                     settings = settings.model_copy(update={"url": url})
-                elif settings.verify_sender:
+                elif verifies_sender(settings):
                     # Its requests would carry the gateway's broker user, not its own.
                     raise AgentBusError(
                         f"the identity {identity!r} has no broker user of its own, and "

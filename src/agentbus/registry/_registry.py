@@ -23,7 +23,7 @@ from agentbus.agents import (
     Heartbeat,
     skill,
 )
-from agentbus.bus import Feed
+from agentbus.bus import Feed, verifies_sender
 from agentbus.envelopes import (
     BROADCAST,
     ErrorCode,
@@ -69,9 +69,11 @@ class Registry(Agent):
         self._metrics_at = 0.0
         self._counts: collections.Counter[str] = collections.Counter()
         self._beats = 0
+        self._verified = False  # whether the bus verifies senders; read once, on start
         self._lags: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
 
     async def on_start(self) -> None:
+        self._verified = verifies_sender(self.bus.settings)
         # Beats are many, soon stale and soon repeated: a feed, not a subscription.
         self._feed = await self.bus.consume_feed(_HEARTBEATS, self._on_beat, name="heartbeats")
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_goodbye)
@@ -155,7 +157,7 @@ class Registry(Agent):
             return
         sender_id = envelope.get("sender_id")
         # The feed admitted the sender (verify_sender): the beat must be about the sender.
-        if self.bus.settings.verify_sender and data.get("agent_id") != sender_id:
+        if self._verified and data.get("agent_id") != sender_id:
             self._refuse_beat(sender_id, "the heartbeat is about another agent")
             return
         self._beats += 1

@@ -30,7 +30,12 @@ from agentbus.testing.chaos._ledger import (
 )
 from agentbus.testing.chaos._node_layout import find_rabbitmq
 from agentbus.testing.chaos._private_cluster import ClusterState, PrivateCluster
-from agentbus.testing.chaos._private_node import BrokerState, PrivateBroker, PrivateBrokerError
+from agentbus.testing.chaos._private_node import (
+    BrokerState,
+    PrivateBroker,
+    PrivateBrokerError,
+    TlsListener,
+)
 from agentbus.testing.chaos._processes import AgentLauncher, AgentProcess
 from agentbus.testing.chaos._proxy import ChaosProxy, ProxyState
 
@@ -49,6 +54,7 @@ __all__ = [
     "ProxyState",
     "QueueDepth",
     "SendOutcome",
+    "TlsListener",
     "find_rabbitmq",
     "queue_depths",
 ]

@@ -13,7 +13,7 @@ import secrets
 import shutil
 import socket
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -104,11 +104,13 @@ class NodeLayout:
         *,
         cookie: str | None = None,
         extra_env: Mapping[str, str] | None = None,
+        plugins: Sequence[str] = (),
     ) -> NodeLayout:
         """Make a temporary directory for ``node`` with its files and cookie, on free ports.
 
         ``cookie`` is the Erlang cookie (default: a fresh one; a cluster's nodes share
-        one), ``extra_env`` extra environment for the node and its CLI tools.
+        one), ``extra_env`` extra environment for the node and its CLI tools, ``plugins``
+        the plugins enabled when it starts.
         """
         directory = Path(tempfile.mkdtemp(prefix=f"{node.partition('@')[0]}-"))
         port = free_port(set())
@@ -119,7 +121,7 @@ class NodeLayout:
         cookie_file = home / ".erlang.cookie"
         cookie_file.write_text(cookie or secrets.token_hex(20).upper())
         cookie_file.chmod(0o400)
-        (directory / "enabled_plugins").write_text("[].\n")
+        (directory / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
         (directory / "rabbitmq-env.conf").write_text("")
         settings = {"log.file.level": "info", "log.console": "false", **config}
         (directory / "rabbitmq.conf").write_text(

@@ -25,7 +25,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -37,9 +38,10 @@ from agentbus.testing.chaos._node_layout import (
     NodeLayout,
     answers_amqp,
     find_rabbitmq,
+    free_port,
 )
 
-__all__ = ["BrokerState", "PrivateBroker", "PrivateBrokerError"]
+__all__ = ["BrokerState", "PrivateBroker", "PrivateBrokerError", "TlsListener"]
 
 _WATCHDOG: Final = Path(__file__).with_name("_watchdog.py")
 
@@ -58,6 +60,32 @@ class BrokerState(enum.Enum):
     CLOSED = "closed"  # stopped for good; the data directory is gone
 
 
+@dataclass(frozen=True, slots=True)
+class TlsListener:
+    """A private node's TLS listener: its CA, certificate and key (PEM files).
+
+    With ``verify_peer`` the node asks each client for a certificate signed by ``ca_file``
+    and, with ``require_peer_cert`` too, refuses a client without one.
+    """
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    verify_peer: bool = True
+    require_peer_cert: bool = True
+
+    def config(self, port: int) -> dict[str, str]:
+        """The ``rabbitmq.conf`` settings of this listener on 127.0.0.1:``port``."""
+        return {
+            "listeners.ssl.default": f"127.0.0.1:{port}",
+            "ssl_options.cacertfile": str(self.ca_file),
+            "ssl_options.certfile": str(self.cert_file),
+            "ssl_options.keyfile": str(self.key_file),
+            "ssl_options.verify": "verify_peer" if self.verify_peer else "verify_none",
+            "ssl_options.fail_if_no_peer_cert": str(self.require_peer_cert).lower(),
+        }
+
+
 class PrivateBroker:
     """A RabbitMQ node of a test's own, on free ports, with its data in a temporary directory.
 
@@ -70,6 +98,9 @@ class PrivateBroker:
         node: The full node name, instead of ``name`` with a random suffix.
         cookie: The Erlang cookie (default: a fresh one); a cluster's nodes share one.
         env: Extra environment for the node and its CLI tools (e.g. ``ERL_EPMD_PORT``).
+        tls: A TLS listener besides the plain one, on ``tls_port``: its certificates
+            and whether it asks clients for theirs.
+        plugins: Plugins enabled at start (e.g. ``rabbitmq_auth_mechanism_ssl``).
     """
 
     def __init__(
@@ -83,6 +114,8 @@ class PrivateBroker:
         node: str | None = None,
         cookie: str | None = None,
         env: Mapping[str, str] | None = None,
+        tls: TlsListener | None = None,
+        plugins: Sequence[str] = (),
     ) -> None:
         self.node = node or f"{name}-{secrets.token_hex(4)}@localhost"
         self.start_timeout = start_timeout
@@ -90,6 +123,9 @@ class PrivateBroker:
         self.user = self.password = "guest"
         self.port = 0
         self.dist_port = 0
+        self.tls_port = 0
+        self.tls = tls
+        self._plugins = tuple(plugins)
         self.directory: Path | None = None
         self.start_seconds: list[float] = []  # how long each start took, for reports
         self._config = dict(config or {})
@@ -114,6 +150,19 @@ class PrivateBroker:
         if not self.port:
             raise PrivateBrokerError(f"{self!r} has not been started")
         return f"amqp://{self.user}:{self.password}@127.0.0.1:{self.port}/"
+
+    def tls_url(self, user: str | None = None, password: str | None = None) -> str:
+        """The ``amqps://`` URL of the TLS listener (host ``localhost``, as its certificate
+        names it); without ``user``, none in the URL (for the EXTERNAL login)."""
+        if not self.tls_port:
+            raise PrivateBrokerError(f"{self!r} has no TLS listener")
+        credentials = ""
+        if user is not None:
+            credentials = quote(user, safe="")
+            if password is not None:
+                credentials += ":" + quote(password, safe="")
+            credentials += "@"
+        return f"amqps://{credentials}localhost:{self.tls_port}/"
 
     @property
     def is_running(self) -> bool:
@@ -323,12 +372,17 @@ class PrivateBroker:
         return self._process is not None and self._process.poll() is None
 
     def _prepare(self) -> None:
+        config = dict(self._config)
+        if self.tls is not None:
+            self.tls_port = free_port(set())
+            config = {**self.tls.config(self.tls_port), **config}
         layout = NodeLayout.create(
             self.node,
             self._require_sbin(),
-            self._config,
+            config,
             cookie=self._cookie,
             extra_env=self._extra_env,
+            plugins=self._plugins,
         )
         self.directory = layout.directory
         atexit.register(self.stop)

@@ -1,0 +1,118 @@
+"""``agentbus definitions``: the RabbitMQ definitions of a team, users and permissions included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from agentbus._exceptions import ConfigurationError
+from agentbus.agents import AgentCard
+from agentbus.cli._context import load_json, print_json, settings_of
+from agentbus.cli._serve import _load_agent_class
+from agentbus.security import definitions, team_grants
+
+__all__ = ["definitions_command"]
+
+
+def _service_name(member: str) -> str:
+    """The service of MEMBER: a MODULE:CLASS agent, an agent card's JSON file, or a name."""
+    path = Path(member)
+    if path.is_file():
+        try:
+            return AgentCard.model_validate_json(path.read_bytes()).name
+        except (OSError, ValidationError) as exc:
+            raise click.BadParameter(f"{member!r} is not an agent card: {exc}") from exc
+    if ":" in member:
+        name = _load_agent_class(member).name
+        if not name:
+            raise click.BadParameter(f"{member!r} has no service name")
+        return name
+    return member
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for value in values:
+        name, sep, targets = value.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(
+                f"expected NAME=SERVICE[,SERVICE...], got {value!r}", param_hint=option
+            )
+        found.setdefault(name, []).extend(t for t in targets.split(",") if t)
+    return found
+
+
+@click.command("definitions")
+@click.argument("members", nargs=-1, required=True, metavar="MEMBER...")
+@click.option(
+    "--calls",
+    multiple=True,
+    metavar="SERVICE=S1,S2",
+    help="Services SERVICE may call besides its role's (repeatable).",
+)
+@click.option(
+    "--client",
+    multiple=True,
+    metavar="USER=S1,S2",
+    help="A user that serves nothing and calls S1, S2 (repeatable): an operator's CLI.",
+)
+@click.option(
+    "--auditor", multiple=True, metavar="USER", help="A user that may read the audit stream."
+)
+@click.option("--audit-max-age", default="7D", show_default=True, help="Audit retention.")
+@click.option(
+    "--merge", metavar="JSON", help="Definitions to add (users, permissions...): inline or @file."
+)
+@click.option("--vhost", default="/", show_default=True, help="The virtual host.")
+@click.option(
+    "--queue-type", type=click.Choice(["quorum", "classic"]), default="quorum", show_default=True
+)
+@click.option("--delivery-limit", type=click.IntRange(1), default=5, show_default=True)
+@click.option("--topology-only", is_flag=True, help="Leave out the users and their permissions.")
+@click.pass_context
+def definitions_command(
+    ctx: click.Context,
+    members: tuple[str, ...],
+    calls: tuple[str, ...],
+    client: tuple[str, ...],
+    auditor: tuple[str, ...],
+    audit_max_age: str,
+    merge: str | None,
+    vhost: str,
+    queue_type: str,
+    delivery_limit: int,
+    topology_only: bool,
+) -> None:
+    """Print the RabbitMQ definitions of a team whose MEMBERs are services.
+
+    Each MEMBER is an agent class (MODULE:CLASS), an agent card (a JSON file) or a
+    service name (registry, leader). Each service gets a broker user of its name that
+    may publish only what the wire contract lets it and read only its own queues; load
+    the output with 'rabbitmqctl import_definitions' or the management plugin.
+    """
+    extra: Any = load_json(merge, "--merge")
+    if extra is not None and not isinstance(extra, dict):
+        raise click.BadParameter("expected a JSON object of definitions", param_hint="--merge")
+    try:
+        grants = team_grants(
+            [_service_name(m) for m in members],
+            calls=_pairs(calls, "--calls"),
+            clients=_pairs(client, "--client"),
+            auditors=auditor,
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
+    document = definitions(
+        grants,
+        exchange=settings_of(ctx).exchange,
+        vhost=vhost,
+        queue_type=queue_type,
+        delivery_limit=delivery_limit,
+        users=not topology_only,
+        audit_max_age=audit_max_age,
+        extra=extra,
+    )
+    print_json(document)

@@ -1,0 +1,14 @@
+"""Security across hosts: broker permissions generated for a team, and its audit trail."""
+
+from agentbus.security._audit import AuditEntry, AuditPosition, StreamOffset, read_audit
+from agentbus.security._definitions import Grant, definitions, team_grants
+
+__all__ = [
+    "AuditEntry",
+    "AuditPosition",
+    "Grant",
+    "StreamOffset",
+    "definitions",
+    "read_audit",
+    "team_grants",
+]

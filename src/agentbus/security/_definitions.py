@@ -1,0 +1,375 @@
+"""RabbitMQ definitions for a team: its topology, and a user per service allowed only its part.
+
+The document is the one ``rabbitmqctl import_definitions`` and the management plugin
+load. Besides the exchanges, service queues, bindings and policies the bus declares, it
+has one broker user per agent service (the service's name; instances are ``<service>-<n>``)
+and, for each user, what the wire contract lets it do and nothing else:
+
+- configure / write / read on the vhost: the exchanges, its own service queue, its own
+  instance and feed queues (``<exchange>.instance.<user>-*``), the dead-letter queue it
+  declares; ``amq.default`` for replies to ``reply_to`` queues (write only);
+- topic write on the exchange: requests to the services it may call (and their
+  instances), the broadcast requests of its role, replies and events to its callers,
+  broadcast events;
+- topic read (what it may bind): its own service's and instances' keys and broadcasts.
+
+So a user cannot publish a request to a service it may not call, nor consume another's
+queue: the broker refuses both. Users get no password (``password_hash`` empty): they
+log in with a client certificate (EXTERNAL) until an operator sets one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from agentbus._exceptions import ConfigurationError
+from agentbus.bus import Topology
+from agentbus.envelopes import is_valid_id
+
+__all__ = ["Grant", "definitions", "team_grants"]
+
+REGISTRY: Final = "registry"
+LEADER: Final = "leader"
+_HASHING: Final = "rabbit_password_hashing_sha256"
+_DEFAULT_EXCHANGE: Final = r"amq\.default"  # replies go to reply_to queues through it
+_DEAD_LETTER_MAX_LENGTH: Final = 100_000
+_AUDIT_MAX_BYTES: Final = 10_000_000_000  # besides the age: a bound on the disk it takes
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One broker user and what it may do on the bus.
+
+    Attributes:
+        user: The broker user (a service's name, or a client's).
+        service: The service it serves, if any (its queue and keys are its own).
+        calls: The services whose queues and instances it may send requests to.
+        broadcasts: The actions it may broadcast as requests (``announce``, ``cancel``).
+        calls_instances: Whether it may request any team instance directly (the
+            registry's ``describe``).
+        audits: Whether it may read the audit stream.
+        keeps_plans: Whether it keeps plan journals and their durable reply queues (the
+            leader's durable plans: ``<exchange>.journal.*``, ``<exchange>.replies.*``).
+    """
+
+    user: str
+    service: str | None = None
+    calls: frozenset[str] = field(default_factory=frozenset)
+    broadcasts: frozenset[str] = field(default_factory=frozenset)
+    calls_instances: bool = False
+    audits: bool = False
+    keeps_plans: bool = False
+
+
+def team_grants(
+    services: Iterable[str],
+    *,
+    calls: Mapping[str, Iterable[str]] | None = None,
+    clients: Mapping[str, Iterable[str]] | None = None,
+    auditors: Iterable[str] = (),
+) -> list[Grant]:
+    """Return the grants of a team: one per service, one per client.
+
+    The roles of the built-in services: the ``registry`` broadcasts ``announce`` and asks
+    any instance to ``describe`` itself; the ``leader`` calls every service and
+    broadcasts ``cancel``. Other services call what ``calls`` gives them; a client (a user
+    that serves nothing, such as the CLI of an operator) calls what ``clients`` gives it.
+    ``auditors`` may read the audit stream (a client of that name is added if needed).
+
+    Raises:
+        ConfigurationError: a name is not a valid id, is given twice, or a call names
+            a service outside the team.
+    """
+    team = list(dict.fromkeys(services))
+    extra = {name: set(targets) for name, targets in (calls or {}).items()}
+    users = [*team, *(clients or {})]
+    for name in users:
+        if not is_valid_id(name):
+            raise ConfigurationError(f"{name!r} is not a valid service or user name")
+    if len(set(users)) != len(users):
+        raise ConfigurationError("a client has the name of a service")
+    for name, targets in [*extra.items(), *((c, set(t)) for c, t in (clients or {}).items())]:
+        unknown = sorted(set(targets) - set(team))
+        if unknown:
+            raise ConfigurationError(f"{name!r} calls {unknown}, which the team does not have")
+        if name not in users:
+            raise ConfigurationError(f"calls are given for {name!r}, which the team does not have")
+    grants = []
+    for service in team:
+        callees = set(extra.get(service, ()))
+        broadcasts: set[str] = set()
+        if service == LEADER:
+            callees |= set(team) - {LEADER}
+            broadcasts.add("cancel")
+        if service == REGISTRY:
+            broadcasts.add("announce")
+        grants.append(
+            Grant(
+                user=service,
+                service=service,
+                calls=frozenset(callees - {service}),
+                broadcasts=frozenset(broadcasts),
+                calls_instances=service == REGISTRY,
+                keeps_plans=service == LEADER,
+            )
+        )
+    for client, wanted in (clients or {}).items():
+        grants.append(Grant(user=client, calls=frozenset(wanted)))
+    readers = set(auditors)
+    for name in sorted(readers - set(users)):
+        if not is_valid_id(name):
+            raise ConfigurationError(f"{name!r} is not a valid user name")
+        grants.append(Grant(user=name))
+    return [replace(g, audits=True) if g.user in readers else g for g in grants]
+
+
+def definitions(
+    grants: Sequence[Grant],
+    *,
+    exchange: str = "agentbus",
+    vhost: str = "/",
+    queue_type: str = "quorum",
+    delivery_limit: int = 5,
+    users: bool = True,
+    audit_max_age: str = "7D",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build the definitions document of the team ``grants`` describe.
+
+    Args:
+        grants: The team's users (``team_grants``).
+        exchange: The bus's exchange name.
+        vhost: The virtual host.
+        queue_type: The service queues' type (``quorum`` or ``classic``).
+        delivery_limit: The redeliveries a quorum service queue allows.
+        users: Whether to add the users and their permissions (else the topology only).
+        audit_max_age: How long the audit stream keeps records (its retention policy).
+        extra: Definitions an operator adds (users, permissions, topic permissions of
+            clients that are not agents, ...): each list is appended to the document's.
+    """
+    topology = Topology(exchange)
+    services = [grant.service for grant in grants if grant.service is not None]
+    document: dict[str, Any] = {
+        "vhosts": [{"name": vhost}],
+        "policies": _policies(topology, vhost, delivery_limit, audit_max_age),
+        "exchanges": [
+            _exchange(vhost, topology.exchange, "topic"),
+            _exchange(vhost, topology.dead_letter_exchange, "fanout"),
+        ],
+        "queues": [
+            {
+                "vhost": vhost,
+                "name": topology.dead_letter_queue,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-max-length": _DEAD_LETTER_MAX_LENGTH, "x-overflow": "drop-head"},
+            },
+            {
+                "vhost": vhost,
+                "name": topology.audit_stream,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-queue-type": "stream"},
+            },
+            *(_service_queue(topology, vhost, s, queue_type, delivery_limit) for s in services),
+        ],
+        "bindings": [
+            _binding(vhost, topology.dead_letter_exchange, topology.dead_letter_queue, ""),
+            *(
+                _binding(vhost, topology.exchange, topology.service_queue(s), f"agent.{s}.{kind}")
+                for s in services
+                for kind in ("request", "event")
+            ),
+        ],
+    }
+    if users:
+        callers = _callers(grants)
+        team = frozenset(services)
+        document["users"] = [
+            {"name": g.user, "password_hash": "", "hashing_algorithm": _HASHING, "tags": []}
+            for g in grants
+        ]
+        document["permissions"] = [_permissions(g, topology, vhost) for g in grants]
+        document["topic_permissions"] = [
+            _topic_permissions(g, topology, vhost, callers.get(g.user, set()), team) for g in grants
+        ]
+    for key, entries in (extra or {}).items():
+        document.setdefault(key, [])
+        document[key] = [*document[key], *entries]
+    return document
+
+
+def _callers(grants: Sequence[Grant]) -> dict[str, set[str]]:
+    """For each service's user, the users that may call it."""
+    callers: dict[str, set[str]] = {}
+    services = {g.service for g in grants if g.service is not None}
+    for grant in grants:
+        targets = set(grant.calls) | (services if grant.calls_instances else set())
+        for target in targets:
+            callers.setdefault(target, set()).add(grant.user)
+    return callers
+
+
+def _escape(name: str) -> str:
+    """``name`` as a regex (ids and exchange names have no metacharacter but ``.``)."""
+    return name.replace(".", r"\.")
+
+
+def _alternatives(names: Iterable[str]) -> str:
+    return "|".join(_escape(name) for name in sorted(names))
+
+
+def _ids(names: Iterable[str], *, bare: bool = True) -> str:
+    """A regex of the agent ids of ``names``' users: ``name-<n>``, or ``name`` itself if
+    ``bare`` and it has no ``-`` (the ownership ``agentbus.bus`` checks: ``sent_by``)."""
+    forms = []
+    for name in sorted(names):
+        if bare and "-" not in name:
+            forms.append(f"{_escape(name)}(-[^.-]+)?")
+        else:
+            forms.append(f"{_escape(name)}-[^.-]+")
+    return f"({'|'.join(forms)})"
+
+
+def _permissions(grant: Grant, topology: Topology, vhost: str) -> dict[str, str]:
+    e = _escape
+    own = _ids([grant.user])
+    queues = [
+        rf"{e(topology.exchange)}\.instance\.{own}",
+        rf"{e(topology.exchange)}\.feed\.{own}\.[^.]+",
+    ]
+    if grant.service is not None:
+        queues.append(e(topology.service_queue(grant.service)))
+    if grant.keeps_plans:
+        queues += [
+            rf"{e(topology.exchange)}\.journal\.[^.]+",
+            rf"{e(topology.exchange)}\.replies\.[^.]+",
+        ]
+    exchanges = [e(topology.exchange), e(topology.dead_letter_exchange)]
+    declared = [*exchanges, e(topology.dead_letter_queue), *queues]
+    readable = [*exchanges, *queues]
+    if grant.audits:
+        readable.append(e(topology.audit_stream))
+    return {
+        "user": grant.user,
+        "vhost": vhost,
+        "configure": f"^({'|'.join(declared)})$",
+        "write": f"^({'|'.join([*declared, _DEFAULT_EXCHANGE])})$",
+        "read": f"^({'|'.join(readable)})$",
+    }
+
+
+def _topic_permissions(
+    grant: Grant, topology: Topology, vhost: str, callers: set[str], team: frozenset[str]
+) -> dict[str, str]:
+    writes = []
+    if grant.service is not None:
+        # A classic service queue's poison count republishes a request to its own key.
+        writes.append(rf"agent\.{_escape(grant.service)}\.request")
+    if grant.calls:
+        writes.append(rf"agent\.{_ids(grant.calls)}\.request")
+    if grant.calls_instances and team:
+        writes.append(rf"agent\.{_ids(team, bare=False)}\.request")
+    if grant.broadcasts:
+        writes.append(rf"broadcast\.request\.({_alternatives(grant.broadcasts)})")
+    if callers:
+        writes.append(rf"agent\.{_ids(callers)}\.(response|event)")
+    writes.append(r"broadcast\.event\.[^.]+")
+    own = [grant.user] if grant.service is None else sorted({grant.user, grant.service})
+    reads = [
+        rf"agent\.{_ids(own)}\.(request|response|event|\*)",
+        r"broadcast\.(request|event)\.[^.]+",
+    ]
+    return {
+        "user": grant.user,
+        "vhost": vhost,
+        "exchange": topology.exchange,
+        "write": f"^({'|'.join(writes)})$",
+        "read": f"^({'|'.join(reads)})$",
+    }
+
+
+def _exchange(vhost: str, name: str, kind: str) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "name": name,
+        "type": kind,
+        "durable": True,
+        "auto_delete": False,
+        "internal": False,
+        "arguments": {},
+    }
+
+
+def _service_queue(
+    topology: Topology, vhost: str, service: str, queue_type: str, delivery_limit: int
+) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"x-dead-letter-exchange": topology.dead_letter_exchange}
+    if queue_type == "quorum":
+        arguments = {"x-queue-type": "quorum", **arguments, "x-delivery-limit": delivery_limit}
+    return {
+        "vhost": vhost,
+        "name": topology.service_queue(service),
+        "durable": True,
+        "auto_delete": False,
+        "arguments": arguments,
+    }
+
+
+def _binding(vhost: str, source: str, destination: str, key: str) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "source": source,
+        "destination": destination,
+        "destination_type": "queue",
+        "routing_key": key,
+        "arguments": {},
+    }
+
+
+def _policies(
+    topology: Topology, vhost: str, delivery_limit: int, audit_max_age: str
+) -> list[dict[str, Any]]:
+    e = _escape
+    return [
+        {
+            "vhost": vhost,
+            "name": f"{topology.exchange}-services",
+            "pattern": f"^{e(topology.exchange)}\\.service\\.",
+            "apply-to": "queues",
+            "priority": 1,
+            "definition": {
+                "dead-letter-exchange": topology.dead_letter_exchange,
+                "delivery-limit": delivery_limit,
+                "dead-letter-strategy": "at-least-once",
+                "overflow": "reject-publish",
+                "queue-leader-locator": "balanced",
+            },
+        },
+        {
+            "vhost": vhost,
+            "name": f"{topology.exchange}-instances",
+            "pattern": f"^{e(topology.exchange)}\\.instance\\.",
+            "apply-to": "queues",
+            "priority": 1,
+            "definition": {"dead-letter-exchange": topology.dead_letter_exchange},
+        },
+        {
+            "vhost": vhost,
+            "name": f"{topology.exchange}-dead-letter",
+            "pattern": f"^{e(topology.dead_letter_queue)}$",
+            "apply-to": "queues",
+            "priority": 1,
+            "definition": {"max-length": _DEAD_LETTER_MAX_LENGTH, "overflow": "drop-head"},
+        },
+        {
+            "vhost": vhost,
+            "name": f"{topology.exchange}-audit",
+            "pattern": f"^{e(topology.audit_stream)}$",
+            "apply-to": "queues",
+            "priority": 1,
+            "definition": {"max-age": audit_max_age, "max-length-bytes": _AUDIT_MAX_BYTES},
+        },
+    ]

@@ -1,0 +1,104 @@
+"""A whole team over TLS on the generated definitions: every flow works, nothing is refused.
+
+registry, leader and text log in with their certificates (EXTERNAL); an operator's client
+(``ops``, allowed to call the leader and the registry) lists the agents and runs a plan.
+Heartbeats, announce, describe, plan progress events and replies all pass the broker's
+permissions and the receivers' sender checks; the audit stream has a record of each
+request served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+
+import pytest
+from security_support import SecuredTeam
+from tls_support import CertificateAuthority
+
+import agentbus
+from agentbus.agents import Agent
+from agentbus.agents.builtin import TextAgent
+from agentbus.leader import Leader, Plan, PlanClient, PlanStatus
+from agentbus.registry import Registry
+from agentbus.security import definitions, read_audit, team_grants
+from agentbus.testing.chaos import PrivateBroker
+
+pytestmark = pytest.mark.security
+
+WAIT = 20.0
+
+
+@pytest.fixture
+async def team(tls_node: PrivateBroker, ca: CertificateAuthority, tmp_path: Path) -> SecuredTeam:
+    """The generated definitions of registry, leader, text and the client ops, imported."""
+    exchange = f"team-{secrets.token_hex(3)}"
+    grants = team_grants(
+        ["registry", "leader", "text"], clients={"ops": ["leader", "registry"]}, auditors=["ops"]
+    )
+    document = definitions(grants, exchange=exchange, queue_type="classic")
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(document))
+    tls_node.rabbitmqctl("import_definitions", str(path))
+    return SecuredTeam(tls_node, ca, exchange, document)
+
+
+async def _until_listed(client: agentbus.Bus, wanted: set[str]) -> set[str]:
+    """Ask the registry until it lists every one of ``wanted``; return what it listed."""
+    seen: set[str] = set()
+    async with asyncio.timeout(WAIT):
+        while not wanted <= seen:
+            reply = await client.request("registry", "list_agents", timeout=5)
+            seen |= {row["agent_id"] for row in reply.result}
+            await asyncio.sleep(0.2)  # the next heartbeat round, not an event to wait on
+    return seen
+
+
+async def test_a_team_on_generated_permissions_over_tls_runs_a_plan(team: SecuredTeam) -> None:
+    """Registry, leader, text over TLS: listed, a plan runs, no refusal anywhere, audited."""
+    agents: list[Agent] = [
+        Registry(agent_id="registry-1", settings=team.settings("registry"), heartbeat_interval=1),
+        Leader(
+            agent_id="leader-1",
+            settings=team.settings("leader"),
+            heartbeat_interval=1,
+            durable=True,  # its journal stream and the plan's reply queue: its own
+        ),
+        TextAgent(agent_id="text-1", settings=team.settings("text"), heartbeat_interval=1),
+    ]
+    for agent in agents:
+        await agent.start()
+    try:
+        async with agentbus.Bus(team.settings("ops"), agent_id="ops-1") as client:
+            seen = await _until_listed(client, {"registry-1", "leader-1", "text-1"})
+            plan = Plan.model_validate(
+                {"subtasks": [{"id": "s", "skill": "keywords", "parameters": {"text": "a b. c"}}]}
+            )
+            progress: list[object] = []
+            planner = PlanClient(client)
+            aggregate = await planner.run(plan, timeout=WAIT, on_progress=progress.append)
+    finally:
+        for agent in reversed(agents):
+            await agent.stop()
+
+    assert {"registry-1", "leader-1", "text-1"} <= seen
+    assert aggregate.subtask("s").error is None
+    assert aggregate.status is PlanStatus.COMPLETED
+    assert progress, "plan progress events reached the client"
+    for agent in agents:
+        assert agent.bus.stats.refused == 0, f"{agent.id} refused something"
+    records = [
+        entry.record
+        async for entry in read_audit(team.settings("ops"), idle=1.0)
+        if entry.record["kind"] == "request"
+    ]
+    served = {(r["recorder"], r["action"]) for r in records}
+    subtask = next(r for r in records if r["recorder"] == "text-1")
+    assert subtask["plan_id"] == aggregate.plan_id
+    assert subtask["user_id"] == "leader"
+    assert ("text-1", "keywords") in served
+    assert ("leader-1", "run_plan") in served
+    assert ("registry-1", "list_agents") in served
+    assert all(r["user_id"] == r["sender_id"].rpartition("-")[0] for r in records)

@@ -34,7 +34,15 @@ from fault_support import (
 
 from agentbus import Settings
 from agentbus.bus import Topology
-from agentbus.testing.chaos import Ledger, LedgerReport, PrivateCluster
+from agentbus.leader import Plan, PlanClient, PlanStatus, SubtaskStatus
+from agentbus.testing.chaos import (
+    AgentLauncher,
+    AgentProcess,
+    Ledger,
+    LedgerReport,
+    PrivateCluster,
+    SendOutcome,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -53,8 +61,9 @@ def _show(name: str, report: LedgerReport, **figures: Any) -> None:
     print(f"\n[cluster: {name}] {report.summary()} {extra}")
 
 
-def _assert_whole(report: LedgerReport, producer: Producer) -> None:
-    assert report.sent == producer.calls, "a request was not recorded"
+def _assert_whole(report: LedgerReport, producer: Producer | None = None) -> None:
+    if producer is not None:
+        assert report.sent == producer.calls, "a request was not recorded"
     assert report.recorded_twice == [], "a request ended twice"
     assert report.lost == [], "confirmed without an effect"
     assert report.duplicated == {}, "an effect ran twice"
@@ -251,3 +260,66 @@ async def wait_for_running(cluster: PrivateCluster, seconds: float) -> list[str]
             pytest.fail(f"only {running} running after {seconds} s", pytrace=False)
         await asyncio.sleep(0.2)
     return running
+
+
+@pytest.mark.parametrize(("shape", "count"), [("chain", 10), ("fan-out", 200)])
+async def test_durable_leader_killed_on_the_cluster(
+    scene: _Scene,
+    team: Team,
+    open_bus: BusOpener,
+    agent_process: AgentLauncher,
+    shape: str,
+    count: int,
+) -> None:
+    """A durable leader (its journal a replicated stream) SIGKILLed mid-plan: another
+    leader takes the plan over, every effect once, one aggregate, one attempt each."""
+    await scene.start(team, open_bus)
+    env = {"AGENTBUS_DURABLE_PLANS": "1", "AGENTBUS_QUEUE_TYPE": "quorum"}
+    options = ("--heartbeat", "1")
+    url, exchange = scene.cluster.url, scene.exchange
+
+    def leader(agent_id: str) -> AgentProcess:
+        return agent_process.start(
+            "agentbus.leader:Leader",
+            "--id",
+            agent_id,
+            *options,
+            url=url,
+            exchange=exchange,
+            env=env,
+        )
+
+    first = leader("leader-1")
+    await first.started()
+    work = {"skill": "work", "service": SERVICE, "timeout": 20, "parameters": {"seconds": 0.3}}
+    if shape == "chain":
+        subtasks = [{"id": "s0", **work}]
+        subtasks += [{"id": f"s{n}", **work, "depends_on": [f"s{n - 1}"]} for n in range(1, count)]
+        plan = Plan.model_validate({"subtasks": subtasks})
+    else:
+        work["parameters"] = {"seconds": 0.05}
+        plan = Plan.model_validate(
+            {"subtasks": [{"id": f"s{n}", **work} for n in range(count)], "max_parallel": 8}
+        )
+    run = asyncio.create_task(PlanClient(scene.client).run(plan, timeout=120))
+    half = 4 if shape == "chain" else count // 3
+    await wait_for(lambda: len(scene.ledger.effects()) >= half, 30, f"{half} subtasks done")
+    first.kill()
+    killed = time.monotonic()
+    second = leader("leader-2")
+    async with asyncio.timeout(120):
+        aggregate = await run
+    finished_after = time.monotonic() - killed
+    for outcome in aggregate.subtasks:
+        succeeded = outcome.status is SubtaskStatus.SUCCEEDED
+        key = f"{plan.id}/{outcome.id}"
+        scene.ledger.record_send(key, SendOutcome.CONFIRMED if succeeded else SendOutcome.FAILED)
+    report, shutdown = await scene.finish()
+    second.terminate()
+
+    _show(f"durable leader killed, {shape} of {count}", report,
+          finished_after_kill=finished_after, shutdown=shutdown)  # fmt: skip
+    assert aggregate.status is PlanStatus.COMPLETED
+    assert [o.attempts for o in aggregate.subtasks] == [1] * count
+    _assert_whole(report)
+    assert report.effects == count

@@ -15,9 +15,14 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a_client import data_of, sdk_client, send, user_message
 from gateway_agents import Calc
-from gateway_team import HEARTBEAT, KEY, Team, free_port
+from gateway_team import HEARTBEAT, KEY, Team, delete_topology, free_port
+
+import agentbus
+from agentbus import Settings
+from agentbus.bus import Topology
 
 AGENTBUS = str(Path(sys.executable).with_name("agentbus"))
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}  # its queues go soon after it
 
 
@@ -118,7 +123,42 @@ async def test_the_commands_refuse_bad_setups_in_one_line(tmp_path: Path) -> Non
     status, err = await run("gateway", "--keys", str(bad))
     assert status == 2
     assert "shorter than 16 characters" in err
-    status, err = await run("run-a2a", f"http://127.0.0.1:{free_port()}/")
+    status, err = await run("run-a2a", f"http://127.0.0.1:{free_port()}/", "--wait", "1")
     assert status == 2
     assert "no A2A agent card at" in err
     assert "Traceback" not in err
+
+
+async def test_run_a2a_waits_for_a_server_that_starts_after_it(broker_url: str) -> None:
+    """Started before its A2A server (as `cmd &` lines run), run-a2a waits, then serves."""
+    port = free_port()
+    env = {**os.environ, "AGENTBUS_URL": broker_url, "AGENTBUS_EXCHANGE": f"gw-wait-{port}"}
+    bridge = await asyncio.create_subprocess_exec(
+        AGENTBUS, "run-a2a", f"http://127.0.0.1:{port}/", "--id", "drafter-1",
+        "--heartbeat", "1", env=env, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "examples.a2a_drafter", "--port", str(port),
+        cwd=ROOT, env=env, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        settings = Settings(url=broker_url, exchange=env["AGENTBUS_EXCHANGE"])
+        async with agentbus.connect(settings=settings) as bus:
+            reply = None
+            async with asyncio.timeout(30):
+                while reply is None:  # until the bridge has the card and serves
+                    try:
+                        reply = await bus.request(
+                            "drafter-1", "draft", {"sections": ["Bees"]}, timeout=5
+                        )
+                    except agentbus.Unroutable:
+                        await asyncio.sleep(0.2)
+        assert reply.result.startswith("## Bees")
+    finally:
+        for process in (bridge, server):
+            if process.returncode is None:
+                process.terminate()
+                await process.wait()
+        topology = Topology(env["AGENTBUS_EXCHANGE"])
+        queues = {topology.service_queue("drafter"), topology.instance_queue("drafter-1")}
+        await delete_topology(broker_url, env["AGENTBUS_EXCHANGE"], queues)

@@ -113,6 +113,8 @@ async def _serve(
 @click.option("--heartbeat", type=click.FloatRange(min=0.05), default=5.0, show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
               help="Seconds an A2A call may take.")  # fmt: skip
+@click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds to wait at start for the A2A server to answer.")  # fmt: skip
 @click.pass_context
 def run_a2a(
     ctx: click.Context,
@@ -124,6 +126,7 @@ def run_a2a(
     concurrency: int | None,
     heartbeat: float,
     timeout: float,
+    wait: float,
 ) -> None:
     """Put the A2A agent at URL on the bus: its card's skills, forwarded over HTTP.
 
@@ -147,6 +150,7 @@ def run_a2a(
             concurrency=concurrency,
             heartbeat_interval=heartbeat,
             settings=settings_of(ctx),
+            wait=wait,
         )
         await run_until_signalled(agent)
 

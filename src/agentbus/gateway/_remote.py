@@ -49,6 +49,9 @@ _FREE_FORM: dict[str, Any] = {
 _FAILED = {a2a.TaskState.TASK_STATE_FAILED, a2a.TaskState.TASK_STATE_REJECTED}
 _NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
+_FIRST_PAUSE = 0.2  # seconds between tries for the card, doubling
+_MAX_PAUSE = 2.0
+
 
 class RemoteA2AAgent(Agent):
     """A bus agent fronting the A2A agent at a URL; build it with ``from_url``."""
@@ -92,20 +95,32 @@ class RemoteA2AAgent(Agent):
         service: str | None = None,
         key: str | None = None,
         settings: Settings | None = None,
+        wait: float = 0.0,
         **options: Any,
     ) -> RemoteA2AAgent:
         """Fetch the A2A card at ``url`` and return an agent offering its skills.
 
+        ``wait``: seconds to keep trying while the A2A server does not answer yet (one
+        started just before, say), backing off from 0.2 s to 2 s between tries.
+
         Raises:
             AgentBusError: the card cannot be fetched (``agent_unavailable``).
         """
+        deadline = asyncio.get_running_loop().time() + wait
+        pause = _FIRST_PAUSE
         async with httpx.AsyncClient(headers=_auth(key), timeout=30) as http:
-            try:
-                card = await A2ACardResolver(http, url).get_agent_card()
-            except (A2AClientError, httpx.HTTPError) as exc:
-                raise AgentBusError(
-                    f"no A2A agent card at {url}: {exc}", code=ErrorCode.AGENT_UNAVAILABLE
-                ) from exc
+            while True:
+                try:
+                    card = await A2ACardResolver(http, url).get_agent_card()
+                    break
+                except (A2AClientError, httpx.HTTPError) as exc:
+                    if asyncio.get_running_loop().time() + pause > deadline:
+                        raise AgentBusError(
+                            f"no A2A agent card at {url}: {exc}",
+                            code=ErrorCode.AGENT_UNAVAILABLE,
+                        ) from exc
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, _MAX_PAUSE)
         return cls.for_card(card, url, service=service)(key=key, settings=settings, **options)
 
     async def on_start(self) -> None:

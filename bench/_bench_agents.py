@@ -21,3 +21,16 @@ class Echo(Agent):
     async def total(self, values: list[int]) -> int:
         """Return the sum of ``values`` (the fan-in step)."""
         return sum(values)
+
+
+class Pinger(Agent):
+    """The request/response suite's Agent side: a typed skill, run as ``agentbus run`` runs it."""
+
+    name = "pinger"
+    description = "Answers ping with its parameters"
+    concurrency = 64
+
+    @skill
+    async def ping(self, i: int) -> dict[str, int]:
+        """Return ``{"i": i}``."""
+        return {"i": i}

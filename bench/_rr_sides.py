@@ -31,10 +31,12 @@ import orjson
 from aio_pika.abc import AbstractConnection, AbstractExchange, AbstractIncomingMessage
 
 import agentbus
+from _bench_agents import Pinger
 from _faststream_side import FastStreamClient, FastStreamRequester, worker_broker
 from _harness import quiet_logging, summary
+from _raw_min import MinimalRpc
 from _raw_worker import envelope, ping_envelope
-from agentbus import RequestEnvelope
+from agentbus import Metrics, RequestEnvelope, Settings
 from agentbus.bus import Topology
 
 WARMUP = 200
@@ -150,9 +152,19 @@ async def sequential(call: Call, n: int, warmup: int = WARMUP) -> dict[str, floa
     return summary(samples)
 
 
-SIDES = ("agentbus", "aio-pika", "faststream", "faststream-rq")
-SERVERS = ("agentbus", "aio-pika", "faststream")  # faststream-rq asks FastStream's server
+SIDES = (
+    "agentbus",
+    "agent",
+    "agent-transient",
+    "aio-pika",
+    "raw-min",
+    "faststream",
+    "faststream-rq",
+)
+# faststream-rq asks FastStream's server; agent-transient asks the agent's
+SERVERS = ("agentbus", "agent", "aio-pika", "raw-min", "faststream")
 SERVER_ID = "rr-server"
+AGENT_ID = "rr-agent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +176,10 @@ class Names:
     @property
     def raw_exchange(self) -> str:
         return f"{self.exchange}.raw"
+
+    @property
+    def min_queue(self) -> str:
+        return f"{self.exchange}.min.echo"
 
     @property
     def fs_queue(self) -> str:
@@ -178,13 +194,16 @@ class Names:
             "agentbus": Topology(self.exchange).service_queue("echo"),
             "aio-pika": RawPeer("", self.raw_exchange).service_queue,
             "faststream": self.fs_queue,
+            "agent": Topology(self.exchange).service_queue(Pinger.name),
+            "raw-min": self.min_queue,
         }
         return queues[side]
 
     def queues(self, clients: list[str]) -> list[str]:
         topology = Topology(self.exchange)
-        ids = [SERVER_ID, *(f"rr-{client}" for client in clients)]
+        ids = [SERVER_ID, AGENT_ID, *(f"rr-{client}" for client in clients)]
         names = [topology.service_queue("echo"), topology.dead_letter_queue, self.fs_queue]
+        names += [topology.service_queue(Pinger.name), self.min_queue]
         names += [topology.instance_queue(agent_id) for agent_id in ids]
         names += [RawPeer("", self.raw_exchange, client).reply_queue for client in clients]
         names += [self.fs_reply(client) for client in clients]
@@ -205,6 +224,29 @@ async def client(side: str, url: str, names: Names, client_id: str) -> AsyncIter
                 return (await bus.request("echo", "ping", {"i": i}, timeout=TIMEOUT)).result
 
             yield call
+        return
+    if side.startswith("agent"):
+        # As an agent calls another: Bus.request; transient (not persistent, no confirm
+        # wait on a broker write) for the documented fast path.
+        bus = agentbus.connect(url, exchange=names.exchange, agent_id=f"rr-{client_id}")
+        persistent = side == "agent"
+        async with bus:
+
+            async def call(i: int) -> Any:
+                reply = await bus.request(
+                    Pinger.name, "ping", {"i": i}, timeout=TIMEOUT, persistent=persistent
+                )
+                return reply.result
+
+            yield call
+        return
+    if side == "raw-min":
+        minimal = MinimalRpc(url, names.min_queue)
+        await minimal.open_client()
+        try:
+            yield minimal.request
+        finally:
+            await minimal.close()
         return
     peer: RawPeer | FastStreamClient | FastStreamRequester
     if side == "aio-pika":
@@ -238,6 +280,17 @@ async def serve(side: str, url: str, names: Names) -> None:
 
             await bus.serve(echo, service="echo", prefetch=PREFETCH)
             await stop.wait()
+    elif side == "agent":
+        settings = Settings(url=url, exchange=names.exchange)
+        async with Pinger(agent_id=AGENT_ID, settings=settings, metrics=Metrics()):
+            await stop.wait()
+    elif side == "raw-min":
+        minimal = MinimalRpc(url, names.min_queue)
+        await minimal.open_server()
+        try:
+            await stop.wait()
+        finally:
+            await minimal.close()
     elif side == "aio-pika":
         peer = RawPeer(url, names.raw_exchange)
         await peer.open_server()

@@ -117,3 +117,31 @@ async def test_the_instance_queue_is_quorum_when_asked_and_answers_the_same(
     other = {} if quorum else {"x-queue-type": "quorum"}
     with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed):
         await raw_channel.declare_queue(name, durable=not quorum, arguments=arguments | other)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+async def test_a_request_is_persistent_unless_asked_transient(
+    make_bus: BusFactory,
+    raw_channel: aio_pika.abc.AbstractChannel,
+    exchange_name: str,
+    persistent: bool,
+) -> None:
+    """request(persistent=False) goes out transient (delivery mode 1), the default mode 2."""
+    client = await make_bus()  # declares the exchange
+    queue = await raw_channel.declare_queue(exclusive=True)
+    await queue.bind(exchange_name, routing_key="agent.listener.request")
+
+    asking = asyncio.create_task(
+        client.request("listener", "look", timeout=10, persistent=persistent)
+    )
+    message = None
+    async with asyncio.timeout(5):
+        while message is None:  # the request in the queue, while its caller waits
+            message = await queue.get(fail=False)
+            await asyncio.sleep(0.02)
+    asking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asking
+    assert message.delivery_mode == (
+        aio_pika.DeliveryMode.PERSISTENT if persistent else aio_pika.DeliveryMode.NOT_PERSISTENT
+    )

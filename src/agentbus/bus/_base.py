@@ -350,8 +350,13 @@ class BaseBus(abc.ABC):
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
+        persistent: bool = True,
     ) -> ResponseEnvelope:
         """Send a request to an instance or service and wait for its response.
+
+        ``persistent=False`` sends it transient: not written to disk by the broker, so
+        quicker, and lost if the broker restarts before it is served. For calls whose
+        timeout is short, where surviving a broker restart buys nothing.
 
         ``on_progress`` is called with every ``in_progress`` response that comes first:
         the skill's start, its progress and its partial results, in order.
@@ -379,7 +384,9 @@ class BaseBus(abc.ABC):
                 "metadata": metadata | deadline if metadata else deadline,
             }
         )
-        return await self.send_request(envelope, timeout=timeout, on_progress=on_progress)
+        return await self.send_request(
+            envelope, timeout=timeout, on_progress=on_progress, persistent=persistent
+        )
 
     async def send_request(
         self,
@@ -389,6 +396,7 @@ class BaseBus(abc.ABC):
         on_progress: ProgressCallback | None = None,
         reply_to: str | None = None,
         sent: bool = False,
+        persistent: bool = True,
     ) -> ResponseEnvelope:
         """Publish a built request and wait for the response correlated to it.
 
@@ -407,6 +415,7 @@ class BaseBus(abc.ABC):
             reply_to=reply_to or self.topology.instance_queue(self.agent_id),
             timeout=timeout if timeout is not None else self.settings.request_timeout,
             on_progress=on_progress,
+            persistent=persistent,
         )
 
     async def emit(

@@ -100,6 +100,7 @@ class Transport(Protocol):
         timeout: float | None = None,
         metadata: dict[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
+        persistent: bool = True,
     ) -> ResponseEnvelope: ...
 
     async def send_request(
@@ -110,6 +111,7 @@ class Transport(Protocol):
         on_progress: ProgressCallback | None = None,
         reply_to: str | None = None,
         sent: bool = False,
+        persistent: bool = True,
     ) -> ResponseEnvelope: ...
 
     async def journal(self, name: str, *, max_age: str = ...) -> Journal: ...

@@ -32,6 +32,7 @@ class RequestPublisher(Protocol):
         envelope: RequestEnvelope,
         *,
         reply_to: str | None = None,
+        persistent: bool = True,
         ttl: float | None = None,
         timeout: float | None = None,
     ) -> None: ...
@@ -89,6 +90,7 @@ class Requester:
         reply_to: str,
         timeout: float,
         on_progress: ProgressCallback | None,
+        persistent: bool = True,
     ) -> ResponseEnvelope:
         """Publish ``envelope`` and return its response; with no ``publisher``, only wait for
         the response to ``envelope``, sent before.
@@ -116,7 +118,11 @@ class Requester:
             async with asyncio.timeout(timeout), self.slots:
                 if publisher is not None:
                     await publisher.publish(
-                        envelope, reply_to=reply_to, ttl=timeout, timeout=timeout
+                        envelope,
+                        reply_to=reply_to,
+                        ttl=timeout,
+                        timeout=timeout,
+                        persistent=persistent,
                     )
                 reply = await future
             if isinstance(reply, ErrorEnvelope):

@@ -27,10 +27,10 @@ class Pinger(Agent):
     """The request/response suite's Agent side: a typed skill, run as ``agentbus run`` runs it."""
 
     name = "pinger"
-    description = "Answers ping with its parameters"
+    description = "Answers with its parameters"
     concurrency = 64
 
     @skill
-    async def ping(self, i: int) -> dict[str, int]:
+    async def answer(self, i: int) -> dict[str, int]:
         """Return ``{"i": i}``."""
         return {"i": i}

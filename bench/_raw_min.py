@@ -55,7 +55,7 @@ class MinimalRpc:
             correlation_id=message.correlation_id,
             content_type="application/json",
         )
-        await self._reply.publish(reply, routing_key=message.reply_to or "")
+        await self._reply.publish(reply, routing_key=message.reply_to or "", mandatory=False)
         await message.ack()
 
     async def _on_reply(self, message: AbstractIncomingMessage) -> None:

@@ -202,6 +202,9 @@ class Names:
     def queues(self, clients: list[str]) -> list[str]:
         topology = Topology(self.exchange)
         ids = [SERVER_ID, AGENT_ID, *(f"rr-{client}" for client in clients)]
+        ids += [
+            f"rr-{side}-{client}" for side in ("agent", "agent-transient") for client in clients
+        ]
         names = [topology.service_queue("echo"), topology.dead_letter_queue, self.fs_queue]
         names += [topology.service_queue(Pinger.name), self.min_queue]
         names += [topology.instance_queue(agent_id) for agent_id in ids]
@@ -227,14 +230,15 @@ async def client(side: str, url: str, names: Names, client_id: str) -> AsyncIter
         return
     if side.startswith("agent"):
         # As an agent calls another: Bus.request; transient (not persistent, no confirm
-        # wait on a broker write) for the documented fast path.
-        bus = agentbus.connect(url, exchange=names.exchange, agent_id=f"rr-{client_id}")
+        # wait on a broker write) for the documented fast path. Its own id: two buses on
+        # one instance queue would take each other's replies.
+        bus = agentbus.connect(url, exchange=names.exchange, agent_id=f"rr-{side}-{client_id}")
         persistent = side == "agent"
         async with bus:
 
             async def call(i: int) -> Any:
                 reply = await bus.request(
-                    Pinger.name, "ping", {"i": i}, timeout=TIMEOUT, persistent=persistent
+                    Pinger.name, "answer", {"i": i}, timeout=TIMEOUT, persistent=persistent
                 )
                 return reply.result
 

@@ -46,13 +46,18 @@ class RRConfig:
 def start_servers(fleet: Fleet, names: Names, sides: tuple[str, ...]) -> dict[str, int]:
     """Every side's echo server as its own process, ready; their pids by side."""
     assert fleet.url is not None
-    servers = [side for side in SERVERS if side in sides or f"{side}-rq" in sides]
+    servers = [
+        side for side in SERVERS if side in sides or any(s.startswith(f"{side}-") for s in sides)
+    ]
     for side in servers:
         argv = [sys.executable, RR_SCRIPT, "serve", side, fleet.url, names.exchange]
         fleet.spawn(side, f"{side} server", argv)
     asyncio.run(wait_servers(fleet, names, servers))
     pids = {side: fleet.pids(side)[0] for side in servers}
-    return pids | ({"faststream-rq": pids["faststream"]} if "faststream" in pids else {})
+    # Sides asked through another side's server: FastStream with a reply queue, the
+    # agent with transient requests.
+    shared = {"faststream-rq": "faststream", "agent-transient": "agent"}
+    return pids | {side: pids[server] for side, server in shared.items() if server in pids}
 
 
 async def wait_servers(fleet: Fleet, names: Names, servers: list[str]) -> None:

@@ -24,7 +24,7 @@ from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dead_letters import DeadLetters
 from agentbus.bus._dedup import DedupStore
-from agentbus.bus._errors import map_connect_errors, map_transport_errors
+from agentbus.bus._errors import map_connect_errors, map_transport_errors, through_reconnects
 from agentbus.bus._failover import connect_to_nodes
 from agentbus.bus._feed import Feed
 from agentbus.bus._journal import Journal, StreamJournal
@@ -39,6 +39,7 @@ _REPLY_PREFETCH: Final = 512
 # A named reply queue (a plan's) outlives its consumer this long: the window in which
 # another process can take over and find the answers that came meanwhile.
 _REPLY_QUEUE_EXPIRES: Final = 600.0
+_RECONNECT_WAIT: Final = 30.0  # s: how long opening a reply queue waits out a reconnect
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
 _SHUTDOWN_STEP_TIMEOUT: Final = 2.0
 _log = get_logger("agentbus.bus")
@@ -309,10 +310,20 @@ class Bus(BaseBus):
         arguments: dict[str, Any] = {"x-expires": int(_REPLY_QUEUE_EXPIRES * 1000)}
         if quorum:
             arguments["x-queue-type"] = "quorum"
-        with map_transport_errors():
-            channel = await self._channel(prefetch=_REPLY_PREFETCH)
-            declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
-            tag = await declared.consume(self._dispatcher.on_message, no_ack=False)
+
+        async def open_() -> tuple[AbstractRobustChannel, AbstractQueue, str]:
+            assert self._dispatcher is not None
+            with map_transport_errors():
+                channel = await self._channel(prefetch=_REPLY_PREFETCH)
+                try:
+                    declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
+                    return channel, declared, await declared.consume(self._dispatcher.on_message)
+                except BaseException:
+                    await _bounded(channel.close())
+                    raise
+
+        # Right after a reconnect (a plan taken over then) channels are still coming back.
+        channel, declared, tag = await through_reconnects(open_, seconds=_RECONNECT_WAIT)
 
         async def stop(delete: bool) -> None:
             await _bounded(declared.cancel(tag))

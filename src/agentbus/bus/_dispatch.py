@@ -92,6 +92,9 @@ class Dispatcher:
         self._limit = None if delivery_limit is None else DeliveryLimit(delivery_limit, publisher)
         self.inflight: set[asyncio.Task[Any]] = set()
         self.accepting = True
+        # Requests running here, by message id; the event (made when a copy waits on the
+        # run) is set when the run ends, answered or not.
+        self._running: dict[str, asyncio.Event | None] = {}
 
     async def on_message(self, message: IncomingMessage) -> None:
         """Handle a delivery from this instance's own queue."""
@@ -211,9 +214,21 @@ class Dispatcher:
 
     async def _serve(self, message: IncomingMessage, request: RequestEnvelope) -> Settle:
         seen = self._dedup.check_in(request.message_id)
+        if (
+            seen is not None
+            and seen.reply is None
+            and message.redelivered
+            and request.message_id in self._running
+        ):
+            # The same request is running here on a delivery whose channel closed: a
+            # reconnect brought it back before that run ended. Wait for the run: its
+            # reply answers this copy, or, abandoned (cancelled), this copy serves it.
+            ended = self._running[request.message_id] or asyncio.Event()
+            self._running[request.message_id] = ended
+            await ended.wait()
+            return await self._serve(message, request)
         if seen is not None:
-            # At-least-once delivery: the effect ran (or is running) already. Answer a
-            # finished one again from memory; a running one will answer by itself.
+            # At-least-once delivery: the effect ran already. Answer it again from memory.
             self._stats.duplicates += 1
             self._stats.consumed_by[("request", "duplicate")] += 1
             if seen.reply is not None:
@@ -226,6 +241,16 @@ class Dispatcher:
             await settle(message, Settle.ACK, self._stats)
             self._acked_early.add(id(message))
         started = time.perf_counter()
+        self._running[request.message_id] = None
+        try:
+            return await self._serve_once(message, request, started)
+        finally:
+            if (waited := self._running.pop(request.message_id)) is not None:
+                waited.set()
+
+    async def _serve_once(
+        self, message: IncomingMessage, request: RequestEnvelope, started: float
+    ) -> Settle:
         try:
             reply = await self._run(request)
         except asyncio.CancelledError:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import aiormq.exceptions
 
@@ -19,7 +21,9 @@ from agentbus._exceptions import (
 )
 from agentbus.bus._tls import tls_failure
 
-__all__ = ["CONNECT_ERRORS", "map_connect_errors", "map_transport_errors"]
+__all__ = ["CONNECT_ERRORS", "map_connect_errors", "map_transport_errors", "through_reconnects"]
+
+T = TypeVar("T")
 
 CONNECT_ERRORS = (aiormq.exceptions.AMQPError, OSError, TimeoutError)
 """What a failed connection attempt raises."""
@@ -64,6 +68,22 @@ def map_transport_errors() -> Iterator[None]:
         if mapped is None:
             raise
         raise mapped from exc
+
+
+async def through_reconnects(operation: Callable[[], Awaitable[T]], *, seconds: float) -> T:
+    """Run ``operation``; while it fails with ``ConnectionLost`` (the robust connection is
+    restoring its channels), run it again, for up to ``seconds``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    delay = 0.05
+    while True:
+        try:
+            return await operation()
+        except ConnectionLost:
+            if loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 @contextlib.contextmanager

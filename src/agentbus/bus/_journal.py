@@ -16,13 +16,14 @@ import aio_pika
 import orjson
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from agentbus.bus._errors import map_transport_errors
+from agentbus.bus._errors import map_transport_errors, through_reconnects
 
 __all__ = ["Journal", "StreamJournal"]
 
 _FENCE: Final = "_fence"
 _READ_PREFETCH: Final = 500  # a stream consumer must have one
 _READ_TIMEOUT: Final = 30.0
+_RECONNECT_WAIT: Final = 30.0  # s: how long a journal call waits out a reconnect
 
 
 class Journal(Protocol):
@@ -58,13 +59,12 @@ class StreamJournal:
             self._channel = channel
 
     async def append(self, record: dict[str, Any]) -> None:
-        """Add ``record`` at the end, once the broker has it (confirmed)."""
-        assert self._channel is not None
-        message = aio_pika.Message(
-            orjson.dumps(record), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
-        )
-        with map_transport_errors():
-            await self._channel.default_exchange.publish(message, routing_key=self._queue)
+        """Add ``record`` at the end, once the broker has it (confirmed).
+
+        Through a reconnect the record is sent again: a record may be in twice.
+        """
+        body = orjson.dumps(record)
+        await through_reconnects(lambda: self._append(body), seconds=_RECONNECT_WAIT)
 
     async def read(self, since: datetime) -> list[dict[str, Any]]:
         """Return, in order, the records appended from about ``since`` up to now.
@@ -72,8 +72,17 @@ class StreamJournal:
         A fence record goes in first; reading stops when it comes back, so everything
         appended before the call is read, and nothing waits on a silent stream.
         """
+        return await through_reconnects(lambda: self._read(since), seconds=_RECONNECT_WAIT)
+
+    async def _append(self, body: bytes) -> None:
+        assert self._channel is not None
+        message = aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+        with map_transport_errors():
+            await self._channel.default_exchange.publish(message, routing_key=self._queue)
+
+    async def _read(self, since: datetime) -> list[dict[str, Any]]:
         fence = uuid.uuid4().hex
-        await self.append({_FENCE: fence})
+        await self._append(orjson.dumps({_FENCE: fence}))
         found: list[dict[str, Any]] = []
         done = asyncio.get_running_loop().create_future()
 

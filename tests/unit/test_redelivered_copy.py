@@ -1,0 +1,202 @@
+"""A request redelivered while its first run still ends here (a reconnect's race).
+
+When a channel closes, RabbitMQ requeues what it held, and a reconnected consumer can get
+the copy before the run on the dead channel has finished unwinding (a durable leader
+handing its plan over takes a moment). The copy waits for that run: its reply answers the
+copy, or, if the run was abandoned, the copy serves the request. Before, the copy was
+acked as "running already" and the request was lost with the abandoned run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agentbus.bus._dedup import DedupWindow
+from agentbus.bus._dispatch import Dispatcher
+from agentbus.bus._pending import PendingRequests
+from agentbus.bus._stats import BusStats
+from agentbus.bus._topology import routing_key
+from agentbus.envelopes import (
+    ErrorEnvelope,
+    RequestEnvelope,
+    RequestPayload,
+    ResponseEnvelope,
+    encode,
+)
+
+Reply = ResponseEnvelope | ErrorEnvelope
+
+
+@dataclass
+class _Delivery:
+    """One delivery of a request, settled at most once."""
+
+    request: RequestEnvelope
+    redelivered: bool = False
+    settled: list[str] = field(default_factory=list)
+
+    @property
+    def body(self) -> bytes:
+        return encode(self.request)
+
+    @property
+    def message_id(self) -> str:
+        return self.request.message_id
+
+    @property
+    def correlation_id(self) -> str | None:
+        return None
+
+    @property
+    def reply_to(self) -> str:
+        return "client-queue"
+
+    @property
+    def routing_key(self) -> str:
+        return routing_key(self.request)
+
+    @property
+    def type(self) -> str:
+        return "request"
+
+    @property
+    def headers(self) -> Mapping[str, object] | None:
+        return None
+
+    @property
+    def user_id(self) -> str | None:
+        return None
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def reject(self, *, requeue: bool = False) -> None:
+        self.settled.append("requeue" if requeue else "reject")
+
+    async def nack(self, *, requeue: bool = True) -> None:
+        self.settled.append("requeue" if requeue else "reject")
+
+
+class _Replies:
+    def __init__(self) -> None:
+        self.sent: list[Reply] = []
+
+    async def publish_reply(self, reply: Reply, reply_to: str | None) -> None:
+        self.sent.append(reply)
+
+    async def republish(self, message: object, headers: Mapping[str, int]) -> None:
+        raise AssertionError("nothing is republished here")
+
+
+class _Work:
+    """A handler whose first run blocks and, cancelled, takes a while to unwind."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.started = asyncio.Event()
+        self.finish = asyncio.Event()
+        self.unwinding = asyncio.Event()
+        self.unwound = asyncio.Event()
+
+    async def __call__(self, request: RequestEnvelope) -> str:
+        self.runs += 1
+        if self.runs > 1:
+            return f"run {self.runs}"
+        self.started.set()
+        try:
+            await self.finish.wait()
+        except asyncio.CancelledError:
+            self.unwinding.set()
+            await self.unwound.wait()  # a hand-over still writing its journal
+            raise
+        return "run 1"
+
+
+def _dispatcher(work: _Work) -> tuple[Dispatcher, _Replies, BusStats]:
+    replies, stats = _Replies(), BusStats()
+    dispatcher = Dispatcher(
+        agent_id="svc-1",
+        publisher=replies,
+        pending=PendingRequests(),
+        dedup=DedupWindow(60.0, 100),
+        stats=stats,
+        max_size=1 << 20,
+    )
+    dispatcher.service = "svc"
+    dispatcher.request_handler = work
+    return dispatcher, replies, stats
+
+
+def _request() -> RequestEnvelope:
+    return RequestEnvelope(
+        sender_id="client", receiver_id="svc", payload=RequestPayload(action="work")
+    )
+
+
+async def test_a_copy_of_an_abandoned_run_serves_the_request() -> None:
+    work = _Work()
+    dispatcher, replies, _ = _dispatcher(work)
+    first = _Delivery(_request())
+    running = asyncio.create_task(dispatcher.on_service_message(first))
+    await work.started.wait()
+    running.cancel()  # the channel closed: aiormq cancels the delivery's task
+    await work.unwinding.wait()
+    copy = _Delivery(first.request, redelivered=True)
+    serving = asyncio.create_task(dispatcher.on_service_message(copy))
+    await asyncio.sleep(0)  # one turn of the loop: the copy reaches the dispatcher
+    waited = not serving.done()
+    work.unwound.set()
+    await asyncio.gather(running, return_exceptions=True)
+    await serving
+
+    assert waited, "the copy was settled while the run was still unwinding"
+
+    assert work.runs == 2, "the copy did not serve the abandoned request"
+    assert [reply.result for reply in replies.sent if isinstance(reply, ResponseEnvelope)] == [
+        "run 2"
+    ]
+    assert copy.settled == ["ack"]
+    assert first.settled == ["requeue"]
+
+
+async def test_a_copy_of_a_run_that_finishes_is_answered_with_its_reply() -> None:
+    work = _Work()
+    dispatcher, replies, stats = _dispatcher(work)
+    first = _Delivery(_request())
+    running = asyncio.create_task(dispatcher.on_service_message(first))
+    await work.started.wait()
+    copy = _Delivery(first.request, redelivered=True)
+    serving = asyncio.create_task(dispatcher.on_service_message(copy))
+    await asyncio.sleep(0)
+    waited = not serving.done()
+    work.finish.set()
+    await asyncio.gather(running, serving)
+
+    assert waited, "the copy did not wait for the run"
+
+    assert work.runs == 1
+    assert [reply.result for reply in replies.sent if isinstance(reply, ResponseEnvelope)] == [
+        "run 1",
+        "run 1",
+    ]
+    assert stats.duplicates == 1
+    assert copy.settled == ["ack"]
+
+
+async def test_a_copy_that_is_not_a_redelivery_does_not_wait() -> None:
+    work = _Work()
+    dispatcher, replies, stats = _dispatcher(work)
+    first = _Delivery(_request())
+    running = asyncio.create_task(dispatcher.on_service_message(first))
+    await work.started.wait()
+    copy = _Delivery(first.request)  # published twice: the first run answers
+    await dispatcher.on_service_message(copy)
+    work.finish.set()
+    await running
+
+    assert work.runs == 1
+    assert stats.duplicates == 1
+    assert copy.settled == ["ack"]
+    assert len(replies.sent) == 1

@@ -27,10 +27,12 @@ import aio_pika
 from _harness import (
     Fleet,
     agentbus_cli,
+    broker_pid,
     cpu_seconds,
     host_busy_seconds,
     parser,
     quiet_logging,
+    rss,
     write_json,
 )
 from _registry_sim import MISSED, SERVICES, Generator, Senders, make_agents, victims
@@ -181,11 +183,14 @@ async def bench(
 
             generator.max_lag = senders.max_lag = 0.0
             stats0 = await registry_stats(bus, registry_id) or {}
+            broker = broker_pid(args.url)
+            broker0 = cpu_seconds(broker) if broker else 0.0
             cpu0, wall0 = cpu_seconds(registry_pid), time.monotonic()
             sent0, gen0 = generator.sent + senders.sent, sum(map(cpu_seconds, senders.pids))
             host0, own0 = host_busy_seconds(), time.process_time()
             lags, samples = await probe(bus, registry_id, args.duration, MISSED * interval)
             cpu1, wall1 = cpu_seconds(registry_pid), time.monotonic()
+            broker1 = cpu_seconds(broker) if broker else 0.0
             sent1, gen1 = generator.sent + senders.sent, sum(map(cpu_seconds, senders.pids))
             host1, own1 = host_busy_seconds(), time.process_time()
             stats1 = await registry_stats(bus, registry_id) or {}
@@ -214,6 +219,8 @@ async def bench(
                     for s in samples
                 ],
                 "generator_cpu_cores": (own1 - own0 + gen1 - gen0) / (wall1 - wall0),
+                "broker_cpu_cores": (broker1 - broker0) / (wall1 - wall0) if broker else None,
+                "registry_rss": rss(registry_pid),
                 "host_busy_cores": (host1 - host0) / (wall1 - wall0),
                 "host_cores": os.cpu_count(),
                 "known_agents": await count_known(bus, registry_id, ids),
@@ -292,7 +299,9 @@ def report(f: dict[str, Any]) -> None:
             f"{row['request_lag_s'] * 1000:.0f}/{(row['beat_lag_max_s'] or 0) * 1000:.0f}"
             for row in f["over_time"]) + " ms (request/beat lag, each second)"),
         ("host busy", f"{f['host_busy_cores']:.2f} of {f['host_cores']} cores "
-         f"(generator + client {f['generator_cpu_cores']:.2f})"),
+         f"(generator + client {f['generator_cpu_cores']:.2f}, broker "
+         + ("-" if f["broker_cpu_cores"] is None else f"{f['broker_cpu_cores']:.2f}") + ")"),
+        ("registry RSS", f"{(f['registry_rss'] or 0) / 1e6:.0f} MB at the window's end"),
         ("known agents", f"{f['known_agents']} / {f['agents']}"),
         ("time to know all", "-" if know is None else f"{know:.3f} s"),
         ("offline detected", f"{f['detected']} / {f['killed']}, false alarms: "

@@ -54,14 +54,18 @@ PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplot
 FULL = SimpleNamespace(
     rr=RRConfig(requests=400, rounds=6, load_rounds=3, seconds=5.0),
     fanout=SimpleNamespace(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
-    # (agents, heartbeat interval s, sender processes): 50,000 every 5 s is issue 17's target
-    registry=SimpleNamespace(cases=[(1000, 1.0, 0), (50_000, 5.0, 3)], duration=15.0),
+    # (agents, heartbeat interval s, sender processes, s over which they join): 50,000 every
+    # 5 s is issue 17's target, held once joined and joining all at once (a registry restart)
+    registry=SimpleNamespace(
+        cases=[(1000, 1.0, 0, 0.0), (50_000, 5.0, 3, 60.0), (50_000, 5.0, 3, 0.0)],
+        duration=15.0,
+    ),
     startup=SimpleNamespace(runs=5),
 )
 QUICK = SimpleNamespace(
     rr=RRConfig(requests=150, rounds=4, load_rounds=2, seconds=2.0),
     fanout=SimpleNamespace(sizes=[10, 100, 1000], rounds=2, workers=3, concurrency=64),
-    registry=SimpleNamespace(cases=[(100, 1.0, 0), (5000, 5.0, 0)], duration=4.0),
+    registry=SimpleNamespace(cases=[(100, 1.0, 0, 0.0), (5000, 5.0, 0, 0.0)], duration=4.0),
     startup=SimpleNamespace(runs=3),
 )
 
@@ -94,11 +98,11 @@ def meta(url: str) -> dict[str, Any]:
 
 def run_registry(url: str, cfg: SimpleNamespace, say: Any) -> list[dict[str, Any]]:
     cases = []
-    for agents, interval, senders in cfg.cases:
+    for agents, interval, senders, ramp in cfg.cases:
         args = argparse.Namespace(
             agents=agents, interval=interval, duration=cfg.duration, kill=min(20, agents)
         )
-        args.url, args.senders = url, senders  # one process sends ~4,000 beats/s here
+        args.url, args.senders, args.ramp = url, senders, ramp  # a sender: ~4,000 beats/s
         cases.append(run_case(args))
         f = cases[-1]
         say(

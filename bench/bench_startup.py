@@ -31,9 +31,9 @@ DEPENDENCIES = """
 import sys
 import agentbus
 stdlib = sys.stdlib_module_names
-tops = {name.partition(".")[0] for name in sys.modules if "." not in name}
+tops = {name for name in sys.modules if "." not in name and name != "agentbus"}
 files = {t: getattr(sys.modules[t], "__file__", None) or "" for t in tops}
-print(" ".join(sorted(t for t in tops if "site-packages" in files[t] and t != "agentbus")))
+print(" ".join(sorted(t for t in tops if "site-packages" in files[t] and t[0] != "_")))
 """
 
 

@@ -85,7 +85,8 @@ class Fleet:
     exchanges: list[str] = field(default_factory=list)
 
     def spawn(self, role: str, name: str, argv: list[str], *, pipes: bool = False) -> Proc:
-        """Start ``argv`` in its own session (Ctrl-C reaches only us), bench/ on its path.
+        """Start ``argv`` in its own session (Ctrl-C reaches only us), bench/ on its path
+        before our own PYTHONPATH (a worktree's src measures that src, not the venv's).
 
         With ``pipes``, its stdin and stdout are pipes to talk to it; else stdout goes to
         the log too.
@@ -96,7 +97,7 @@ class Fleet:
             stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
             stdout=subprocess.PIPE if pipes else log,
             stderr=log if pipes else subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(BENCH_DIR)},
+            env={**os.environ, "PYTHONPATH": python_path()},
             start_new_session=True,
         )
         self.procs.append(proc := Proc(role, name, popen, log))
@@ -187,6 +188,12 @@ def raise_on_sigterm() -> None:
     """Clean up on SIGTERM as on Ctrl-C (also when started with SIGINT ignored: ``cmd &``)."""
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+
+
+def python_path() -> str:
+    """bench/, then the PYTHONPATH this process was given."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([str(BENCH_DIR), *(p for p in inherited.split(os.pathsep) if p)])
 
 
 def agentbus_cli(url: str, exchange: str) -> list[str]:

@@ -75,11 +75,16 @@ def make_agents(
 
 @dataclass
 class Generator:
-    """Beats for every agent once per interval, spread evenly over it."""
+    """Beats for every agent once per interval, spread evenly over it.
+
+    With ``ramp`` seconds, the agents join in order over that time (agent ``i`` of ``n``
+    from ``i / n * ramp`` on) rather than all in the first interval.
+    """
 
     exchange: AbstractExchange
     agents: list[SimAgent]
     interval: float
+    ramp: float = 0.0
     silenced: set[int] = field(default_factory=set)
     sent: int = 0
     max_lag: float = 0.0
@@ -93,9 +98,10 @@ class Generator:
         k = 0
         while True:
             now = loop.time()
+            joined = n if now - start >= self.ramp else int(n * (now - start) / self.ramp)
             while start + k * step <= now:
                 self.max_lag = max(self.max_lag, loop.time() - (start + k * step))
-                if k % n not in self.silenced:
+                if k % n not in self.silenced and k % n < joined:
                     await self._beat(self.agents[k % n])
                 k += 1
             await asyncio.sleep(max(start + k * step - loop.time(), 0.002))
@@ -153,9 +159,11 @@ class Senders:
     core's worth of Python is not the limit: each runs a Generator for its share and
     reports its counts on stdout (``python bench/_registry_sim.py``, below)."""
 
-    def __init__(self, fleet: Fleet, exchange: str, interval: float, run: str) -> None:
+    def __init__(
+        self, fleet: Fleet, exchange: str, interval: float, run: str, ramp: float = 0.0
+    ) -> None:
         self._fleet = fleet
-        self._argv = [exchange, str(interval), run]
+        self._argv = [exchange, str(interval), str(ramp), run]
         self._sent: dict[int, int] = {}
         self._lag = 0.0
         self._procs: list[Proc] = []
@@ -196,11 +204,13 @@ class Senders:
         self._lag = value
 
 
-async def send(url: str, exchange: str, agents: list[SimAgent], interval: float) -> None:
+async def send(
+    url: str, exchange: str, agents: list[SimAgent], interval: float, ramp: float
+) -> None:
     """A sender process's life: beat for ``agents`` until terminated, counts on stdout."""
     connection = await aio_pika.connect(url)
     channel = await connection.channel(publisher_confirms=False)
-    generator = Generator(await channel.get_exchange(exchange), agents, interval)
+    generator = Generator(await channel.get_exchange(exchange), agents, interval, ramp)
     task = asyncio.create_task(generator.run())
     while not task.done():
         await asyncio.sleep(0.2)
@@ -210,9 +220,9 @@ async def send(url: str, exchange: str, agents: list[SimAgent], interval: float)
 
 
 if __name__ == "__main__":
-    url, exchange, interval, run, n, kill, index, count = sys.argv[1:9]
+    url, exchange, interval, ramp, run, n, kill, index, count = sys.argv[1:10]
     silent = set(victims(int(n), int(kill)))
     others = [i for i in range(int(n)) if i not in silent]
     share = make_agents(int(n), float(interval), run, others[int(index) :: int(count)])
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(send(url, exchange, share, float(interval)))
+        asyncio.run(send(url, exchange, share, float(interval), float(ramp)))

@@ -4,10 +4,13 @@
     [--sides agentbus,aio-pika]
 
 Sections: request/response latency and throughput (rr), fan-out and fan-in of N subtasks
-through the leader with its memory (fanout), the registry under 100 to 5,000 simulated
-agents (registry), and the envelope codec (codec). ``--sides`` limits request/response to
-some of its sides (agentbus, aio-pika, faststream, faststream-rq): ``--only rr --sides
-agentbus,aio-pika`` is the quick bus-against-raw check, latency and CPU per request.
+through the leader with its memory (fanout), the registry under simulated agents (registry:
+50,000 beating every 5 s in the full run), the envelope codec (codec) and what starting
+costs (startup: import agentbus, an agent until ready). The report leads with issue 17's
+targets, each with its verdict. ``--sides`` limits request/response to some of its sides
+(agentbus, agent, agent-transient, aio-pika, raw-min, faststream, faststream-rq): ``--only
+rr --sides agent,aio-pika`` is the quick agent-against-raw check, latency and CPU per
+request. ``--quick`` runs smaller sizes: its targets rows say the size the target is for.
 Writes suite-<time>.json, .md and, with matplotlib installed (``pip install -e
 '.[bench]'``), .png to --out; prints the Markdown.
 Every process, queue and exchange a section starts is removed when it ends, also on Ctrl-C.
@@ -43,19 +46,27 @@ from _suite_fanout import run_fanout
 from _suite_report import chart, markdown, targets
 from _suite_rr import RRConfig, run_rr
 from bench_registry import run_case
+from bench_startup import run_startup
 
-SECTIONS = ("rr", "fanout", "registry", "codec")
+SECTIONS = ("rr", "fanout", "registry", "codec", "startup")
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
 
 FULL = SimpleNamespace(
     rr=RRConfig(requests=400, rounds=6, load_rounds=3, seconds=5.0),
     fanout=SimpleNamespace(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
-    registry=SimpleNamespace(agents=[100, 1000, 5000], duration=15.0),
+    # (agents, heartbeat interval s, sender processes, s over which they join): 50,000 every
+    # 5 s is issue 17's target, held once joined and joining all at once (a registry restart)
+    registry=SimpleNamespace(
+        cases=[(1000, 1.0, 0, 0.0), (50_000, 5.0, 3, 60.0), (50_000, 5.0, 3, 0.0)],
+        duration=15.0,
+    ),
+    startup=SimpleNamespace(runs=5),
 )
 QUICK = SimpleNamespace(
     rr=RRConfig(requests=150, rounds=4, load_rounds=2, seconds=2.0),
     fanout=SimpleNamespace(sizes=[10, 100, 1000], rounds=2, workers=3, concurrency=64),
-    registry=SimpleNamespace(agents=[100, 1000], duration=4.0),
+    registry=SimpleNamespace(cases=[(100, 1.0, 0, 0.0), (5000, 5.0, 0, 0.0)], duration=4.0),
+    startup=SimpleNamespace(runs=3),
 )
 
 
@@ -87,18 +98,18 @@ def meta(url: str) -> dict[str, Any]:
 
 def run_registry(url: str, cfg: SimpleNamespace, say: Any) -> list[dict[str, Any]]:
     cases = []
-    for agents in cfg.agents:
+    for agents, interval, senders, ramp in cfg.cases:
         args = argparse.Namespace(
-            agents=agents, interval=1.0, duration=cfg.duration, kill=min(20, agents), url=url
+            agents=agents, interval=interval, duration=cfg.duration, kill=min(20, agents)
         )
-        args.senders = 2 if agents > 1000 else 0  # one process cannot send 5,000 beats/s here
+        args.url, args.senders, args.ramp = url, senders, ramp  # a sender: ~4,000 beats/s
         cases.append(run_case(args))
         f = cases[-1]
         say(
-            f"registry {agents} agents: {f['beats_achieved_per_s']:.0f} beats/s sent, "
-            f"{f['beats_processed_per_s']:.0f} processed, CPU {f['registry_cpu_cores']:.2f} core "
-            f"({f['cpu_per_heartbeat_us']:.0f} µs/beat), backlog {f['registry_backlog']}, "
-            f"keeps up: {f['keeps_up_pass']}"
+            f"registry {agents} agents every {interval:g} s: {f['beats_achieved_per_s']:.0f} "
+            f"beats/s sent, {f['beats_processed_per_s']:.0f} processed, CPU "
+            f"{f['registry_cpu_cores']:.2f} core ({f['cpu_per_heartbeat_us']:.0f} µs/beat), "
+            f"backlog {f['registry_backlog']}, keeps up: {f['keeps_up_pass']}"
         )
     return cases
 
@@ -151,6 +162,9 @@ def main() -> int:
             results["fanout"] = run_fanout(args.url, cfg.fanout, say)
         if "registry" in only:
             results["registry"] = run_registry(args.url, cfg.registry, say)
+        if "startup" in only:
+            say("startup")
+            results["startup"] = run_startup(args.url, cfg.startup.runs)
     except KeyboardInterrupt:
         print("interrupted: processes stopped, queues and exchanges deleted", file=sys.stderr)
         return 130

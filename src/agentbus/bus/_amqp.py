@@ -1,4 +1,4 @@
-"""The one seam onto aiormq and pamqp beneath aio-pika: publishing and no-ack consuming.
+"""The one seam onto aiormq and pamqp beneath aio-pika: publishing and consuming feeds.
 
 aio-pika's ``Exchange.publish`` takes an ``aio_pika.Message``, whose every attribute set
 goes through a lock check (about 10 µs a message), and its ``Queue.consume`` wraps each
@@ -13,6 +13,7 @@ its queues.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -24,12 +25,14 @@ from pamqp.commands import Basic
 
 __all__ = [
     "FeedCallback",
-    "NoAckConsumer",
+    "FeedConsumer",
     "basic_publish",
     "is_cancelled_under_us",
     "is_nack",
     "message_properties",
 ]
+
+_ACK_DELAY = 0.05  # s: how long a partial batch of a feed waits for its ack
 
 FeedCallback = Callable[[bytes, Mapping[str, object] | None, str | None], None]
 """Takes a message's body, AMQP ``headers`` and ``user_id``; runs synchronously."""
@@ -93,19 +96,30 @@ async def basic_publish(
     return isinstance(result, aiormq.abc.DeliveredMessage)
 
 
-class NoAckConsumer:
-    """Consumes one queue without acks on a robust channel, again after every reconnect.
+class FeedConsumer:
+    """Consumes one queue on a robust channel, again after every reconnect, acking in batches.
 
-    ``callback`` runs synchronously per message, in the order they came.
+    ``callback`` runs synchronously per message, in the order they came. The channel's
+    prefetch bounds the messages delivered and not yet acknowledged: they are acked
+    together every ``batch`` messages, or ``_ACK_DELAY`` after the last one. A consumer
+    that falls behind leaves its backlog in the queue (capped there), not in its memory.
     """
 
-    def __init__(self, channel: AbstractRobustChannel, queue: str, callback: FeedCallback) -> None:
+    def __init__(
+        self, channel: AbstractRobustChannel, queue: str, callback: FeedCallback, *, batch: int
+    ) -> None:
         self._channel = channel
         self._queue = queue
         self._callback = callback
+        self._batch = batch
+        self._underlay: aiormq.abc.AbstractChannel | None = None
+        self._unacked = 0
+        self._last_tag = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._acks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
-        return f"<NoAckConsumer queue={self._queue!r}>"
+        return f"<FeedConsumer queue={self._queue!r} unacked={self._unacked}>"
 
     async def start(self) -> None:
         """Start consuming; the robust channel's reopen starts it again."""
@@ -113,22 +127,55 @@ class NoAckConsumer:
         await self._consume()
 
     async def aclose(self) -> None:
-        """Stop consuming: close the channel."""
+        """Stop consuming: close the channel (what was not acked goes back to the queue)."""
         self._channel.reopen_callbacks.discard(self._restart)
+        self._forget_unacked()
         await self._channel.close()
 
     async def _consume(self) -> None:
-        underlay = await self._channel.get_underlay_channel()
-        await underlay.basic_consume(self._queue, self._deliver, no_ack=True)
+        self._forget_unacked()  # their channel is gone: the broker requeued them
+        self._underlay = await self._channel.get_underlay_channel()
+        await self._underlay.basic_consume(self._queue, self._deliver, no_ack=False)
 
     async def _restart(self, *_: Any) -> None:
-        # The robust channel declared the queue and its bindings again before calling
-        # this, but restores only consumers started through aio-pika's Queue.consume.
+        # The robust channel declared the queue and its bindings again (and set its
+        # prefetch) before calling this, but restores only consumers started through
+        # aio-pika's Queue.consume.
         await self._consume()
 
     async def _deliver(self, message: aiormq.abc.DeliveredMessage) -> None:
         properties = message.header.properties
         self._callback(message.body, properties.headers, properties.user_id)
+        self._last_tag = message.delivery_tag or self._last_tag
+        self._unacked += 1
+        if self._unacked >= self._batch:
+            await self._ack()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_ACK_DELAY, self._ack_soon)
+
+    def _ack_soon(self) -> None:
+        self._timer = None
+        task = asyncio.ensure_future(self._ack())
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+
+    async def _ack(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        underlay = self._underlay
+        if not self._unacked or underlay is None:
+            return
+        self._unacked = 0
+        # A channel gone meanwhile: its messages went back to the queue, to be heard again.
+        with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError):
+            await underlay.basic_ack(self._last_tag, multiple=True)
+
+    def _forget_unacked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._unacked = self._last_tag = 0
 
 
 def is_cancelled_under_us(exc: BaseException) -> bool:

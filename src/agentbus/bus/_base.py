@@ -145,7 +145,7 @@ class BaseBus(abc.ABC):
 
     @abc.abstractmethod
     async def _open_feed(self, feed: Feed, max_length: int) -> Callable[[], Awaitable[None]]:
-        """Declare ``feed``'s exclusive bounded queue, bind it, consume it without acks.
+        """Declare ``feed``'s exclusive bounded queue, bind it, consume it (acks in batches).
 
         Return what stops consuming it.
         """
@@ -249,13 +249,15 @@ class BaseBus(abc.ABC):
         name: str,
         max_length: int = DEFAULT_FEED_LENGTH,
     ) -> Feed:
-        """Consume messages whose routing key matches ``pattern`` as a feed, without acks.
+        """Consume messages whose routing key matches ``pattern`` as a feed.
 
         For high-rate messages that are soon stale and soon repeated (heartbeats): each
         goes, parsed but not validated, to ``handler`` in order, from an exclusive queue
         of this instance's that keeps at most ``max_length`` (the oldest are dropped).
         A message that is not a JSON object, or that admission refuses for how it was
-        sent, is dropped and counted. The feed closes with the bus.
+        sent, is dropped and counted. At most a window of messages is delivered and not
+        yet acknowledged (acked in batches): a handler that falls behind leaves the
+        backlog in the queue, not in memory. The feed closes with the bus.
 
         Raises:
             ConfigurationError: ``name`` is not a valid id.

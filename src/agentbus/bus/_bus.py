@@ -19,7 +19,7 @@ from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
-from agentbus.bus._amqp import NoAckConsumer
+from agentbus.bus._amqp import FeedConsumer
 from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dead_letters import DeadLetters
@@ -39,6 +39,7 @@ _REPLY_PREFETCH: Final = 512
 # A named reply queue (a plan's) outlives its consumer this long: the window in which
 # another process can take over and find the answers that came meanwhile.
 _REPLY_QUEUE_EXPIRES: Final = 600.0
+_FEED_WINDOW: Final = 2000  # feed messages delivered and not yet acked, at most
 _RECONNECT_WAIT: Final = 30.0  # s: how long opening a reply queue waits out a reconnect
 _DEAD_LETTER_MAX_LENGTH: Final = 100_000
 _SHUTDOWN_STEP_TIMEOUT: Final = 2.0
@@ -250,7 +251,7 @@ class Bus(BaseBus):
 
     async def _open_feed(self, feed: Feed, max_length: int) -> Callable[[], Awaitable[None]]:
         with map_transport_errors():
-            channel = await self._channel()
+            channel = await self._channel(prefetch=_FEED_WINDOW)
             # Exclusive: gone with the connection; the robust channel declares it again.
             queue = await channel.declare_queue(
                 feed.queue,
@@ -259,7 +260,7 @@ class Bus(BaseBus):
                 arguments={"x-max-length": max_length, "x-overflow": "drop-head"},
             )
             await queue.bind(self.topology.exchange, routing_key=feed.pattern)
-            consumer = NoAckConsumer(channel, feed.queue, feed.take)
+            consumer = FeedConsumer(channel, feed.queue, feed.take, batch=_FEED_WINDOW // 4)
             await consumer.start()
         return lambda: _bounded(consumer.aclose())
 

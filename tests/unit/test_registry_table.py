@@ -283,3 +283,16 @@ async def test_a_stopping_registry_drops_its_transition_news_without_a_warning()
     registry._log = log = _Recorder()
     await registry._announce_transition("agent_offline", record, reason="shutdown")
     assert [level for level, event in log.calls if "not sent" in event] == ["debug"]
+
+
+def test_slack_waits_out_beats_that_are_late_in_coming() -> None:
+    """With the feed's lag as slack, an agent whose beat is still queued is not offline."""
+    clock = FakeClock()
+    table = LivenessTable(missed=3, clock=clock)
+    table.observe(beat("a-1", interval=1.0))
+
+    clock.now += 3.5
+    assert table.sweep(slack=1.0) == []
+    assert abs(table.next_sweep_in(slack=1.0) - 0.5) < 1e-9
+    clock.now += 0.6
+    assert [record.agent_id for record in table.sweep(slack=1.0)] == ["a-1"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import time
 from collections.abc import Coroutine, Mapping
 from datetime import datetime
@@ -42,6 +43,8 @@ _CARD_RETRY_FIRST: Final = 1.0  # s after a failed card fetch; doubles up to:
 _CARD_RETRY_MAX: Final = 60.0
 _LAG_SAMPLE_EVERY: Final = 64  # beats: how often a beat's age on arrival is measured
 _LAG_WINDOW: Final = 10.0  # s of samples in stats()
+_LAG_RECENT: Final = 5  # samples: the feed's current lag is their median
+_LAG_SLACK_MAX: Final = 60.0  # s: offline detection waits out at most this much feed lag
 
 
 class Registry(Agent):
@@ -202,6 +205,15 @@ class Registry(Agent):
             sent = datetime.fromisoformat(timestamp).timestamp()
             self._lags.append((time.monotonic(), time.time() - sent))
 
+    def _feed_lag(self) -> float:
+        # How late beats come now (the median of the last samples: one agent's skewed
+        # clock moves it little). A registry or broker behind by seconds would otherwise
+        # call every agent offline whose beat is still waiting in the queue.
+        now = time.monotonic()
+        last = itertools.islice(reversed(self._lags), _LAG_RECENT)
+        recent = sorted(lag for at, lag in last if now - at <= _LAG_WINDOW)
+        return min(max(recent[len(recent) // 2], 0.0), _LAG_SLACK_MAX) if recent else 0.0
+
     def _maybe_fetch_card(self, agent_id: str) -> None:
         if agent_id in self._card_fetches:
             return
@@ -224,10 +236,10 @@ class Registry(Agent):
     async def _sweep_forever(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.table.next_sweep_in()):
+                async with asyncio.timeout(self.table.next_sweep_in(self._feed_lag())):
                     await self._wake.wait()
             self._wake.clear()
-            for record in self.table.sweep(alive=self.id):
+            for record in self.table.sweep(alive=self.id, slack=self._feed_lag()):
                 await self._announce_transition(AGENT_OFFLINE, record, reason="timeout")
             self._export_metrics()
 

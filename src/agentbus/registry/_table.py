@@ -223,16 +223,17 @@ class LivenessTable:
         self._went_offline(record)
         return record
 
-    def sweep(self, *, alive: str | None = None) -> list[Record]:
+    def sweep(self, *, alive: str | None = None, slack: float = 0.0) -> list[Record]:
         """Mark agents whose beats stopped offline; return those that just went.
 
         ``alive`` is an agent known to be alive whatever its beats say: the registry
-        itself, whose own beats may wait behind everyone's.
+        itself, whose own beats may wait behind everyone's. ``slack``: seconds more to
+        wait, for beats that are late in coming (the feed's own lag).
         """
         now = self._clock()
         gone: list[Record] = []
         for interval, lane in list(self._live.items()):
-            limit = now - self.missed * interval
+            limit = now - self.missed * interval - slack
             while lane:
                 record = next(iter(lane.values()))
                 if record.last_seen >= limit:
@@ -254,13 +255,13 @@ class LivenessTable:
             del self._records[record.agent_id]
         return gone
 
-    def next_sweep_in(self) -> float:
+    def next_sweep_in(self, slack: float = 0.0) -> float:
         """How long until the earliest agent could go offline (at least 50 ms, at most 1 s)."""
         now = self._clock()
         soonest = 1.0
         for interval, lane in self._live.items():
             oldest = next(iter(lane.values()))
-            soonest = min(soonest, oldest.last_seen + self.missed * interval - now)
+            soonest = min(soonest, oldest.last_seen + self.missed * interval + slack - now)
         return max(soonest, 0.05)
 
     def query(

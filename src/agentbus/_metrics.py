@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -78,6 +78,7 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self._served: dict[tuple[str, str], Any] = {}  # handler_duration's children
         self.agents_online = Gauge(
             "agentbus_agents_online",
             "Agents the registry sees alive, by service and status.",
@@ -138,7 +139,13 @@ class Metrics:
         """Record one request this process served."""
         if outcome == ErrorCode.UNKNOWN_ACTION:
             action = "unknown"  # any client can send any action: keep the label set bounded
-        self.handler_duration.labels(action, _code(outcome)).observe(seconds)
+        # The labelled child is kept: labels() takes a lock and builds a key each call.
+        child = self._served.get((action, outcome))
+        if child is None:
+            child = self._served[action, outcome] = self.handler_duration.labels(
+                action, _code(outcome)
+            )
+        child.observe(seconds)
 
     def set_agents(
         self, online: Iterable[tuple[str, str]], loads: Iterable[tuple[str, str, int]]

@@ -308,30 +308,30 @@ class Agent:
             )
         arguments = spec.bind(request.payload.parameters)
         async with self._slots:
-            token = _current_request.set(request)
-            reporter = Reporter(request, self.id, self._send_progress)
-            reporting = reporter.bind()
-            try:
-                task = asyncio.create_task(spec.run(self, arguments))
-            finally:
-                Reporter.unbind(reporting)
-                _current_request.reset(token)
-            work = _Work(action=action, task=task)
+            # The skill runs in the delivery's own task: a cancel request cancels that.
+            current = asyncio.current_task()
+            assert current is not None
+            work = _Work(action=action, task=current)
             self._work[request.message_id] = work
             notice = None
             if (request.metadata.model_extra or {}).get(NOTIFY_START) is True:
                 # A timer, not a task: most work ends before it fires and cancels it.
                 notice = asyncio.get_running_loop().call_later(
-                    NOTIFY_START_AFTER, self._notify_start, request, task
+                    NOTIFY_START_AFTER, self._notify_start, request
                 )
+            token = _current_request.set(request)
+            reporter = Reporter(request, self.id, self._send_progress)
+            reporting = reporter.bind()
             try:
-                result = await task
+                result = await spec.run(self, arguments)
             except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if work.cancelled_by_request and (current is None or not current.cancelling()):
+                # Cancelled by request alone: the delivery goes on, to answer ``cancelled``.
+                if work.cancelled_by_request and current.uncancel() == 0:
                     raise Cancelled(f"{action!r} was cancelled by request") from None
                 raise
             finally:
+                Reporter.unbind(reporting)
+                _current_request.reset(token)
                 self._work.pop(request.message_id, None)
                 if notice is not None:
                     notice.cancel()
@@ -349,11 +349,11 @@ class Agent:
                 self.metrics.usage.labels(self.name, action, unit).inc(amount)
         return request.response(result, sender_id=self.id, metadata={"usage": usage})
 
-    def _notify_start(self, request: RequestEnvelope, work: asyncio.Task[Any]) -> None:
+    def _notify_start(self, request: RequestEnvelope) -> None:
         # Tells the requester which instance holds the work, so it can move the work on
         # at once if this instance is reported offline. Only work still running after a
         # moment is worth a message: quick answers say who did them themselves.
-        if not work.done():
+        if request.message_id in self._work:
             notice = asyncio.create_task(self._send_start_notice(request))
             self._notices.add(notice)
             notice.add_done_callback(self._notices.discard)

@@ -53,6 +53,9 @@ _MAX_FIELD: Final = 255  # an undecodable message's fields are recorded only if 
 class AuditSink(Protocol):
     """Where the dispatcher appends audit records."""
 
+    off: bool
+    """No record is kept (no stream): the dispatcher does not build them."""
+
     def append(self, record: dict[str, Any]) -> None: ...
 
 

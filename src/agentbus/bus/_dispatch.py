@@ -334,6 +334,8 @@ class Dispatcher:
         self, request: RequestEnvelope, user_id: str | None, outcome: str, seconds: float | None
     ) -> None:
         assert self.audit is not None
+        if self.audit.off:  # no stream to write to: do not build the record
+            return
         self.audit.append(
             audit_record(
                 kind="request",

@@ -479,3 +479,43 @@ async def test_cli_looks_up_and_watches_a_plan_by_id(procs: Processes) -> None:
         "agentbus: error: no plan 'nope' is known to leader-1: not running here, "
         "not ended here lately, and not in the leaders' journal"
     )
+
+
+async def test_cli_request_as_a_task_is_looked_up_after_its_requester_went(
+    procs: Processes,
+) -> None:
+    """`request --task`: the task's id first; its requester killed mid-way, the task
+    still ends and `plan status ID` gives its result; a second task answers in line."""
+    await team(procs, {"alpha-1": ("Alpha",)})
+    argv = procs.command(
+        *("request", "alpha", "slow", "-p", '{"seconds": 2}', "--task", "--task-id", "t-gone")
+    )
+    requester = await asyncio.create_subprocess_exec(
+        *argv, env=procs.env, cwd=procs.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        while True:  # until the leader runs the task
+            early = await procs.cli("plan", "status", "t-gone", "--json")
+            if early.returncode == 4:
+                break
+            assert early.returncode == 3, early.stderr
+            await asyncio.sleep(0.1)
+    finally:
+        requester.kill()
+    _, said = await asyncio.wait_for(requester.communicate(), 10)
+
+    async def ended() -> subprocess.CompletedProcess[str] | None:
+        after = await procs.cli("plan", "status", "t-gone", "--json")
+        return after if after.returncode != 4 else None
+
+    after = await poll(ended, 10, "the task to end")
+    in_line = await procs.cli("request", "alpha", "double", "-p", '{"n": 21}', "--task")
+
+    assert "task t-gone (look it up: agentbus plan status t-gone)" in said.decode()
+    assert after.returncode == 0, after.stderr
+    (outcome,) = json.loads(after.stdout)["aggregate"]["subtasks"]
+    assert (outcome["id"], outcome["status"], outcome["attempts"]) == ("task", "succeeded", 1)
+    assert outcome["result"] == "slept 2s"
+    assert in_line.returncode == 0, in_line.stderr
+    assert json.loads(in_line.stdout)["result"] == 42
+    assert "task task-" in in_line.stderr

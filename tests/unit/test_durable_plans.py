@@ -145,3 +145,33 @@ async def test_a_plan_s_status_while_running_after_it_ended_and_from_another_lea
     assert journaled.aggregate.status is PlanStatus.COMPLETED
     assert [s.result for s in journaled.aggregate.subtasks] == [1, 2, 3, 4]
     assert [s.attempts for s in journaled.aggregate.subtasks] == [1] * 4
+
+
+async def test_a_request_as_a_task_is_looked_up_by_its_id_after_its_requester_went() -> None:
+    """run_task: a plan of one subtask under the caller's id; the requester gone, another
+    client reads the result by that id."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-2") as other,
+    ):
+        async with _bus(broker, "client-1") as gone:
+            asking = asyncio.create_task(
+                PlanClient(gone).run_task("steps", "step", {"n": 1, "hold": True}, task_id="t-1")
+            )
+            await asyncio.wait_for(Steps.holding.wait(), 10)
+            running = await PlanClient(other).status("t-1")
+            asking.cancel()
+        Steps.gate.set()
+        answered = await PlanClient(other).run_task("steps", "step", {"n": 41})
+        ended = await PlanClient(other).status("t-1")
+
+    assert (running.state, running.total) == ("running", 1)
+    assert ended.state == "ended"
+    assert ended.aggregate is not None
+    (outcome,) = ended.aggregate.subtasks
+    assert (outcome.id, outcome.status.value, outcome.result) == ("task", "succeeded", 2)
+    assert answered.subtask("task").result == 42
+    assert answered.plan_id.startswith("plan-")

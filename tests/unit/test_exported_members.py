@@ -68,6 +68,7 @@ def test_top_level_all_is_pinned() -> None:
 
 EXPECTED_LEADER = [
     "PLAN_PROGRESS",
+    "TASK_SUBTASK",
     "Aggregate",
     "Leader",
     "NoCapableAgent",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import uuid
 from typing import Any
 
 import click
@@ -20,7 +21,7 @@ from agentbus.cli._render import (
     progress_text,
 )
 from agentbus.envelopes import BROADCAST, EnvelopeError, EventEnvelope, ResponseEnvelope, decode
-from agentbus.leader import Plan, PlanClient, PlanState, PlanStatus, Progress
+from agentbus.leader import Plan, PlanClient, PlanState, PlanStatus, Progress, SubtaskStatus
 
 __all__ = ["agents", "plan", "publish", "request"]
 
@@ -163,6 +164,35 @@ def _show_progress(progress: Progress) -> None:
     )
 
 
+async def _request_task(
+    ctx: click.Context,
+    service: str,
+    action: str,
+    parameters: dict[str, Any] | None,
+    timeout: float,
+    result_only: bool,
+    task_id: str | None,
+) -> None:
+    task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
+    click.echo(f"task {task_id} (look it up: agentbus plan status {task_id})", err=True)
+    async with Bus(client_settings(ctx)) as bus:
+        try:
+            aggregate = await PlanClient(bus).run_task(
+                service,
+                action,
+                parameters,
+                task_id=task_id,
+                timeout=timeout,
+                on_progress=_show_progress,
+            )
+        except RemoteError as exc:
+            print_json(exc.envelope.model_dump(mode="json"))
+            ctx.exit(1)
+    (outcome,) = aggregate.subtasks
+    print_json(outcome.result if result_only else outcome.model_dump(mode="json"))
+    ctx.exit(0 if outcome.status is SubtaskStatus.SUCCEEDED else 1)
+
+
 def _show_update(update: ResponseEnvelope) -> None:
     result = update.payload.result if isinstance(update.payload.result, dict) else {}
     state = str(result.get("state", "started"))
@@ -214,6 +244,13 @@ async def agents(
 @click.option("--params", "-p", metavar="JSON|@FILE|-", help="Request parameters (an object).")
 @click.option("--timeout", type=click.FloatRange(min=0.01), default=30.0, show_default=True)
 @click.option("--result", "result_only", is_flag=True, help="Print only the result.")
+@click.option(
+    "--task",
+    "as_task",
+    is_flag=True,
+    help="Ask through a leader, as a task whose status `agentbus plan status ID` shows.",
+)
+@click.option("--task-id", help="The task's id (with --task; default: made up).")
 @click.pass_context
 @run_async
 async def request(
@@ -223,15 +260,27 @@ async def request(
     params: str | None,
     timeout: float,
     result_only: bool,
+    as_task: bool,
+    task_id: str | None,
 ) -> None:
     """Send ACTION to RECEIVER (an agent id or service) and print the response as JSON.
 
     The skill's progress and partial results are printed on stderr as they come. An error
     envelope is printed too, and the exit status is then 1.
+
+    With --task the request goes through a leader as a task (a plan of one subtask): its
+    id is printed on stderr first, and `agentbus plan status ID` shows it while it runs
+    and after it ended, also after this command was stopped. What is printed is the
+    subtask's outcome (status, result or error, attempts, agent).
     """
     parameters = load_json(params, "--params")
     if parameters is not None and not isinstance(parameters, dict):
         raise click.BadParameter("--params must be a JSON object")
+    if task_id is not None and not as_task:
+        raise click.UsageError("--task-id goes with --task")
+    if as_task:
+        await _request_task(ctx, receiver, action, parameters, timeout, result_only, task_id)
+        return
     async with Bus(client_settings(ctx)) as bus:
         try:
             reply = await bus.request(

@@ -11,7 +11,7 @@ from agentbus.leader._aggregate import (
     SubtaskStatus,
     Totals,
 )
-from agentbus.leader._client import PlanClient
+from agentbus.leader._client import TASK_SUBTASK, PlanClient
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._leader import Leader
@@ -21,6 +21,7 @@ from agentbus.leader._status import PlanState
 
 __all__ = [
     "PLAN_PROGRESS",
+    "TASK_SUBTASK",
     "Aggregate",
     "Leader",
     "NoCapableAgent",

@@ -14,8 +14,10 @@ from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, Progr
 from agentbus.leader._plan import Plan
 from agentbus.leader._status import PlanState
 
-__all__ = ["PlanClient"]
+__all__ = ["TASK_SUBTASK", "PlanClient"]
 
+TASK_SUBTASK = "task"
+"""The id of the one subtask of a plan made by ``PlanClient.run_task``."""
 ProgressCallback = Callable[[Progress], Awaitable[None] | None]
 
 
@@ -56,6 +58,39 @@ class PlanClient:
             return Aggregate.model_validate(reply.result)
         except ValidationError as exc:
             raise AgentBusError(f"the leader's answer is not an aggregate: {exc}") from exc
+
+    async def run_task(
+        self,
+        service: str,
+        skill: str,
+        parameters: dict[str, Any] | None = None,
+        *,
+        task_id: str | None = None,
+        timeout: float = 600.0,
+        on_progress: ProgressCallback | None = None,
+    ) -> Aggregate:
+        """Ask ``service`` for ``skill`` as a task: a plan of one subtask (``task``), run
+        by a leader, under the id ``task_id`` (made up if None).
+
+        Unlike a plain request, a task has a status to look up by its id while it runs
+        and after it ended (``status``, ``agentbus plan status ID``, the leader's
+        ``plan_status``), from any client: a requester that went away comes back for the
+        result. With durable plans it also outlives its leader. Returns the aggregate;
+        its one subtask holds the result, or the error.
+
+        Raises:
+            RemoteError: the leader refused the task (``invalid_parameters``).
+            RequestTimeout: no aggregate within ``timeout`` seconds.
+        """
+        subtask = {
+            "id": TASK_SUBTASK,
+            "service": service,
+            "skill": skill,
+            "parameters": parameters or {},
+            "timeout": timeout,
+        }
+        plan = {"subtasks": [subtask]} | ({"id": task_id} if task_id is not None else {})
+        return await self.run(plan, timeout=timeout, on_progress=on_progress)
 
     async def status(self, plan_id: str, *, timeout: float = 10.0) -> PlanState:
         """Where the plan ``plan_id`` is: running (each subtask so far) or ended (with its

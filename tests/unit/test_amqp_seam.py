@@ -3,8 +3,9 @@
 The hand-built properties skip ``aio_pika.Message``; this fails the day aio-pika starts
 sending something else for the same message (a new default property, another TTL rule).
 A return coming back as aiormq's ``DeliveredMessage`` is proven on a real broker by the
-chaos tier's ``test_nobody_serves_fails_at_once`` and the re-arming of no-ack consumers
-after a reconnect by ``tests/integration/test_feed.py``.
+chaos tier's ``test_nobody_serves_fails_at_once``, the re-arming of feed consumers after a
+reconnect by ``tests/integration/test_feed_rabbitmq.py``, and the consuming side (every
+field a ``Delivery`` reads equal to aio-pika's) by ``tests/integration/test_delivery_seam.py``.
 """
 
 from __future__ import annotations

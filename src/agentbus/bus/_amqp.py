@@ -1,10 +1,10 @@
-"""The one seam onto aiormq and pamqp beneath aio-pika: publishing and consuming feeds.
+"""The one seam onto aiormq and pamqp beneath aio-pika: publishing and consuming.
 
 aio-pika's ``Exchange.publish`` takes an ``aio_pika.Message``, whose every attribute set
 goes through a lock check (about 10 µs a message), and its ``Queue.consume`` wraps each
 delivery in an ``IncomingMessage`` run in a second task. On the hot paths (every publish;
-every heartbeat the registry hears) the bus goes one level down instead, here and only
-here. ``tests/unit/test_amqp_seam.py`` pins what this module assumes of the libraries:
+every delivery; every heartbeat the registry hears) the bus goes one level down instead,
+here and only here. ``tests/unit/test_amqp_seam.py`` pins what this module assumes of the libraries:
 the properties equal ``aio_pika.Message``'s byte for byte, a return comes back as a
 ``DeliveredMessage``, and a robust channel calls ``reopen_callbacks`` after restoring
 its queues.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,9 @@ from aio_pika.abc import AbstractRobustChannel
 from pamqp.commands import Basic
 
 __all__ = [
+    "Delivery",
+    "DeliveryCallback",
+    "DeliveryConsumer",
     "FeedCallback",
     "FeedConsumer",
     "basic_publish",
@@ -94,6 +97,117 @@ async def basic_publish(
         timeout=timeout,
     )
     return isinstance(result, aiormq.abc.DeliveredMessage)
+
+
+class Delivery:
+    """A delivery as the dispatcher reads and settles it (``IncomingMessage``), read
+    straight off aiormq's ``DeliveredMessage``: no aio-pika wrapper, no task of its own."""
+
+    __slots__ = ("_channel", "_tag", "body", "properties", "redelivered", "routing_key")
+
+    def __init__(self, message: aiormq.abc.DeliveredMessage) -> None:
+        deliver = message.delivery
+        assert isinstance(deliver, Basic.Deliver)
+        self._channel = message.channel
+        self._tag: int = deliver.delivery_tag or 0
+        self.body = message.body
+        self.properties = message.header.properties
+        self.redelivered = deliver.redelivered
+        self.routing_key = deliver.routing_key
+
+    def __repr__(self) -> str:
+        return f"<Delivery tag={self._tag} routing_key={self.routing_key!r}>"
+
+    @property
+    def message_id(self) -> str | None:
+        """The AMQP ``message_id`` property."""
+        return self.properties.message_id
+
+    @property
+    def correlation_id(self) -> str | None:
+        """The AMQP ``correlation_id`` property."""
+        return self.properties.correlation_id
+
+    @property
+    def reply_to(self) -> str | None:
+        """The AMQP ``reply_to`` property."""
+        return self.properties.reply_to
+
+    @property
+    def type(self) -> str | None:
+        """The AMQP ``type`` property."""
+        return self.properties.message_type
+
+    @property
+    def headers(self) -> Mapping[str, object] | None:
+        """The AMQP ``headers`` table."""
+        return self.properties.headers
+
+    @property
+    def user_id(self) -> str | None:
+        """The AMQP ``user_id`` property."""
+        return self.properties.user_id
+
+    async def ack(self) -> None:
+        """Acknowledge the delivery."""
+        await self._channel.basic_ack(self._tag)
+
+    async def reject(self, *, requeue: bool = False) -> None:
+        """Refuse the delivery: requeue it, or dead-letter it."""
+        await self._channel.basic_reject(self._tag, requeue=requeue)
+
+    async def nack(self, *, requeue: bool = True) -> None:
+        """Refuse the delivery, requeued by default."""
+        await self._channel.basic_nack(self._tag, requeue=requeue)
+
+
+DeliveryCallback = Callable[[Delivery], Awaitable[None]]
+"""Handles one delivery; runs in the task aiormq starts for it (cancelled with the channel)."""
+
+
+class DeliveryConsumer:
+    """Consumes one queue with acks on a robust channel, again after every reconnect.
+
+    Each delivery goes to ``callback`` as a ``Delivery``, in the task aiormq starts for it:
+    aio-pika's ``Queue.consume`` would wrap it in an ``IncomingMessage`` and run the
+    callback in a second task.
+    """
+
+    def __init__(
+        self, channel: AbstractRobustChannel, queue: str, callback: DeliveryCallback
+    ) -> None:
+        self._channel = channel
+        self._queue = queue
+        self._callback = callback
+        self._underlay: aiormq.abc.AbstractChannel | None = None
+        self._tag: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<DeliveryConsumer queue={self._queue!r} tag={self._tag!r}>"
+
+    async def start(self) -> None:
+        """Start consuming; the robust channel's reopen starts it again."""
+        self._channel.reopen_callbacks.add(self._restart)
+        await self._consume()
+
+    async def cancel(self) -> None:
+        """Stop taking deliveries (``basic.cancel``); those taken are still settled."""
+        self._channel.reopen_callbacks.discard(self._restart)
+        underlay, tag, self._tag = self._underlay, self._tag, None
+        if underlay is not None and tag is not None and not underlay.is_closed:
+            await underlay.basic_cancel(tag)
+
+    async def _consume(self) -> None:
+        self._underlay = await self._channel.get_underlay_channel()
+        ok = await self._underlay.basic_consume(self._queue, self._deliver, no_ack=False)
+        self._tag = ok.consumer_tag
+
+    async def _restart(self, *_: Any) -> None:
+        # As for feeds: the robust channel restored the queue, not this consumer.
+        await self._consume()
+
+    async def _deliver(self, message: aiormq.abc.DeliveredMessage) -> None:
+        await self._callback(Delivery(message))
 
 
 class FeedConsumer:

@@ -19,7 +19,7 @@ from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
-from agentbus.bus._amqp import FeedConsumer
+from agentbus.bus._amqp import DeliveryConsumer, FeedConsumer
 from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dead_letters import DeadLetters
@@ -95,7 +95,7 @@ class Bus(BaseBus):
         self._connection: AbstractRobustConnection | None = None
         self._audit: AuditTrail | None = None
         self._instance_queue: AbstractQueue | None = None
-        self._service_consumers: list[tuple[AbstractQueue, str]] = []
+        self._service_consumers: list[DeliveryConsumer] = []
 
     async def open(self) -> Self:
         """Connect, declare the topology and start consuming the instance queue.
@@ -197,7 +197,7 @@ class Bus(BaseBus):
         dispatcher.audit = self._audit = self._open_audit()
         # Never cancelled by itself: closing the connection ends it, without a round trip
         # that a stalled network would hold up.
-        await queue.consume(dispatcher.on_message, no_ack=False)
+        await DeliveryConsumer(instance_channel, queue.name, dispatcher.on_message).start()
 
     def _open_audit(self) -> AuditTrail | None:
         """Start the audit trail, per ``settings.audit`` (it finds its stream by itself)."""
@@ -230,8 +230,9 @@ class Bus(BaseBus):
             )
             for kind in ("request", "event"):
                 await queue.bind(self.topology.exchange, routing_key=f"agent.{service}.{kind}")
-            tag = await queue.consume(self._dispatcher.on_service_message, no_ack=False)
-        self._service_consumers.append((queue, tag))
+            consumer = DeliveryConsumer(channel, queue.name, self._dispatcher.on_service_message)
+            await consumer.start()
+        self._service_consumers.append(consumer)
 
     def _service_args(self) -> dict[str, Any]:
         arguments: dict[str, Any] = {
@@ -312,22 +313,24 @@ class Bus(BaseBus):
         if quorum:
             arguments["x-queue-type"] = "quorum"
 
-        async def open_() -> tuple[AbstractRobustChannel, AbstractQueue, str]:
+        async def open_() -> tuple[AbstractRobustChannel, AbstractQueue, DeliveryConsumer]:
             assert self._dispatcher is not None
             with map_transport_errors():
                 channel = await self._channel(prefetch=_REPLY_PREFETCH)
                 try:
                     declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
-                    return channel, declared, await declared.consume(self._dispatcher.on_message)
+                    consumer = DeliveryConsumer(channel, queue, self._dispatcher.on_message)
+                    await consumer.start()
                 except BaseException:
                     await _bounded(channel.close())
                     raise
+                return channel, declared, consumer
 
         # Right after a reconnect (a plan taken over then) channels are still coming back.
-        channel, declared, tag = await through_reconnects(open_, seconds=_RECONNECT_WAIT)
+        channel, declared, consumer = await through_reconnects(open_, seconds=_RECONNECT_WAIT)
 
         async def stop(delete: bool) -> None:
-            await _bounded(declared.cancel(tag))
+            await _bounded(consumer.cancel())
             if delete:
                 await _bounded(declared.delete(if_unused=False, if_empty=False))
             await _bounded(channel.close())
@@ -358,7 +361,7 @@ class Bus(BaseBus):
         # The instance consumer ends with the connection (see _declare).
         consumers = list(self._service_consumers)
         self._service_consumers.clear()
-        await asyncio.gather(*(_bounded(queue.cancel(tag)) for queue, tag in consumers))
+        await asyncio.gather(*(_bounded(consumer.cancel()) for consumer in consumers))
 
     def _delivery_tasks(self) -> set[asyncio.Task[Any]]:
         # aiormq starts a task per delivery; the dispatcher tracks each once it runs.

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable, Mapping
 
-from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractRobustChannel
+from aio_pika.abc import AbstractExchange, AbstractRobustChannel
 from pamqp.commands import Basic
 
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
 from agentbus._logging import get_logger
-from agentbus.bus._amqp import basic_publish, is_cancelled_under_us, is_nack, message_properties
+from agentbus.bus._amqp import (
+    Delivery,
+    basic_publish,
+    is_cancelled_under_us,
+    is_nack,
+    message_properties,
+)
 from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
 from agentbus.bus._stats import BusStats
@@ -85,10 +92,10 @@ class Publisher:
 
     async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None:
         """Publish a copy of a delivery, ``headers`` added, with its routing key again."""
-        if not isinstance(message, AbstractIncomingMessage):
+        if not isinstance(message, Delivery):
             raise TypeError(f"not a delivery from RabbitMQ: {message!r}")
-        properties = message.properties
-        properties.headers = {**(message.headers or {}), **headers}
+        properties = copy.copy(message.properties)
+        properties.headers = {**(properties.headers or {}), **headers}
         key = message.routing_key or ""
         await self._send(
             self._exchange.name, key, message.body, properties, mandatory=True, timeout=None

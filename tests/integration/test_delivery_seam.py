@@ -19,7 +19,10 @@ FIELDS = ("body", "message_id", "correlation_id", "reply_to", "type", "headers",
 
 
 async def _queue(channel: aio_pika.abc.AbstractChannel) -> aio_pika.abc.AbstractQueue:
-    return await channel.declare_queue(f"seam-{uuid.uuid4().hex[:10]}", auto_delete=True)
+    # Not auto-delete: cancelling the one consumer would delete it.
+    return await channel.declare_queue(
+        f"seam-{uuid.uuid4().hex[:10]}", arguments={"x-expires": 60_000}
+    )
 
 
 async def test_a_delivery_reads_what_aio_pika_reads_and_settles_as_the_broker_says(
@@ -56,6 +59,7 @@ async def test_a_delivery_reads_what_aio_pika_reads_and_settles_as_the_broker_sa
         await channel.default_exchange.publish(message, routing_key=queue.name)
         left = await queue.get(timeout=5)  # the consumer is gone: the message waits
         await left.ack()
+        await queue.delete()
     finally:
         await connection.close()
 

@@ -23,10 +23,13 @@ import aiormq.exceptions
 from aio_pika.abc import AbstractRobustChannel
 from pamqp.commands import Basic
 
+from agentbus.bus._topology import DIRECT_REPLY_TO
+
 __all__ = [
     "Delivery",
     "DeliveryCallback",
     "DeliveryConsumer",
+    "DirectReplyTo",
     "FeedCallback",
     "FeedConsumer",
     "basic_publish",
@@ -79,14 +82,20 @@ async def basic_publish(
     properties: Basic.Properties,
     mandatory: bool,
     timeout: float,
+    direct: DirectReplyTo | None = None,
 ) -> bool:
     """Publish on ``channel`` and wait for the confirm; return whether it came back unroutable.
+
+    ``direct``: the properties' ``reply_to`` is direct reply-to's, taken on this channel by
+    ``direct`` (its fallback queue instead while that consumer is not there).
 
     Raises what aiormq raises (translate it with ``agentbus.bus._errors.translate``).
     """
     if channel.is_closed:
         raise aiormq.exceptions.ChannelInvalidStateError(f"{channel!r} is closed")
     underlay = await channel.get_underlay_channel()
+    if direct is not None:
+        properties.reply_to = direct.reply_to(underlay)
     # aiormq bounds the confirm wait itself: no second timer on the hot path.
     result = await underlay.basic_publish(
         body,
@@ -105,11 +114,12 @@ class Delivery:
 
     __slots__ = ("_channel", "_tag", "body", "properties", "redelivered", "routing_key")
 
-    def __init__(self, message: aiormq.abc.DeliveredMessage) -> None:
+    def __init__(self, message: aiormq.abc.DeliveredMessage, *, acked: bool = False) -> None:
         deliver = message.delivery
         assert isinstance(deliver, Basic.Deliver)
         self._channel = message.channel
-        self._tag: int = deliver.delivery_tag or 0
+        # None: consumed without acks, so there is nothing to settle.
+        self._tag: int | None = None if acked else deliver.delivery_tag or 0
         self.body = message.body
         self.properties = message.header.properties
         self.redelivered = deliver.redelivered
@@ -150,15 +160,18 @@ class Delivery:
 
     async def ack(self) -> None:
         """Acknowledge the delivery."""
-        await self._channel.basic_ack(self._tag)
+        if self._tag is not None:
+            await self._channel.basic_ack(self._tag)
 
     async def reject(self, *, requeue: bool = False) -> None:
         """Refuse the delivery: requeue it, or dead-letter it."""
-        await self._channel.basic_reject(self._tag, requeue=requeue)
+        if self._tag is not None:
+            await self._channel.basic_reject(self._tag, requeue=requeue)
 
     async def nack(self, *, requeue: bool = True) -> None:
         """Refuse the delivery, requeued by default."""
-        await self._channel.basic_nack(self._tag, requeue=requeue)
+        if self._tag is not None:
+            await self._channel.basic_nack(self._tag, requeue=requeue)
 
 
 DeliveryCallback = Callable[[Delivery], Awaitable[None]]
@@ -166,19 +179,26 @@ DeliveryCallback = Callable[[Delivery], Awaitable[None]]
 
 
 class DeliveryConsumer:
-    """Consumes one queue with acks on a robust channel, again after every reconnect.
+    """Consumes one queue on a robust channel, again after every reconnect.
 
     Each delivery goes to ``callback`` as a ``Delivery``, in the task aiormq starts for it:
     aio-pika's ``Queue.consume`` would wrap it in an ``IncomingMessage`` and run the
-    callback in a second task.
+    callback in a second task. ``no_ack``: the broker counts each delivery settled as it
+    sends it (settling the ``Delivery`` does nothing).
     """
 
     def __init__(
-        self, channel: AbstractRobustChannel, queue: str, callback: DeliveryCallback
+        self,
+        channel: AbstractRobustChannel,
+        queue: str,
+        callback: DeliveryCallback,
+        *,
+        no_ack: bool = False,
     ) -> None:
         self._channel = channel
         self._queue = queue
         self._callback = callback
+        self._no_ack = no_ack
         self._underlay: aiormq.abc.AbstractChannel | None = None
         self._tag: str | None = None
 
@@ -197,9 +217,14 @@ class DeliveryConsumer:
         if underlay is not None and tag is not None and not underlay.is_closed:
             await underlay.basic_cancel(tag)
 
+    def is_consuming_on(self, underlay: aiormq.abc.AbstractChannel) -> bool:
+        """Tell whether the broker has this consumer on ``underlay`` (consume-ok came)."""
+        return self._tag is not None and underlay is self._underlay and not underlay.is_closed
+
     async def _consume(self) -> None:
+        self._tag = None
         self._underlay = await self._channel.get_underlay_channel()
-        ok = await self._underlay.basic_consume(self._queue, self._deliver, no_ack=False)
+        ok = await self._underlay.basic_consume(self._queue, self._deliver, no_ack=self._no_ack)
         self._tag = ok.consumer_tag
 
     async def _restart(self, *_: Any) -> None:
@@ -207,7 +232,35 @@ class DeliveryConsumer:
         await self._consume()
 
     async def _deliver(self, message: aiormq.abc.DeliveredMessage) -> None:
-        await self._callback(Delivery(message))
+        await self._callback(Delivery(message, acked=self._no_ack))
+
+
+class DirectReplyTo:
+    """RabbitMQ's direct reply-to on a publishing channel: replies with no queue, no acks.
+
+    A request published on ``channel`` with ``reply_to`` ``amq.rabbitmq.reply-to`` is
+    answered straight to this channel's consumer. The broker closes a channel that
+    publishes so without that consumer, as it is in the moment after a reopen: then
+    requests name ``fallback`` (a queue of this bus's) instead. Replies on their way when
+    the channel closes are lost, as direct reply-to goes.
+    """
+
+    def __init__(
+        self, channel: AbstractRobustChannel, callback: DeliveryCallback, *, fallback: str
+    ) -> None:
+        self._consumer = DeliveryConsumer(channel, DIRECT_REPLY_TO, callback, no_ack=True)
+        self._fallback = fallback
+
+    def __repr__(self) -> str:
+        return f"<DirectReplyTo fallback={self._fallback!r}>"
+
+    async def start(self) -> None:
+        """Start taking replies; the robust channel's reopen starts it again."""
+        await self._consumer.start()
+
+    def reply_to(self, underlay: aiormq.abc.AbstractChannel) -> str:
+        """Return the ``reply_to`` of a request published on ``underlay`` now."""
+        return DIRECT_REPLY_TO if self._consumer.is_consuming_on(underlay) else self._fallback
 
 
 class FeedConsumer:

@@ -29,7 +29,7 @@ from agentbus.bus._rates import SenderRates
 from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
-from agentbus.bus._topology import Topology
+from agentbus.bus._topology import DIRECT_REPLY_TO, Topology
 from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
     BROADCAST,
@@ -86,6 +86,7 @@ class BaseBus(abc.ABC):
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else _dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
+        self._direct_replies = False  # whether transient requests are answered by direct reply-to
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
         self._feeds: list[Feed] = []
@@ -357,8 +358,10 @@ class BaseBus(abc.ABC):
         """Send a request to an instance or service and wait for its response.
 
         ``persistent=False`` sends it transient: not written to disk by the broker, so
-        quicker, and lost if the broker restarts before it is served. For calls whose
-        timeout is short, where surviving a broker restart buys nothing.
+        quicker, and lost if the broker restarts before it is served; on RabbitMQ its
+        answer comes by direct reply-to (no reply queue, no acks; without ``on_progress``),
+        lost if this bus's connection drops meanwhile. For calls whose timeout is short,
+        where surviving a broker restart or a reconnect buys nothing.
 
         ``on_progress`` is called with every ``in_progress`` response that comes first:
         the skill's start, its progress and its partial results, in order.
@@ -409,12 +412,18 @@ class BaseBus(abc.ABC):
         Works while the bus drains, so a handler can finish work that needs requests.
         """
         publisher = self._require_publisher()
-        # Replies come straight to this instance's queue (the default exchange), not
-        # through the topic exchange's bindings: one less routing step.
+        if reply_to is None:
+            # Replies come straight to this instance's queue (the default exchange), not
+            # through the topic exchange's bindings: one less routing step. A transient
+            # request's, by direct reply-to where the broker has it: no queue at all. Not
+            # one that waits for progress: that comes by the instance queue, and only one
+            # path keeps it in order before the answer.
+            direct = self._direct_replies and not persistent and on_progress is None
+            reply_to = DIRECT_REPLY_TO if direct else self.topology.instance_queue(self.agent_id)
         return await self._requests.send(
             None if sent else publisher,
             envelope,
-            reply_to=reply_to or self.topology.instance_queue(self.agent_id),
+            reply_to=reply_to,
             timeout=timeout if timeout is not None else self.settings.request_timeout,
             on_progress=on_progress,
             persistent=persistent,

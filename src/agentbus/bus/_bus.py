@@ -19,7 +19,7 @@ from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
-from agentbus.bus._amqp import DeliveryConsumer, FeedConsumer
+from agentbus.bus._amqp import DeliveryConsumer, DirectReplyTo, FeedConsumer
 from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dead_letters import DeadLetters
@@ -165,18 +165,17 @@ class Bus(BaseBus):
         await self._declare_dead_letter_queue()
         assert self._connection is not None
         self._connection.reconnect_callbacks.add(self._on_reconnect)
-        dispatcher = self._started(
-            Publisher(
-                publish_channel,
-                exchange,
-                app_id=self._app_id,
-                max_size=self.settings.max_message_size,
-                default_timeout=self.settings.request_timeout,
-                stats=self.stats,
-                is_open=self._can_publish,
-                user_id=publisher_user_id(self.settings, self.agent_id),
-            )
+        publisher = Publisher(
+            publish_channel,
+            exchange,
+            app_id=self._app_id,
+            max_size=self.settings.max_message_size,
+            default_timeout=self.settings.request_timeout,
+            stats=self.stats,
+            is_open=self._can_publish,
+            user_id=publisher_user_id(self.settings, self.agent_id),
         )
+        dispatcher = self._started(publisher)
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.
         # x-expires removes it once this instance has been gone for a while.
@@ -198,6 +197,11 @@ class Bus(BaseBus):
         # Never cancelled by itself: closing the connection ends it, without a round trip
         # that a stalled network would hold up.
         await DeliveryConsumer(instance_channel, queue.name, dispatcher.on_message).start()
+        # Transient requests are answered by direct reply-to: no queue, no acks.
+        direct = DirectReplyTo(publish_channel, dispatcher.on_message, fallback=queue.name)
+        await direct.start()
+        publisher.direct = direct
+        self._direct_replies = True
 
     def _open_audit(self) -> AuditTrail | None:
         """Start the audit trail, per ``settings.audit`` (it finds its stream by itself)."""

@@ -13,6 +13,7 @@ from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unrou
 from agentbus._logging import get_logger
 from agentbus.bus._amqp import (
     Delivery,
+    DirectReplyTo,
     basic_publish,
     is_cancelled_under_us,
     is_nack,
@@ -21,7 +22,7 @@ from agentbus.bus._amqp import (
 from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
 from agentbus.bus._stats import BusStats
-from agentbus.bus._topology import reply_destination, routing_key
+from agentbus.bus._topology import DIRECT_REPLY_TO, reply_destination, routing_key
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 
 __all__ = ["Publisher"]
@@ -55,6 +56,8 @@ class Publisher:
         self._is_open = is_open
         self._reopening = asyncio.Lock()
         self._channel_generation = 0
+        self.direct: DirectReplyTo | None = None
+        """Takes the replies to requests sent with ``reply_to`` direct reply-to."""
 
     async def publish(
         self,
@@ -66,7 +69,11 @@ class Publisher:
         timeout: float | None = None,
         mandatory: bool = True,
     ) -> None:
-        """Publish ``envelope`` on the topic exchange with its contract routing key."""
+        """Publish ``envelope`` on the topic exchange with its contract routing key.
+
+        ``reply_to`` direct reply-to (``amq.rabbitmq.reply-to``) has the replies come to
+        ``direct``, without a queue.
+        """
         body = encode(envelope, max_size=self._max_size)
         await self._send(
             self._exchange.name,
@@ -75,6 +82,7 @@ class Publisher:
             self._properties(envelope, reply_to=reply_to, persistent=persistent, ttl=ttl),
             mandatory=mandatory,
             timeout=timeout,
+            direct=self.direct if reply_to == DIRECT_REPLY_TO else None,
         )
 
     async def publish_reply(
@@ -130,6 +138,7 @@ class Publisher:
         *,
         mandatory: bool,
         timeout: float | None,
+        direct: DirectReplyTo | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout if timeout is not None else self._default_timeout)
@@ -147,6 +156,7 @@ class Publisher:
                     properties=properties,
                     mandatory=mandatory,
                     timeout=max(deadline - loop.time(), 0.001),
+                    direct=direct,
                 )
             except TimeoutError as exc:
                 raise ConnectionLost(f"publish to {key!r} not confirmed in time") from exc

@@ -76,18 +76,21 @@ class ProgressStream:
         """Queue one transition of a subtask."""
         if self._sink is None:
             return
+        # One validation of a plain dict: cheaper than model_construct's Python loop.
         self._pending.append(
-            Progress.model_construct(
-                plan_id=self._plan_id,
-                subtask_id=record.id,
-                skill=record.skill,
-                transition=transition,
-                attempt=record.attempts,
-                agent_id=agent_id,
-                error=None if error is None else error.to_wire(),
-                detail=detail,
-                done=done,
-                total=self._total,
+            Progress.model_validate(
+                {
+                    "plan_id": self._plan_id,
+                    "subtask_id": record.id,
+                    "skill": record.skill,
+                    "transition": transition,
+                    "attempt": record.attempts,
+                    "agent_id": agent_id,
+                    "error": None if error is None else error.to_wire(),
+                    "detail": detail,
+                    "done": done,
+                    "total": self._total,
+                }
             )
         )
         if len(self._pending) >= _BATCH:

@@ -18,9 +18,6 @@ _TERMINAL: Final = frozenset(
     {SubtaskStatus.SUCCEEDED, SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.CANCELLED}
 )
 
-# Every field of an outcome is given when the aggregate is built: one shared set for all.
-_OUTCOME_FIELDS: Final = set(SubtaskOutcome.model_fields)
-
 
 @dataclass(slots=True)
 class SubtaskRecord:
@@ -54,23 +51,24 @@ class SubtaskRecord:
 
     def outcome(self) -> SubtaskOutcome:
         """Return the subtask's outcome, as the aggregate reports it."""
-        # Built by the runner from known-valid values: no validation needed.
         duration = None
         if self.started is not None and self.ended is not None:
             duration = round(self.ended - self.started, 6)
-        return SubtaskOutcome.model_construct(
-            _fields_set=_OUTCOME_FIELDS,
-            id=self.id,
-            skill=self.skill,
-            status=self.status,
-            result=self.result,
-            error=None if self.error is None else self.error.to_wire(),
-            attempts=self.attempts,
-            agents=self.agents or [],
-            started_at=_datetime(self.started),
-            ended_at=_datetime(self.ended),
-            duration=duration,
-            usage=self.usage,
+        # One validation of a plain dict: cheaper than model_construct's Python loop.
+        return SubtaskOutcome.model_validate(
+            {
+                "id": self.id,
+                "skill": self.skill,
+                "status": self.status,
+                "result": self.result,
+                "error": None if self.error is None else self.error.to_wire(),
+                "attempts": self.attempts,
+                "agents": self.agents or [],
+                "started_at": _datetime(self.started),
+                "ended_at": _datetime(self.ended),
+                "duration": duration,
+                "usage": self.usage,
+            }
         )
 
 

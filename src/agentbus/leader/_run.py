@@ -18,9 +18,7 @@ from agentbus.agents._agent import CANCELLED_BY_REQUEST, NOTIFY_START
 from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import (
     BROADCAST,
-    Metadata,
     RequestEnvelope,
-    RequestPayload,
     ResponseEnvelope,
     utcnow,
 )
@@ -292,10 +290,12 @@ class PlanRunner:
             receiver = in_flight.receiver if in_flight else await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
             return Failed(SubtaskError.of(exc))
-        # Built from known-valid values (ids from the validated plan, the bus's own id):
-        # no validation on the way out.
-        extra: dict[str, Any] = {NOTIFY_START: True, "plan_id": self.plan.id}
-        extra["subtask_id"] = subtask.id
+        metadata: dict[str, Any] = {
+            "deadline": utcnow() + timedelta(seconds=timeout),
+            NOTIFY_START: True,
+            "plan_id": self.plan.id,
+            "subtask_id": subtask.id,
+        }
         # The plan's trace (its run_plan request's) goes on to every subtask.
         span = start_span(
             f"plan step {subtask.id}",
@@ -305,20 +305,21 @@ class PlanRunner:
         )
         trace = child_trace(span, self._trace)
         if trace is not None:
-            extra["trace"] = trace
-        metadata = Metadata.model_construct(deadline=utcnow() + timedelta(seconds=timeout), **extra)
-        fields: dict[str, Any] = {}
+            metadata["trace"] = trace
+        fields: dict[str, Any] = {
+            "sender_id": self._bus.agent_id,
+            "receiver_id": receiver,
+            "payload": {"action": subtask.skill, "parameters": parameters},
+            "metadata": metadata,
+        }
         if self._journal is not None:  # the same id whichever leader sends it
             fields["message_id"] = self._journal.message_id(subtask.id, record.attempts)
             if in_flight is None:
-                await self._journal.sent(subtask.id, record.attempts, **fields, receiver=receiver)
-        request = RequestEnvelope.model_construct(
-            sender_id=self._bus.agent_id,
-            receiver_id=receiver,
-            payload=RequestPayload.model_construct(action=subtask.skill, parameters=parameters),
-            metadata=metadata,
-            **fields,
-        )
+                await self._journal.sent(
+                    subtask.id, record.attempts, message_id=fields["message_id"], receiver=receiver
+                )
+        # One validation of plain dicts: half the cost of model_construct's Python loop.
+        request = RequestEnvelope.model_validate(fields)
         result: AttemptResult | None = None
         try:
             result = await self._send(request, timeout, record, tried)
@@ -375,12 +376,12 @@ class PlanRunner:
 
     async def _send_cancel(self, flight: Flight) -> None:
         # To the instance holding the work when known, else to everyone: whoever has it stops.
-        cancel = RequestEnvelope.model_construct(
-            sender_id=self._bus.agent_id,
-            receiver_id=flight.holder or BROADCAST,
-            payload=RequestPayload.model_construct(
-                action="cancel", parameters={"message_id": flight.message_id}
-            ),
+        cancel = RequestEnvelope.model_validate(
+            {
+                "sender_id": self._bus.agent_id,
+                "receiver_id": flight.holder or BROADCAST,
+                "payload": {"action": "cancel", "parameters": {"message_id": flight.message_id}},
+            }
         )
         try:
             await self._bus.publish(cancel, persistent=False, mandatory=False, timeout=5)

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from agentbus import Agent, Leader, PlanClient, RemoteError, Settings, current_request, skill
+from agentbus.envelopes import RequestEnvelope, RequestPayload
 from agentbus.leader import PlanStatus
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
@@ -175,3 +176,35 @@ async def test_a_request_as_a_task_is_looked_up_by_its_id_after_its_requester_we
     assert (outcome.id, outcome.status.value, outcome.result) == ("task", "succeeded", 2)
     assert answered.subtask("task").result == 42
     assert answered.plan_id.startswith("plan-")
+
+
+async def test_a_durable_plan_cancelled_by_request_ends_and_is_not_taken_over() -> None:
+    """A cancel request for the run_plan: its requester is told ``cancelled``, the step
+    running is cancelled, the journal says the plan ended, and a later leader neither
+    runs it again nor reports it running."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        run_plan = RequestEnvelope(
+            sender_id="client-1",
+            receiver_id="leader",
+            payload=RequestPayload(action="run_plan", parameters={"plan": _chain(4, hold_at=1)}),
+        )
+        async with Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2):
+            asking = asyncio.create_task(client.send_request(run_plan, timeout=30))
+            await asyncio.wait_for(Steps.holding.wait(), 10)
+            await client.request("leader-1", "cancel", {"message_id": run_plan.message_id})
+            with pytest.raises(RemoteError) as caught:
+                await asking
+        async with Leader(bus=_bus(broker, "leader-2"), durable=True, heartbeat_interval=0.2):
+            journaled = await PlanClient(client).status("chain")
+
+    assert caught.value.code == "cancelled"
+    assert journaled.state == "ended"
+    assert journaled.leader == "leader-1"
+    # s0 ran and s1 was stopped while it held; s2 and s3 never ran, under any leader.
+    assert sorted(Steps.runs.values()) == [1, 1]
+    assert not [q for q in broker.queues if ".replies.plan-" in q]  # its replies queue went

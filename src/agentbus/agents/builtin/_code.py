@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -82,12 +83,23 @@ def is_hotspot(block: FunctionMetrics) -> bool:
     return block.kind != "class" and block.complexity >= HOTSPOT_COMPLEXITY
 
 
+# CPython 3.11 counts the AST constructor's recursion in state all threads share: two
+# parses at once in worker threads can fail with "SystemError: AST constructor recursion
+# depth mismatch" (seen in the demo). Parsing holds the GIL anyway: one at a time.
+_PARSING: Final = threading.Lock()
+
+
 def analyze_source(source: str, path: str = "<source>") -> FileMetrics:
     """Measure Python source: raw line counts, complexity per block, maintainability.
 
     Raises:
         InvalidParameters: the source is not valid Python; names the line.
     """
+    with _PARSING:
+        return _analyze(source, path)
+
+
+def _analyze(source: str, path: str) -> FileMetrics:
     try:
         tree = ast.parse(source, filename=path)
         raw = raw_metrics(source)

@@ -48,6 +48,8 @@ class Wordsmith(AgentExecutor):
     def __init__(self) -> None:
         self.asked: list[str] = []
         self.cancelled: list[str] = []
+        self.hold_first_event: asyncio.Event | None = None
+        """Set to an event: each task's first event waits for it (the stream names no task)."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.message is not None
@@ -55,6 +57,8 @@ class Wordsmith(AgentExecutor):
         assert context.context_id
         skill = MessageToDict(context.message.metadata).get("skill", "reverse")
         self.asked.append(skill)
+        if self.hold_first_event is not None:
+            await self.hold_first_event.wait()
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         if context.current_task is None:
             await event_queue.enqueue_event(

@@ -103,9 +103,10 @@ async def test_working_updates_are_in_progress_replies(team: Team, remote: Remot
     assert [(p["agent_id"], p["message"]) for p in progress] == [("words-1", "waiting 0.3s")]
 
 
-async def test_a_bus_cancel_cancels_the_a2a_task(team: Team, remote: Remote) -> None:
-    """The bus cancel reaches the external agent as CancelTask; the requester gets cancelled."""
-    agent = await on_the_bus(team, remote)
+async def _wait_then_cancel(
+    team: Team, remote: Remote, agent: RemoteA2AAgent
+) -> asyncio.Task[ResponseEnvelope]:
+    """Ask the Wordsmith to wait a minute; once it has the request, broadcast its cancel."""
     request = RequestEnvelope(
         sender_id=team.client.agent_id,
         receiver_id=SERVICE,
@@ -119,6 +120,30 @@ async def test_a_bus_cancel_cancels_the_a2a_task(team: Team, remote: Remote) -> 
         payload=RequestPayload(action="cancel", parameters={"message_id": request.message_id}),
     )
     await team.client.publish(cancel, mandatory=False)
+    return waiting
+
+
+async def test_a_bus_cancel_cancels_the_a2a_task(team: Team, remote: Remote) -> None:
+    """The bus cancel reaches the external agent as CancelTask; the requester gets cancelled."""
+    agent = await on_the_bus(team, remote)
+    waiting = await _wait_then_cancel(team, remote, agent)
+    with pytest.raises(RemoteError) as caught:
+        await waiting
+    assert caught.value.envelope.payload.code == "cancelled"
+    await wait_until(lambda: len(remote.executor.cancelled) == 1, 10)
+
+
+async def test_a_cancel_before_the_stream_names_the_task_still_reaches_it(
+    team: Team, remote: Remote
+) -> None:
+    """A cancel that comes before the A2A agent's first event (no task id known yet): the
+    bridge waits for the id, then sends CancelTask."""
+    agent = await on_the_bus(team, remote)
+    remote.executor.hold_first_event = first_event = asyncio.Event()
+    waiting = await _wait_then_cancel(team, remote, agent)
+    # The bridge has the cancel; only then does the A2A agent say which task it runs.
+    await wait_until(lambda: any(w.cancelled_by_request for w in agent._work.values()), 10)
+    first_event.set()
     with pytest.raises(RemoteError) as caught:
         await waiting
     assert caught.value.envelope.payload.code == "cancelled"

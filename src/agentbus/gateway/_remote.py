@@ -15,6 +15,7 @@ cancels the A2A task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from typing import Any
 
@@ -51,6 +52,7 @@ _NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 _FIRST_PAUSE = 0.2  # seconds between tries for the card, doubling
 _MAX_PAUSE = 2.0
+_NAMED_WITHIN = 5.0  # s: how long a cancelled forward waits for the remote task's id
 
 
 class RemoteA2AAgent(Agent):
@@ -139,21 +141,39 @@ class RemoteA2AAgent(Agent):
 
     async def forward(self, skill: str, parameters: dict[str, Any]) -> Any:
         """Send ``parameters`` to the A2A agent's ``skill``; return the task's result."""
+        remote = _RemoteTask()
+        # The exchange runs in a task of its own: cancelled in its first moments, before the
+        # stream has named the remote task, this call waits for the name (briefly) so that
+        # the CancelTask still reaches the A2A agent.
+        exchange = asyncio.ensure_future(self._exchange(skill, parameters, remote))
+        try:
+            return await asyncio.shield(exchange)
+        except asyncio.CancelledError:
+            if not exchange.done():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_NAMED_WITHIN):
+                        await remote.named.wait()
+                exchange.cancel()
+                await asyncio.gather(exchange, return_exceptions=True)
+            if remote.id:
+                await asyncio.shield(self._cancel_remote(remote.id))
+            raise
+
+    async def _exchange(self, skill: str, parameters: dict[str, Any], remote: _RemoteTask) -> Any:
         assert self._client is not None
-        message = _message(skill, parameters)
-        request = a2a.SendMessageRequest(message=message)
-        task_id = ""
+        request = a2a.SendMessageRequest(message=_message(skill, parameters))
         try:
             task: a2a.Task | None = None
             async for event in self._client.send_message(request):
                 kind = event.WhichOneof("payload")
                 if kind == "task":
-                    task, task_id = event.task, event.task.id
+                    task = event.task
+                    remote.name(task.id)
                 elif kind == "status_update":
-                    task_id = event.status_update.task_id
+                    remote.name(event.status_update.task_id)
                     await self._progress(event.status_update.status)
                 elif kind == "artifact_update":
-                    task_id = event.artifact_update.task_id
+                    remote.name(event.artifact_update.task_id)
                     artifact = event.artifact_update.artifact
                     if _partial(artifact) is not False:  # not marked as the whole result
                         await send_partial(_result(list(artifact.parts)))
@@ -163,11 +183,7 @@ class RemoteA2AAgent(Agent):
                 *_FAILED,
                 a2a.TaskState.TASK_STATE_COMPLETED,
             ):
-                task = await self._client.get_task(a2a.GetTaskRequest(id=task_id))
-        except asyncio.CancelledError:
-            if task_id:
-                await asyncio.shield(self._cancel_remote(task_id))
-            raise
+                task = await self._client.get_task(a2a.GetTaskRequest(id=remote.id))
         except (A2AError, A2AClientError, httpx.HTTPError) as exc:
             raise AgentBusError(
                 f"the A2A agent at {self.url} failed: {exc}", code=ErrorCode.AGENT_UNAVAILABLE
@@ -188,6 +204,21 @@ class RemoteA2AAgent(Agent):
             await self._client.cancel_task(a2a.CancelTaskRequest(id=task_id))
         except (A2AError, A2AClientError, httpx.HTTPError) as exc:
             self._log.info("A2A task not cancelled", task_id=task_id, error=str(exc))
+
+
+class _RemoteTask:
+    """The A2A task a forward started: its id, once the stream names it."""
+
+    __slots__ = ("id", "named")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.named = asyncio.Event()
+
+    def name(self, task_id: str) -> None:
+        if task_id and not self.id:
+            self.id = task_id
+            self.named.set()
 
 
 class _RemoteSkill(SkillSpec):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -12,7 +12,8 @@ import pytest
 from agentbus import Agent, RemoteError, Settings, skill
 from agentbus.agents import report_progress
 from agentbus.agents._traffic import LATENCY_BUCKETS, Traffic
-from agentbus.dashboard import Changes, Dashboard, TrafficBoard
+from agentbus.bus import DeadLetter, DeadLetters
+from agentbus.dashboard import Changes, Dashboard, DeadLetterBoard, TrafficBoard
 from agentbus.dashboard._traffic import quantile
 from agentbus.leader import Leader, PlanClient
 from agentbus.registry import Registry
@@ -246,3 +247,53 @@ async def test_a_durable_plan_cancelled_from_the_board_ends_and_is_not_handed_ov
     [journal] = broker.journals.values()
     records = [record for _, body in journal for record in orjson.loads(body)["records"]]
     assert [r["status"] for r in records if r["kind"] == "ended"] == ["failed"]
+
+
+class FlakyDeadLetters:
+    """A dead-letter queue whose first looks fail with an error no one mapped."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.letters: list[DeadLetter] = []
+
+    async def count(self) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("channel is closing")
+        return len(self.letters)
+
+    async def browse(self, limit: int = 200) -> list[DeadLetter]:
+        return self.letters[:limit]
+
+
+async def test_the_dead_letter_board_keeps_watching_after_an_unexpected_error() -> None:
+    """An error the transport did not map shows on the board; the next look recovers."""
+    queue = FlakyDeadLetters(failures=2)
+    moved: list[int] = []
+    board = DeadLetterBoard(
+        cast(DeadLetters, queue), on_change=lambda: moved.append(1), watch_every=0.01
+    )
+    await board.start()
+    try:
+        await wait_until(lambda: board.snapshot()["error"] is not None)
+        assert "RuntimeError: channel is closing" in board.snapshot()["error"]
+        queue.letters.append(
+            DeadLetter(
+                id="poison",
+                reason="expired",
+                queue="svc",
+                exchange="team",
+                routing_key="agent.svc.request",
+                sender_id="client",
+                dead_lettered_at=None,
+                deaths=1,
+                size=2,
+                body="{}",
+                truncated=False,
+            )
+        )
+        await wait_until(lambda: board.snapshot()["shown"] == 1)
+    finally:
+        await board.aclose()
+    assert board.snapshot()["error"] is None
+    assert [letter["id"] for letter in board.snapshot()["letters"]] == ["poison"]

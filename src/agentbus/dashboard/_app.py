@@ -68,7 +68,11 @@ def create_app(
 
     async def state(request: Request) -> Response:
         dashboard = get_dashboard()
+        # Each snapshot is at least as new as its version: the page drops an older one
+        # that arrives after it (this answer and the event stream race on page load).
+        versions = dashboard.changes.versions()
         body: dict[str, Any] = {topic: dashboard.snapshot(topic) for topic in TOPICS}
+        body["versions"] = versions
         body["actions"] = settings.token is not None
         return _JSON(body, headers={"Cache-Control": "no-store"})
 
@@ -84,7 +88,7 @@ def create_app(
                 seen = dashboard.changes.versions()
                 for topic in changed:
                     data = orjson.dumps(dashboard.snapshot(topic)).decode()
-                    yield {"event": topic, "data": data}
+                    yield {"event": topic, "id": str(seen[topic]), "data": data}
                 await asyncio.sleep(_COALESCE)  # a rate bound, not a wait for a condition
 
         return EventSourceResponse(stream(), ping=int(_KEEPALIVE), headers=_HEADERS)
@@ -120,12 +124,16 @@ def create_app(
 
     async def dead_letters(request: Request) -> Response:
         # Looking is read-only: every message goes back to the queue (see DeadLetters).
-        board = get_dashboard().dead_letters
+        dashboard = get_dashboard()
         try:
-            await board.refresh()
+            await dashboard.dead_letters.refresh()
         except AgentBusError as exc:
             return _error(409, str(exc))
-        return _JSON(board.snapshot(), headers={"Cache-Control": "no-store"})
+        version = str(dashboard.changes.versions()["dead_letters"])
+        return _JSON(
+            dashboard.dead_letters.snapshot(),
+            headers={"Cache-Control": "no-store", "X-Board-Version": version},
+        )
 
     async def settle(request: Request, how: str) -> dict[str, Any]:
         try:

@@ -117,11 +117,11 @@ class DeadLetterBoard:
         while True:
             try:
                 count = await self._queue.count()
-            except AgentBusError as exc:
-                if self._error is None:
-                    self._error = f"{type(exc).__name__}: {exc}"
-                    self._on_change()
-            else:
                 if count != self._count or self._error is not None:
                     await self.refresh()
+            except Exception as exc:  # the board keeps watching whatever the broker said
+                if self._error is None:
+                    _log.warning("dead-letter queue not readable", error=str(exc))
+                    self._error = f"{type(exc).__name__}: {exc}"
+                    self._on_change()
             await asyncio.sleep(self._watch_every)

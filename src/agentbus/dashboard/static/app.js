@@ -263,7 +263,7 @@ async function refreshDeadLetters() {
   const response = await fetch("/api/dead-letters", { cache: "no-store" });
   const body = await response.json();
   if (!response.ok) notice(`dead letters: ${body.error}`, "error");
-  else render("dead_letters", body);
+  else render("dead_letters", body, Number(response.headers.get("X-Board-Version")));
 }
 
 async function settle(how, ids) {
@@ -337,8 +337,15 @@ const renderers = {
   dead_letters: renderDeadLetters,
 };
 const latest = {};
+const versions = {};
 
-function render(topic, data) {
+// A snapshot older than the one shown is dropped: the first load and the event
+// stream race, and the later answer may hold the older board.
+function render(topic, data, version) {
+  if (version !== undefined && !Number.isNaN(version)) {
+    if (version < (versions[topic] ?? -1)) return;
+    versions[topic] = version;
+  }
   latest[topic] = data;
   const renderer = renderers[topic];
   if (renderer) renderer(data);
@@ -351,7 +358,9 @@ function refresh() {
 async function load() {
   const response = await fetch("/api/state", { cache: "no-store" });
   const body = await response.json();
-  for (const topic of Object.keys(renderers)) if (body[topic]) render(topic, body[topic]);
+  for (const topic of Object.keys(renderers)) {
+    if (body[topic]) render(topic, body[topic], body.versions?.[topic]);
+  }
 }
 
 function follow() {
@@ -360,7 +369,8 @@ function follow() {
   source.onopen = () => { live.textContent = "live"; live.dataset.state = "live"; };
   source.onerror = () => { live.textContent = "reconnecting"; live.dataset.state = "down"; };
   for (const topic of Object.keys(renderers)) {
-    source.addEventListener(topic, (event) => render(topic, JSON.parse(event.data)));
+    source.addEventListener(topic,
+      (event) => render(topic, JSON.parse(event.data), Number(event.lastEventId)));
   }
 }
 

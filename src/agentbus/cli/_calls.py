@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 import click
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus.bus import Bus
@@ -21,7 +21,15 @@ from agentbus.cli._render import (
     progress_text,
 )
 from agentbus.envelopes import BROADCAST, EnvelopeError, EventEnvelope, ResponseEnvelope, decode
-from agentbus.leader import Plan, PlanClient, PlanState, PlanStatus, Progress, SubtaskStatus
+from agentbus.leader import (
+    Plan,
+    PlanClient,
+    PlanState,
+    PlanStatus,
+    Progress,
+    SubtaskOutcome,
+    SubtaskStatus,
+)
 
 __all__ = ["agents", "plan", "publish", "request"]
 
@@ -189,7 +197,10 @@ async def _request_task(
             print_json(exc.envelope.model_dump(mode="json"))
             ctx.exit(1)
     (outcome,) = aggregate.subtasks
-    print_json(outcome.result if result_only else outcome.model_dump(mode="json"))
+    if result_only:
+        print_json(outcome.result)
+    else:
+        print_json(TypeAdapter(SubtaskOutcome).dump_python(outcome, mode="json"))
     ctx.exit(0 if outcome.status is SubtaskStatus.SUCCEEDED else 1)
 
 

@@ -21,7 +21,7 @@ _TERMINAL: Final = frozenset(
 
 @dataclass(slots=True)
 class SubtaskRecord:
-    """A subtask's state during the run; the pydantic ``SubtaskOutcome`` comes at the end.
+    """A subtask's state during the run; its ``SubtaskOutcome`` comes at the end.
 
     Times are ``time.time()`` floats: a third of a datetime's memory, per subtask.
     """
@@ -54,21 +54,18 @@ class SubtaskRecord:
         duration = None
         if self.started is not None and self.ended is not None:
             duration = round(self.ended - self.started, 6)
-        # One validation of a plain dict: cheaper than model_construct's Python loop.
-        return SubtaskOutcome.model_validate(
-            {
-                "id": self.id,
-                "skill": self.skill,
-                "status": self.status,
-                "result": self.result,
-                "error": None if self.error is None else self.error.to_wire(),
-                "attempts": self.attempts,
-                "agents": self.agents or [],
-                "started_at": _datetime(self.started),
-                "ended_at": _datetime(self.ended),
-                "duration": duration,
-                "usage": self.usage,
-            }
+        return SubtaskOutcome(
+            id=self.id,
+            skill=self.skill,
+            status=self.status,
+            result=self.result,
+            error=None if self.error is None else self.error.to_wire(),
+            attempts=self.attempts,
+            agents=self.agents or [],
+            started_at=_datetime(self.started),
+            ended_at=_datetime(self.ended),
+            duration=duration,
+            usage=self.usage,
         )
 
 

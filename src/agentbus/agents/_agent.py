@@ -335,6 +335,9 @@ class Agent:
                 self._work.pop(request.message_id, None)
                 if notice is not None:
                     notice.cancel()
+        # The arguments go before the result is dumped: a plan of thousands of subtasks
+        # would otherwise stay alive beside its aggregate's JSON.
+        del arguments
         if not reporter.usage:
             return spec.dump(result)
         return self._with_usage(request, spec.dump(result), dict(reporter.usage))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from unittest.mock import patch
 
 from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._dispatch import Dispatcher
@@ -23,6 +24,7 @@ from agentbus.envelopes import (
     RequestEnvelope,
     RequestPayload,
     ResponseEnvelope,
+    decode,
     encode,
 )
 
@@ -82,9 +84,13 @@ class _Delivery:
 class _Replies:
     def __init__(self) -> None:
         self.sent: list[Reply] = []
+        self.bodies: list[bytes | None] = []
 
-    async def publish_reply(self, reply: Reply, reply_to: str | None) -> None:
+    async def publish_reply(
+        self, reply: Reply, reply_to: str | None, body: bytes | None = None
+    ) -> None:
         self.sent.append(reply)
+        self.bodies.append(body)
 
     async def republish(self, message: object, headers: Mapping[str, int]) -> None:
         raise AssertionError("nothing is republished here")
@@ -200,3 +206,24 @@ async def test_a_copy_that_is_not_a_redelivery_does_not_wait() -> None:
     assert stats.duplicates == 1
     assert copy.settled == ["ack"]
     assert len(replies.sent) == 1
+
+
+async def test_a_reply_is_encoded_once_for_the_store_and_the_publisher() -> None:
+    """The bytes the store keeps for a duplicate are the bytes sent: one encode per reply."""
+    work = _Work()
+    work.finish.set()
+    dispatcher, replies, stats = _dispatcher(work)
+    first = _Delivery(_request())
+    with (
+        patch("agentbus.bus._dispatch.encode", wraps=encode) as by_dispatcher,
+        patch("agentbus.bus._dedup.encode", wraps=encode) as by_store,
+    ):
+        await dispatcher.on_service_message(first)
+    await dispatcher.on_service_message(_Delivery(first.request))  # published twice
+
+    assert (by_dispatcher.call_count, by_store.call_count) == (1, 0)
+    body = replies.bodies[0]
+    assert body is not None
+    assert decode(body) == replies.sent[0]
+    assert replies.sent[1] == replies.sent[0], "the duplicate is answered from the store"
+    assert stats.duplicates == 1

@@ -54,8 +54,17 @@ class DedupStore(Protocol):
         """Return the earlier sighting of ``message_id``, or record this one and return None."""
         ...
 
-    def complete(self, message_id: str, reply: Reply | None, reply_to: str | None) -> None:
-        """Keep the reply sent for ``message_id``, to answer a duplicate with it."""
+    def complete(
+        self,
+        message_id: str,
+        reply: Reply | None,
+        reply_to: str | None,
+        body: bytes | None = None,
+    ) -> None:
+        """Keep the reply sent for ``message_id``, to answer a duplicate with it.
+
+        ``body``: the reply as encoded for the wire, when the caller has it.
+        """
         ...
 
     def forget(self, message_id: str) -> None:
@@ -99,14 +108,21 @@ class DedupWindow:
             self._seen.popitem(last=False)
         return None
 
-    def complete(self, message_id: str, reply: Reply | None, reply_to: str | None) -> None:
+    def complete(
+        self,
+        message_id: str,
+        reply: Reply | None,
+        reply_to: str | None,
+        body: bytes | None = None,
+    ) -> None:
         """Keep the reply sent for ``message_id``, to answer a duplicate with it."""
         entry = self._seen.get(message_id)
         if entry is not None:
             try:
+                if body is None and reply is not None:
+                    body = encode(reply, max_size=None)
                 # Copied: orjson's output keeps a 4 KiB buffer however short the JSON is.
-                body = None if reply is None else bytes(memoryview(encode(reply, max_size=None)))
-                entry.reply = body
+                entry.reply = None if body is None else bytes(memoryview(body))
             except EnvelopeError:  # not JSON: the dispatcher answers with an error instead
                 entry.reply = reply
             entry.reply_to = reply_to

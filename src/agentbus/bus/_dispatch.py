@@ -31,6 +31,7 @@ from agentbus.envelopes import (
     RequestEnvelope,
     ResponseEnvelope,
     decode,
+    encode,
     is_valid_id,
     utcnow,
 )
@@ -53,7 +54,9 @@ _log = get_logger("agentbus.bus")
 class ReplyPublisher(Protocol):
     """Sends replies: the RabbitMQ ``Publisher``, or the in-memory bus's."""
 
-    async def publish_reply(self, reply: Reply, reply_to: str | None) -> None: ...
+    async def publish_reply(
+        self, reply: Reply, reply_to: str | None, body: bytes | None = None
+    ) -> None: ...
 
     async def republish(self, message: IncomingMessage, headers: Mapping[str, int]) -> None: ...
 
@@ -275,25 +278,14 @@ class Dispatcher:
         self, message: IncomingMessage, request: RequestEnvelope, reply: Reply
     ) -> Settle:
         reply_to = message.reply_to
-        # The work is done: remember its reply before sending it. If the channel closes
-        # now (this task is cancelled) the redelivered request is answered with it, not
-        # acked without an answer as if the work were still running.
-        self._dedup.complete(request.message_id, reply, reply_to)
         try:
-            try:
-                await self._publisher.publish_reply(reply, reply_to)
-            except EnvelopeError as exc:
-                # The result cannot be sent (not JSON, or over the size cap): say so instead.
-                # The request was fine, so this is a processing failure, not a bad envelope.
-                self._stats.handler_errors += 1
-                code = exc.code if exc.code == ErrorCode.PAYLOAD_TOO_LARGE else None
-                reply = request.error(
-                    code or ErrorCode.PROCESSING_FAILED,
-                    f"the result cannot be sent: {exc.message}",
-                    sender_id=self.agent_id,
-                )
-                self._dedup.complete(request.message_id, reply, reply_to)
-                await self._publisher.publish_reply(reply, reply_to)
+            # Encoded once: the store keeps these bytes and the publisher sends them.
+            reply, body = self._encoded(request, reply)
+            # The work is done: remember its reply before sending it. If the channel closes
+            # now (this task is cancelled) the redelivered request is answered with it, not
+            # acked without an answer as if the work were still running.
+            self._dedup.complete(request.message_id, reply, reply_to, body)
+            await self._publisher.publish_reply(reply, reply_to, body)
         except Unroutable:
             self._stats.replies_dropped += 1
             _log.info("reply dropped: the requester has gone", message_id=request.message_id)
@@ -303,6 +295,21 @@ class Dispatcher:
             return Settle.REQUEUE
         self._stats.requests_served += 1
         return Settle.ACK
+
+    def _encoded(self, request: RequestEnvelope, reply: Reply) -> tuple[Reply, bytes]:
+        try:
+            return reply, encode(reply, max_size=self._max_size)
+        except EnvelopeError as exc:
+            # The result cannot be sent (not JSON, or over the size cap): say so instead.
+            # The request was fine, so this is a processing failure, not a bad envelope.
+            self._stats.handler_errors += 1
+            code = exc.code if exc.code == ErrorCode.PAYLOAD_TOO_LARGE else None
+            error = request.error(
+                code or ErrorCode.PROCESSING_FAILED,
+                f"the result cannot be sent: {exc.message}",
+                sender_id=self.agent_id,
+            )
+            return error, encode(error, max_size=self._max_size)
 
     async def _rate_limit(
         self, message: IncomingMessage, request: RequestEnvelope, wait: float

@@ -103,7 +103,13 @@ class SqliteDedupStore:
         self._running[message_id] = now
         return None
 
-    def complete(self, message_id: str, reply: Reply | None, reply_to: str | None) -> None:
+    def complete(
+        self,
+        message_id: str,
+        reply: Reply | None,
+        reply_to: str | None,
+        body: bytes | None = None,
+    ) -> None:
         """Store the reply of ``message_id``, for any instance to answer a duplicate with."""
         if self._window == 0:
             return
@@ -112,7 +118,8 @@ class SqliteDedupStore:
             return
         now = self._clock()
         try:
-            body = encode(reply, max_size=_MAX_REPLY)
+            if body is None or len(body) > _MAX_REPLY:
+                body = encode(reply, max_size=_MAX_REPLY)  # over the cap: says so, not stored
             db = self._db()
             db.execute(
                 "INSERT OR REPLACE INTO served VALUES (?, ?, ?, ?)",

@@ -58,14 +58,20 @@ class MemoryPublisher:
         await self._send(self._exchange, routing_key(envelope), message, mandatory=mandatory)
 
     async def publish_reply(
-        self, reply: ResponseEnvelope | ErrorEnvelope, reply_to: str | None
+        self,
+        reply: ResponseEnvelope | ErrorEnvelope,
+        reply_to: str | None,
+        body: bytes | None = None,
     ) -> None:
         """Send a reply to the request's AMQP ``reply_to``, else to its sender's routing key.
+
+        ``body``: the reply already encoded, when the caller has it.
 
         Raises:
             Unroutable: nobody is there to receive it (the requester has gone).
         """
-        body = encode(reply, max_size=self._max_size)
+        if body is None:
+            body = encode(reply, max_size=self._max_size)
         message = self._message(reply, body, reply_to=None, persistent=False, ttl=None)
         exchange, key, mandatory = reply_destination(reply, reply_to, self._exchange)
         await self._send(exchange, key, message, mandatory=mandatory)

@@ -168,12 +168,15 @@ class Replies:
         self.failed = 0
         self.unencodable = 0
 
-    async def publish_reply(self, reply: Any, reply_to: str | None) -> None:
-        try:
-            body = encode(reply, max_size=MAX_SIZE)  # PayloadTooLarge, as the real publisher
-        except EnvelopeError:
-            self.unencodable += 1
-            raise
+    async def publish_reply(
+        self, reply: Any, reply_to: str | None, body: bytes | None = None
+    ) -> None:
+        if body is None:  # the dispatcher's own replies come encoded; error replies do not
+            try:
+                body = encode(reply, max_size=MAX_SIZE)  # PayloadTooLarge, as the real one
+            except EnvelopeError:
+                self.unencodable += 1
+                raise
         await asyncio.sleep(0)
         if self.fail_first is not None:
             failure, self.fail_first = self.fail_first, None

@@ -227,3 +227,71 @@ async def test_a_reply_is_encoded_once_for_the_store_and_the_publisher() -> None
     assert decode(body) == replies.sent[0]
     assert replies.sent[1] == replies.sent[0], "the duplicate is answered from the store"
     assert stats.duplicates == 1
+
+
+class _OldStore(DedupWindow):
+    """A store written before ``complete`` took the encoded reply."""
+
+    def complete(  # type: ignore[override]
+        self, message_id: str, reply: Reply | None, reply_to: str | None
+    ) -> None:
+        super().complete(message_id, reply, reply_to)
+
+
+async def test_a_store_without_the_body_argument_still_serves_once() -> None:
+    """A de-duplication store from before ``body`` is called without it, and still works."""
+    work = _Work()
+    work.finish.set()
+    replies, stats = _Replies(), BusStats()
+    dispatcher = Dispatcher(
+        agent_id="svc-1",
+        publisher=replies,
+        pending=PendingRequests(),
+        dedup=_OldStore(60.0, 100),
+        stats=stats,
+        max_size=1 << 20,
+    )
+    dispatcher.service = "svc"
+    dispatcher.request_handler = work
+    first = _Delivery(_request())
+    await dispatcher.on_service_message(first)
+    copy = _Delivery(first.request)
+    await dispatcher.on_service_message(copy)
+
+    assert (first.settled, copy.settled) == (["ack"], ["ack"])
+    assert work.runs == 1
+    assert replies.sent[1] == replies.sent[0]
+    assert stats.duplicates == 1
+
+
+async def test_a_reply_that_even_as_an_error_is_over_the_cap_is_remembered() -> None:
+    """With a cap that the request fits but neither its answer nor an error does, the
+    request is left for redelivery, and the redelivered copy finds the error remembered
+    instead of running the work again."""
+    work = _Work()
+    work.finish.set()
+    replies, stats = _Replies(), BusStats()
+    first = _Delivery(_request())
+    dispatcher = Dispatcher(
+        agent_id="svc-1",
+        publisher=replies,
+        pending=PendingRequests(),
+        dedup=DedupWindow(60.0, 100),
+        stats=stats,
+        max_size=len(first.body) + 8,  # a response or an error carries a correlation id
+    )
+    dispatcher.service = "svc"
+    dispatcher.request_handler = work
+    await dispatcher.on_service_message(first)
+    copy = _Delivery(first.request, redelivered=True)
+    await dispatcher.on_service_message(copy)
+
+    assert first.settled == ["requeue"]
+    assert copy.settled == ["ack"]
+    assert work.runs == 1
+    assert stats.duplicates == 1
+    # The copy is answered with the remembered error (a real publisher refuses it as too
+    # large and counts it dropped; this one takes anything).
+    assert [reply.payload.code for reply in replies.sent if isinstance(reply, ErrorEnvelope)] == [
+        "payload_too_large"
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Protocol
 from agentbus._exceptions import EnvelopeError
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
-__all__ = ["DedupStore", "DedupWindow", "Seen"]
+__all__ = ["Completer", "DedupStore", "DedupWindow", "Seen", "completer"]
 
 Reply = ResponseEnvelope | ErrorEnvelope
 
@@ -74,6 +75,28 @@ class DedupStore(Protocol):
     def close(self) -> None:
         """Release what the store holds open (the bus is closing)."""
         ...
+
+
+Completer = Callable[[str, Reply | None, str | None, bytes | None], None]
+"""``complete(message_id, reply, reply_to, body)`` of a store."""
+
+
+def completer(store: DedupStore) -> Completer:
+    """Return ``store.complete``, or, for a store whose ``complete`` takes no ``body`` (one
+    written before it had one), a call that leaves the body out."""
+    try:
+        parameters = list(inspect.signature(store.complete).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: call it the old way
+        parameters = []
+    if any(p.name == "body" or p.kind is p.VAR_KEYWORD for p in parameters):
+        return store.complete
+
+    def complete(
+        message_id: str, reply: Reply | None, reply_to: str | None, body: bytes | None
+    ) -> None:
+        store.complete(message_id, reply, reply_to)
+
+    return complete
 
 
 class DedupWindow:

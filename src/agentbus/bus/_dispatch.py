@@ -13,7 +13,7 @@ from agentbus._logging import bind_delivery_ids, get_logger
 from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._admission import Refusal, refusal
 from agentbus.bus._audit import AuditSink, audit_record, envelope_fields, raw_fields
-from agentbus.bus._dedup import DedupStore
+from agentbus.bus._dedup import DedupStore, completer
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
@@ -89,6 +89,7 @@ class Dispatcher:
         self._publisher = publisher
         self._pending = pending
         self._dedup = dedup
+        self._complete = completer(dedup)
         self._stats = stats
         self._max_size = max_size
         # Set for classic service queues only: a quorum queue counts deliveries itself.
@@ -280,11 +281,11 @@ class Dispatcher:
         reply_to = message.reply_to
         try:
             # Encoded once: the store keeps these bytes and the publisher sends them.
-            reply, body = self._encoded(request, reply)
+            reply, body = self._encoded(request, reply, reply_to)
             # The work is done: remember its reply before sending it. If the channel closes
             # now (this task is cancelled) the redelivered request is answered with it, not
             # acked without an answer as if the work were still running.
-            self._dedup.complete(request.message_id, reply, reply_to, body)
+            self._complete(request.message_id, reply, reply_to, body)
             await self._publisher.publish_reply(reply, reply_to, body)
         except Unroutable:
             self._stats.replies_dropped += 1
@@ -296,7 +297,9 @@ class Dispatcher:
         self._stats.requests_served += 1
         return Settle.ACK
 
-    def _encoded(self, request: RequestEnvelope, reply: Reply) -> tuple[Reply, bytes]:
+    def _encoded(
+        self, request: RequestEnvelope, reply: Reply, reply_to: str | None
+    ) -> tuple[Reply, bytes]:
         try:
             return reply, encode(reply, max_size=self._max_size)
         except EnvelopeError as exc:
@@ -309,7 +312,14 @@ class Dispatcher:
                 f"the result cannot be sent: {exc.message}",
                 sender_id=self.agent_id,
             )
-            return error, encode(error, max_size=self._max_size)
+            try:
+                return error, encode(error, max_size=self._max_size)
+            except EnvelopeError:
+                # Not even the error fits under the cap: remembered all the same, so the
+                # redelivered request meets it (and its failed send is counted) instead of
+                # running the work again.
+                self._complete(request.message_id, error, reply_to, None)
+                raise
 
     async def _rate_limit(
         self, message: IncomingMessage, request: RequestEnvelope, wait: float

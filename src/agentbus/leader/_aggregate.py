@@ -42,15 +42,14 @@ class PlanStatus(enum.StrEnum):
     FAILED = "failed"
 
 
+# A slotted (pydantic) dataclass, not a model: a plan of 10,000 subtasks holds 10,000 of
+# them, at 190 bytes each instead of a model's 1,340 (a model keeps a ``__dict__`` and a
+# set of the fields given). ``Aggregate.model_dump`` dumps them; on their own,
+# ``pydantic.TypeAdapter(SubtaskOutcome)`` or ``dataclasses.asdict`` does. The docstring
+# is the schema's description: it stays about what the outcome is.
 @dataclass(slots=True)
 class SubtaskOutcome:
-    """One subtask's end: status, result or error, attempts, agents and timings.
-
-    A slotted (pydantic) dataclass, not a model: a plan of 10,000 subtasks holds 10,000 of
-    them, at 190 bytes each instead of a model's 1,340 (a model keeps a ``__dict__`` and
-    a set of the fields given). ``Aggregate.model_dump`` dumps them; on their own,
-    ``pydantic.TypeAdapter(SubtaskOutcome)`` or ``dataclasses.asdict`` does.
-    """
+    """One subtask's end: status, result or error, attempts, agents and timings."""
 
     id: str
     skill: str

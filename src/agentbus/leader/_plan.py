@@ -16,13 +16,11 @@ __all__ = ["Plan", "Subtask", "resolve_input"]
 InputRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,128}(\.[^.]+)*$")]
 
 
+# A slotted (pydantic) dataclass, validated like a model: half a model's memory in a plan
+# of thousands of subtasks. The docstring is the schema's description.
 @dataclass(slots=True, config=ConfigDict(extra="forbid"))
 class Subtask:
-    """One unit of work: a skill to call with parameters, after its dependencies.
-
-    A slotted (pydantic) dataclass, validated like a model: half a model's memory in a
-    plan of thousands of subtasks.
-    """
+    """One unit of work: a skill to call with parameters, after its dependencies."""
 
     id: AgentId
     skill: AgentId

@@ -263,7 +263,7 @@ async function refreshDeadLetters() {
   const response = await fetch("/api/dead-letters", { cache: "no-store" });
   const body = await response.json();
   if (!response.ok) notice(`dead letters: ${body.error}`, "error");
-  else render("dead_letters", body, Number(response.headers.get("X-Board-Version")));
+  else render("dead_letters", body, versionOf(response.headers.get("X-Board-Version")));
 }
 
 async function settle(how, ids) {
@@ -340,9 +340,16 @@ const latest = {};
 const versions = {};
 
 // A snapshot older than the one shown is dropped: the first load and the event
-// stream race, and the later answer may hold the older board.
+// stream race, and the later answer may hold the older board. Versions count from the
+// dashboard process's start: they are forgotten whenever the stream (re)opens, as a
+// restarted dashboard counts from 0 again.
+function versionOf(text) {
+  const version = text ? Number(text) : NaN;
+  return Number.isNaN(version) ? undefined : version;
+}
+
 function render(topic, data, version) {
-  if (version !== undefined && !Number.isNaN(version)) {
+  if (version !== undefined) {
     if (version < (versions[topic] ?? -1)) return;
     versions[topic] = version;
   }
@@ -366,11 +373,15 @@ async function load() {
 function follow() {
   const live = document.getElementById("live");
   const source = new EventSource("/api/events");
-  source.onopen = () => { live.textContent = "live"; live.dataset.state = "live"; };
+  source.onopen = () => {
+    for (const topic of Object.keys(versions)) delete versions[topic];
+    live.textContent = "live";
+    live.dataset.state = "live";
+  };
   source.onerror = () => { live.textContent = "reconnecting"; live.dataset.state = "down"; };
   for (const topic of Object.keys(renderers)) {
     source.addEventListener(topic,
-      (event) => render(topic, JSON.parse(event.data), Number(event.lastEventId)));
+      (event) => render(topic, JSON.parse(event.data), versionOf(event.lastEventId)));
   }
 }
 

@@ -86,7 +86,6 @@ class BaseBus(abc.ABC):
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else _dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
-        self._direct_replies = False  # whether transient requests are answered by direct reply-to
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
         self._feeds: list[Feed] = []
@@ -418,7 +417,7 @@ class BaseBus(abc.ABC):
             # request's, by direct reply-to where the broker has it: no queue at all. Not
             # one that waits for progress: that comes by the instance queue, and only one
             # path keeps it in order before the answer.
-            direct = self._direct_replies and not persistent and on_progress is None
+            direct = publisher.answers_direct and not persistent and on_progress is None
             reply_to = DIRECT_REPLY_TO if direct else self.topology.instance_queue(self.agent_id)
         return await self._requests.send(
             None if sent else publisher,

@@ -201,7 +201,6 @@ class Bus(BaseBus):
         direct = DirectReplyTo(publish_channel, dispatcher.on_message, fallback=queue.name)
         await direct.start()
         publisher.direct = direct
-        self._direct_replies = True
 
     def _open_audit(self) -> AuditTrail | None:
         """Start the audit trail, per ``settings.audit`` (it finds its stream by itself)."""

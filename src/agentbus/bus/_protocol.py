@@ -32,6 +32,11 @@ class EnvelopePublisher(ReplyPublisher, Protocol):
         mandatory: bool = True,
     ) -> None: ...
 
+    @property
+    def answers_direct(self) -> bool:
+        """Whether a request may name direct reply-to (``amq.rabbitmq.reply-to``)."""
+        ...
+
 
 @runtime_checkable
 class Transport(Protocol):

@@ -59,6 +59,11 @@ class Publisher:
         self.direct: DirectReplyTo | None = None
         """Takes the replies to requests sent with ``reply_to`` direct reply-to."""
 
+    @property
+    def answers_direct(self) -> bool:
+        """Whether a request may name direct reply-to: its consumer was started."""
+        return self.direct is not None
+
     async def publish(
         self,
         envelope: Envelope,

@@ -40,6 +40,11 @@ class MemoryPublisher:
         self._stats = stats
         self._is_open = is_open
 
+    @property
+    def answers_direct(self) -> bool:
+        """Whether a request may name direct reply-to: not on the in-memory broker."""
+        return False
+
     async def publish(
         self,
         envelope: Envelope,

@@ -120,15 +120,17 @@ class _Work:
         return "run 1"
 
 
-def _dispatcher(work: _Work) -> tuple[Dispatcher, _Replies, BusStats]:
+def _dispatcher(
+    work: _Work, dedup: DedupWindow | None = None, max_size: int = 1 << 20
+) -> tuple[Dispatcher, _Replies, BusStats]:
     replies, stats = _Replies(), BusStats()
     dispatcher = Dispatcher(
         agent_id="svc-1",
         publisher=replies,
         pending=PendingRequests(),
-        dedup=DedupWindow(60.0, 100),
+        dedup=dedup if dedup is not None else DedupWindow(60.0, 100),
         stats=stats,
-        max_size=1 << 20,
+        max_size=max_size,
     )
     dispatcher.service = "svc"
     dispatcher.request_handler = work
@@ -242,17 +244,7 @@ async def test_a_store_without_the_body_argument_still_serves_once() -> None:
     """A de-duplication store from before ``body`` is called without it, and still works."""
     work = _Work()
     work.finish.set()
-    replies, stats = _Replies(), BusStats()
-    dispatcher = Dispatcher(
-        agent_id="svc-1",
-        publisher=replies,
-        pending=PendingRequests(),
-        dedup=_OldStore(60.0, 100),
-        stats=stats,
-        max_size=1 << 20,
-    )
-    dispatcher.service = "svc"
-    dispatcher.request_handler = work
+    dispatcher, replies, stats = _dispatcher(work, dedup=_OldStore(60.0, 100))
     first = _Delivery(_request())
     await dispatcher.on_service_message(first)
     copy = _Delivery(first.request)
@@ -270,18 +262,9 @@ async def test_a_reply_that_even_as_an_error_is_over_the_cap_is_remembered() -> 
     instead of running the work again."""
     work = _Work()
     work.finish.set()
-    replies, stats = _Replies(), BusStats()
     first = _Delivery(_request())
-    dispatcher = Dispatcher(
-        agent_id="svc-1",
-        publisher=replies,
-        pending=PendingRequests(),
-        dedup=DedupWindow(60.0, 100),
-        stats=stats,
-        max_size=len(first.body) + 8,  # a response or an error carries a correlation id
-    )
-    dispatcher.service = "svc"
-    dispatcher.request_handler = work
+    # A response or an error carries a correlation id: neither fits a cap the request fits.
+    dispatcher, replies, stats = _dispatcher(work, max_size=len(first.body) + 8)
     await dispatcher.on_service_message(first)
     copy = _Delivery(first.request, redelivered=True)
     await dispatcher.on_service_message(copy)

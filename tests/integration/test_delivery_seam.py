@@ -4,16 +4,19 @@ The bus reads deliveries straight off aiormq instead of through aio-pika's
 ``IncomingMessage``. This fails the day aiormq hands a consumer something else: every
 field the dispatcher reads is compared with aio-pika's reading of the same message, and
 each way of settling does what the broker says it does (ack, requeue, dead-letter).
+Settling and confirmed publishing do not wait for the socket write (aiormq's ``wait``):
+an ack queued just before the connection closes still reaches the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 
 import aio_pika
 
-from agentbus.bus._amqp import Delivery, DeliveryConsumer
+from agentbus.bus._amqp import Delivery, DeliveryConsumer, basic_publish, message_properties
 
 FIELDS = ("body", "message_id", "correlation_id", "reply_to", "type", "headers", "user_id")
 
@@ -67,3 +70,57 @@ async def test_a_delivery_reads_what_aio_pika_reads_and_settles_as_the_broker_sa
     assert (first.routing_key, first.redelivered) == (queue.name, True)
     assert second.redelivered is True
     assert first.properties.delivery_mode == 2
+
+
+async def _publish(channel: aio_pika.abc.AbstractChannel, key: str, body: bytes) -> bool:
+    properties = message_properties(
+        app_id="seam",
+        message_id=uuid.uuid4().hex,
+        message_type="request",
+        timestamp=datetime.now(UTC),
+        correlation_id=None,
+        reply_to=None,
+        persistent=False,
+        ttl=None,
+        user_id=None,
+    )
+    return await basic_publish(
+        channel,  # type: ignore[arg-type]
+        exchange="",
+        routing_key=key,
+        body=body,
+        properties=properties,
+        mandatory=True,
+        timeout=5,
+    )
+
+
+async def test_settling_and_confirmed_publishes_do_not_wait_for_the_socket_and_lose_nothing(
+    broker_url: str,
+) -> None:
+    # Delivery.ack queues its frame without waiting for the write, and basic_publish on a
+    # confirm channel waits for the confirm alone: an ack queued just before the connection
+    # closes must still reach the broker, and a confirm must still come back.
+    connection = await aio_pika.connect_robust(broker_url)
+    channel = await connection.channel(publisher_confirms=True)
+    queue = await _queue(channel)
+    n = 50
+    returns = [await _publish(channel, queue.name, b'{"i": %d}' % i) for i in range(n)]
+    unroutable = await _publish(channel, f"{queue.name}-nobody", b"{}")
+    got: asyncio.Queue[Delivery] = asyncio.Queue()
+    consumer = DeliveryConsumer(channel, queue.name, got.put)  # type: ignore[arg-type]
+    await consumer.start()
+    for _ in range(n):
+        await (await asyncio.wait_for(got.get(), 5)).ack()
+    await connection.close()  # right after the last ack was queued
+
+    check = await aio_pika.connect_robust(broker_url)
+    try:
+        declared = await (await check.channel()).declare_queue(queue.name, passive=True)
+        left = declared.declaration_result.message_count
+        await declared.delete()
+    finally:
+        await check.close()
+    assert returns == [False] * n
+    assert unroutable is True
+    assert left == 0

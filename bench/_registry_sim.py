@@ -28,7 +28,7 @@ from agentbus.envelopes import (
 )
 
 MISSED = 3  # the registry's rule: offline after 3 silent intervals (receive time)
-SERVICES = 10
+SERVICES = 25  # 50,000 agents: 2,000 a service, a list_agents reply of ~500 KB (cap 1 MiB)
 CAPACITY = 8
 HEARTBEAT_KEY = f"broadcast.event.{HEARTBEAT}"
 SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}

@@ -11,12 +11,20 @@ an ack queued just before the connection closes still reaches the broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import UTC, datetime
 
 import aio_pika
+import aiormq.exceptions
 
-from agentbus.bus._amqp import Delivery, DeliveryConsumer, basic_publish, message_properties
+from agentbus.bus._amqp import (
+    Delivery,
+    DeliveryConsumer,
+    basic_publish,
+    message_properties,
+    scratch_channel,
+)
 
 FIELDS = ("body", "message_id", "correlation_id", "reply_to", "type", "headers", "user_id")
 
@@ -124,3 +132,34 @@ async def test_settling_and_confirmed_publishes_do_not_wait_for_the_socket_and_l
     assert returns == [False] * n
     assert unroutable is True
     assert left == 0
+
+
+async def test_a_scratch_channel_the_broker_closed_is_not_reopened_behind_us(
+    broker_url: str,
+) -> None:
+    # aio-pika reopens a robust channel the broker closed (a passive declare of a missing
+    # queue) unless the program closes it too: a look per missing queue would leave one
+    # channel open each, up to channel_max, when the broker closes the whole connection.
+    connection = await aio_pika.connect_robust(broker_url)
+    try:
+        channels = connection.transport.connection.channels  # aiormq's open channels
+        before = len(channels)
+        for n in range(20):
+            with contextlib.suppress(aiormq.exceptions.ChannelNotFoundEntity):
+                async with scratch_channel(connection) as channel:
+                    await channel.declare_queue(
+                        f"seam-missing-{uuid.uuid4().hex}-{n}", passive=True
+                    )
+        left_by_scratch = len(channels) - before
+        # What scratch_channel guards against: the same look without the close.
+        bare = await connection.channel(publisher_confirms=False)
+        with contextlib.suppress(aiormq.exceptions.ChannelNotFoundEntity):
+            await bare.declare_queue(f"seam-missing-{uuid.uuid4().hex}", passive=True)
+        async with asyncio.timeout(5):
+            while bare.is_closed:  # noqa: ASYNC110 - aio-pika reopens it in the background
+                await asyncio.sleep(0.01)
+        left_bare = len(channels) - before
+    finally:
+        await connection.close()
+    assert left_by_scratch == 0
+    assert left_bare == 1

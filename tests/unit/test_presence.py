@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -134,3 +135,43 @@ async def test_a_backlog_of_slow_requests_to_one_service_looks_at_its_queue_once
         replies = await asyncio.gather(*calls)
     assert [reply.result for reply in replies] == ["done"] * 50
     assert looks == 1
+
+
+async def test_looks_at_many_receivers_go_a_few_at_a_time_and_skip_answered_requests() -> None:
+    """Each look opens a channel: at most 8 at once, and none for a request answered meanwhile."""
+    broker = MemoryBroker()
+    gate = asyncio.Event()
+    release_looks = asyncio.Event()
+
+    async def held(request: RequestEnvelope) -> str:
+        await gate.wait()
+        return "done"
+
+    services = [f"svc{i}" for i in range(40)]
+    async with contextlib.AsyncExitStack() as stack:
+        for service in services:  # one bus serves one service
+            server = await stack.enter_async_context(MemoryBus(broker, QUICK))
+            await server.serve(held, service=service)
+        client = await stack.enter_async_context(MemoryBus(broker, QUICK))
+        active = peak = looks = 0
+
+        async def slow_look(receiver: str) -> bool:
+            nonlocal active, peak, looks
+            looks += 1
+            active += 1
+            peak = max(peak, active)
+            await release_looks.wait()
+            active -= 1
+            return False
+
+        client._requests._presence = slow_look
+        calls = [asyncio.create_task(client.request(s, "go", timeout=5)) for s in services]
+        async with asyncio.timeout(5):
+            while active < 8:  # noqa: ASYNC110 - the checks are timers, not events
+                await asyncio.sleep(0.01)
+        gate.set()  # every request is answered while 32 checks wait their turn
+        replies = await asyncio.gather(*calls)
+        release_looks.set()
+        await asyncio.gather(*client._requests._checks)
+    assert [reply.result for reply in replies] == ["done"] * 40
+    assert (peak, looks) == (8, 8)

@@ -296,3 +296,40 @@ def test_slack_waits_out_beats_that_are_late_in_coming() -> None:
     assert abs(table.next_sweep_in(slack=1.0) - 0.5) < 1e-9
     clock.now += 0.6
     assert [record.agent_id for record in table.sweep(slack=1.0)] == ["a-1"]
+
+
+async def test_cards_unknown_for_many_agents_are_fetched_a_few_at_a_time() -> None:
+    """Thousands of agents whose card-bearing first beat was lost: 32 fetches at once, not all."""
+    import asyncio
+
+    from agentbus.registry import Registry
+    from agentbus.testing import MemoryBroker, MemoryBus
+
+    bus = MemoryBus(MemoryBroker())
+    registry = Registry(bus=bus, heartbeat_interval=1)
+    release = asyncio.Event()
+    active = peak = 0
+
+    async def slow_fetch(agent_id: str) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await release.wait()
+        active -= 1
+
+    registry._fetch_card = slow_fetch  # type: ignore[method-assign]
+    await registry.start()
+    try:
+        for n in range(200):
+            data = beat(f"agent-{n}", with_card=False).model_dump(mode="json", exclude_none=True)
+            registry._on_beat({"sender_id": f"agent-{n}", "payload": {"event_data": data}})
+        async with asyncio.timeout(5):
+            while active < 32:  # noqa: ASYNC110 - the fetches are tasks of the registry's
+                await asyncio.sleep(0)
+        started = peak
+        known = sum(record.agent_id.startswith("agent-") for record in registry.table.records())
+        release.set()
+    finally:
+        await registry.stop()
+        await bus.aclose()
+    assert (started, known) == (32, 200)

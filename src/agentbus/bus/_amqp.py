@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
 import aiormq
 import aiormq.abc
 import aiormq.exceptions
-from aio_pika.abc import AbstractRobustChannel
+from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection
 from pamqp.commands import Basic
 
 from agentbus.bus._topology import DIRECT_REPLY_TO
@@ -37,6 +37,7 @@ __all__ = [
     "is_cancelled_under_us",
     "is_nack",
     "message_properties",
+    "scratch_channel",
 ]
 
 _ACK_DELAY = 0.05  # s: how long a partial batch of a feed waits for its ack
@@ -72,6 +73,25 @@ def message_properties(
         timestamp=timestamp,
         user_id=user_id,
     )
+
+
+@contextlib.asynccontextmanager
+async def scratch_channel(
+    connection: AbstractRobustConnection, *, confirms: bool = False
+) -> AsyncIterator[AbstractChannel]:
+    """A channel for a few operations (a passive declare, say), closed on the way out.
+
+    A robust channel the broker closes (a passive declare of a missing queue does) is
+    reopened by aio-pika unless the program closed it too: so this closes it always, even
+    when it reads closed already, or every such look would leave a channel open until the
+    connection reaches its ``channel_max`` and the broker closes the connection.
+    """
+    channel = await connection.channel(publisher_confirms=confirms)
+    try:
+        yield channel
+    finally:
+        with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError):
+            await channel.close()
 
 
 async def basic_publish(

@@ -29,7 +29,7 @@ import orjson
 import structlog
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
-from agentbus.bus._amqp import basic_publish, message_properties
+from agentbus.bus._amqp import basic_publish, message_properties, scratch_channel
 from agentbus.envelopes import Envelope, RequestEnvelope
 
 __all__ = [
@@ -162,22 +162,19 @@ class AuditTrail:
         self._wake.set()
 
     async def _find_stream(self) -> bool:
-        probe = await self._connection.channel(publisher_confirms=False)
         try:
             # Passive unless asked to make it: a missing stream closes only this channel.
-            await probe.declare_queue(
-                self.stream,
-                durable=True,
-                passive=not self._create,
-                arguments={"x-queue-type": "stream"},
-            )
+            async with scratch_channel(self._connection) as probe:
+                await probe.declare_queue(
+                    self.stream,
+                    durable=True,
+                    passive=not self._create,
+                    arguments={"x-queue-type": "stream"},
+                )
         except aiormq.exceptions.ChannelNotFoundEntity:
             return False
         except aiormq.exceptions.ChannelPreconditionFailed:
             pass  # there, declared otherwise (its own retention arguments): write to it
-        finally:
-            with contextlib.suppress(Exception):
-                await probe.close()
         return True
 
     async def aclose(self) -> None:

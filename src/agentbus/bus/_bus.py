@@ -19,7 +19,7 @@ from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._admission import publisher_user_id
-from agentbus.bus._amqp import DeliveryConsumer, DirectReplyTo, FeedConsumer
+from agentbus.bus._amqp import DeliveryConsumer, DirectReplyTo, FeedConsumer, scratch_channel
 from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
 from agentbus.bus._dead_letters import DeadLetters
@@ -281,20 +281,17 @@ class Bus(BaseBus):
         }
         if self.settings.queue_type == "quorum":
             arguments["x-queue-type"] = "quorum"  # replicated, like the service queues
-        channel = await self._connection.channel(publisher_confirms=False)
         try:
-            queue = await channel.declare_queue(
-                topology.dead_letter_queue, durable=True, arguments=arguments
-            )
-            await queue.bind(topology.dead_letter_exchange, routing_key="")
+            async with scratch_channel(self._connection) as channel:
+                queue = await channel.declare_queue(
+                    topology.dead_letter_queue, durable=True, arguments=arguments
+                )
+                await queue.bind(topology.dead_letter_exchange, routing_key="")
         except (
             aiormq.exceptions.ChannelPreconditionFailed,
             aiormq.exceptions.ChannelNotFoundEntity,
         ) as exc:
             _log.info("dead-letter queue left as it is", agent_id=self.agent_id, error=str(exc))
-        finally:
-            if not channel.is_closed:
-                await channel.close()
 
     async def _on_reconnect(self, connection: object) -> None:
         try:
@@ -344,16 +341,13 @@ class Bus(BaseBus):
         assert self._connection is not None
         topology = self.topology
         for name in (topology.service_queue(receiver), topology.instance_queue(receiver)):
+            # A passive declare of a missing queue closes its channel: one per look.
             with map_transport_errors():
-                # A passive declare of a missing queue closes its channel: one per look.
-                channel = await self._connection.channel(publisher_confirms=False)
                 try:
-                    queue = await channel.declare_queue(name, passive=True)
+                    async with scratch_channel(self._connection) as channel:
+                        queue = await channel.declare_queue(name, passive=True)
                 except aiormq.exceptions.ChannelNotFoundEntity:
                     continue
-                finally:
-                    if not channel.is_closed:
-                        await channel.close()
             declared = queue.declaration_result
             # Ready messages and no consumer: requests wait there that nobody will take.
             # No ready message: ours was delivered, maybe to an instance now draining.

@@ -26,6 +26,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobus
 from pydantic import BaseModel
 
 from agentbus._exceptions import Unroutable
+from agentbus.bus._amqp import scratch_channel
 from agentbus.bus._errors import map_transport_errors
 from agentbus.bus._poison import ATTEMPT_HEADER
 from agentbus.bus._topology import Topology
@@ -171,12 +172,8 @@ class DeadLetters:
     @contextlib.asynccontextmanager
     async def _channel(self, *, confirms: bool) -> Any:
         with map_transport_errors():
-            channel: AbstractChannel = await self._connection().channel(publisher_confirms=confirms)
-            try:
+            async with scratch_channel(self._connection(), confirms=confirms) as channel:
                 yield channel
-            finally:
-                if not channel.is_closed:
-                    await channel.close()
 
 
 async def _republish(

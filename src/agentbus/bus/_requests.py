@@ -22,6 +22,7 @@ Presence = Callable[[str], Awaitable[bool]]
 
 _log = get_logger("agentbus.bus")
 _MAX_LOOKS = 1024
+_LOOKS_AT_ONCE = 8  # each look opens a channel: a saturated process must not open thousands
 
 
 class RequestPublisher(Protocol):
@@ -79,6 +80,7 @@ class Requester:
         self._presence = presence
         self._presence_after = presence_after
         self._checks: set[asyncio.Task[None]] = set()
+        self._looking = asyncio.Semaphore(_LOOKS_AT_ONCE)
         self._looks: dict[str, tuple[float, asyncio.Future[bool]]] = {}
         """The last look at each receiver's queue: when it began, and its answer."""
 
@@ -113,7 +115,7 @@ class Requester:
         future = self.pending.add(message_id, on_progress)
         started = time.perf_counter()
         outcome = "success"
-        check = self._arm_presence_check(envelope, future, timeout)
+        check = None
         try:
             async with asyncio.timeout(timeout), self.slots:
                 if publisher is not None:
@@ -124,6 +126,8 @@ class Requester:
                         timeout=timeout,
                         persistent=persistent,
                     )
+                # From the publish on: a request still waiting to go out is nobody's fault.
+                check = self._arm_presence_check(envelope, future, timeout)
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code
@@ -168,7 +172,10 @@ class Requester:
 
     async def _check(self, receiver: str, future: asyncio.Future[Reply]) -> None:
         try:
-            unserved = await self._unserved(receiver)
+            async with self._looking:
+                if future.done():  # answered (or failed) while this check waited its turn
+                    return
+                unserved = await self._unserved(receiver)
         except AgentBusError as exc:
             _log.debug("presence not checked", receiver=receiver, error=str(exc))
             return

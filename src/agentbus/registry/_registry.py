@@ -41,6 +41,10 @@ _HEARTBEATS: Final = f"broadcast.event.{HEARTBEAT}"
 _METRICS_EVERY: Final = 1.0  # s: the agent gauges are rebuilt at most this often
 _CARD_RETRY_FIRST: Final = 1.0  # s after a failed card fetch; doubles up to:
 _CARD_RETRY_MAX: Final = 60.0
+# At most this many card fetches and transition events at once: 50,000 agents joining
+# together must not queue 50,000 publishes on one channel (a later beat asks again).
+_CARD_FETCHES_AT_ONCE: Final = 32
+_EVENTS_AT_ONCE: Final = 64
 _LAG_SAMPLE_EVERY: Final = 64  # beats: how often a beat's age on arrival is measured
 _LAG_WINDOW: Final = 10.0  # s of samples in stats()
 _LAG_RECENT: Final = 5  # samples: the feed's current lag is their median
@@ -66,6 +70,7 @@ class Registry(Agent):
         self._feed: Feed | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._card_fetches: dict[str, asyncio.Task[None]] = {}
+        self._emitting = asyncio.Semaphore(_EVENTS_AT_ONCE)
         self._card_retry: dict[str, tuple[float, float]] = {}  # agent id: (not before, delay)
         self._background: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -215,7 +220,7 @@ class Registry(Agent):
         return min(max(recent[len(recent) // 2], 0.0), _LAG_SLACK_MAX) if recent else 0.0
 
     def _maybe_fetch_card(self, agent_id: str) -> None:
-        if agent_id in self._card_fetches:
+        if agent_id in self._card_fetches or len(self._card_fetches) >= _CARD_FETCHES_AT_ONCE:
             return
         retry = self._card_retry.get(agent_id)
         if retry is not None and time.monotonic() < retry[0]:
@@ -271,7 +276,8 @@ class Registry(Agent):
             "reported_by": self.id,
         }
         try:
-            await self.bus.emit(event_name, data)
+            async with self._emitting:
+                await self.bus.emit(event_name, data)
         except BusClosed:
             # The registry is stopping: its table goes with it, and so do its news.
             self._log.debug("transition event not sent: the registry is stopping")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import BaseModel
 
@@ -75,12 +76,25 @@ def test_bad_parameters_raise_invalid_parameters_naming_the_field(
 
 
 async def test_results_are_dumped_as_json_data() -> None:
-    """Models, floats and lists are returned as JSON-compatible data."""
+    """Models, floats and lists are written as the JSON an envelope carries."""
     agent = Geometry(agent_id="geometry-1")
     moved = await agent.move(Point(x=1, y=1), dx=1)
-    assert Geometry.skills["move"].dump(moved) == {"x": 2, "y": 1}
-    assert Geometry.skills["area"].dump(await agent.rectangle_area(2, 3.5)) == 7.0
-    assert Geometry.skills["names"].dump(await agent.names()) == ["a", "b"]
+
+    def dumped(skill: str, result: Any) -> Any:
+        fragment = Geometry.skills[skill].dump(result)
+        assert isinstance(fragment, orjson.Fragment)  # not copied into dicts first
+        return orjson.loads(orjson.dumps(fragment))
+
+    assert dumped("move", moved) == {"x": 2, "y": 1}
+    assert dumped("area", await agent.rectangle_area(2, 3.5)) == 7.0
+    assert dumped("names", await agent.names()) == ["a", "b"]
+
+
+def test_a_result_that_may_hold_a_huge_integer_is_dumped_as_data_for_the_encoder_to_check() -> None:
+    """Twenty digits in a row may be an integer over 64 bits: such a result goes as data."""
+    names = Geometry.skills["names"]
+    assert names.dump(["1" * 20, "b"]) == ["1" * 20, "b"]
+    assert isinstance(names.dump(["1" * 19]), orjson.Fragment)
 
 
 def test_card_describes_the_agent_with_json_schemas() -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, overload
 
+import orjson
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from agentbus._exceptions import ConfigurationError, InvalidParameters
@@ -21,6 +23,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _MARK: Final = "__agentbus_skill__"
 _MAX_REPORTED: Final = 5
+_TWENTY_DIGITS: Final = re.compile(rb"[0-9]{20}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +156,17 @@ class SkillSpec:
         return {name: getattr(model, name) for name in type(model).model_fields}
 
     def dump(self, result: Any) -> Any:
-        """Return the result as JSON-compatible data."""
+        """Return the result as JSON for the envelope: text it carries as it is, or data.
+
+        Written by pydantic straight to JSON, a large result (a plan's aggregate of
+        thousands of subtasks) is never copied into dicts and lists first. Text holding
+        a run of 20 digits may hold an integer over 64 bits, which orjson (and many
+        clients) cannot read back: that result goes as data, and the envelope's encoder
+        refuses such an integer.
+        """
+        text = self._result.dump_json(result)
+        if _TWENTY_DIGITS.search(text) is None:
+            return orjson.Fragment(text)
         return self._result.dump_python(result, mode="json")
 
     async def run(self, agent: Any, arguments: dict[str, Any]) -> Any:

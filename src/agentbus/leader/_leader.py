@@ -71,6 +71,10 @@ class Leader(Agent):
         """Run a plan to its end and return the aggregate."""
         assert self._directory is not None
         request = current_request()
+        # The plan as decoded JSON (dicts and lists per subtask, ~600 bytes each) is not
+        # read again once validated: let it go rather than keep it beside the plan model
+        # for the whole run.
+        request.payload.parameters.clear()
         structlog.contextvars.bind_contextvars(plan_id=plan.id)
         runner, journal, stop_replies = await self._runner(plan, request)
         self._runners.add(runner)

@@ -105,6 +105,49 @@ async def test_a_plan_whose_leader_goes_mid_step_is_finished_by_another_once() -
     assert sorted(Steps.runs.values()) == [1] * 5  # each step ran once, under one id each
 
 
+async def test_a_step_still_running_at_the_take_over_is_not_sent_to_a_second_instance() -> None:
+    """Two instances, one busy with step 2 when leader 1 goes: leader 2 waits for that
+    step's answer before asking again, so the idle instance does not run it a second time
+    (their de-duplication shares finished work only)."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2, concurrency=1),
+        Steps(bus=_bus(broker, "steps-2"), heartbeat_interval=0.2, concurrency=1),
+        _bus(broker, "client-1") as client,
+    ):
+        first = Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2)
+        await first.start()
+        asking = asyncio.create_task(
+            client.request("leader", "run_plan", {"plan": _chain(4, hold_at=2)}, timeout=30)
+        )
+        await asyncio.wait_for(Steps.holding.wait(), 10)
+        await first.bus.drain(grace=0)
+        await first.bus.aclose()
+        async with Leader(bus=_bus(broker, "leader-2"), durable=True, heartbeat_interval=0.2):
+            await asyncio.wait_for(_journaled_begun_by(broker, "leader-2"), 10)
+            for _ in range(20):  # let a copy sent at the take-over reach an idle instance
+                await asyncio.sleep(0)
+            Steps.gate.set()
+            reply = await asyncio.wait_for(asking, 30)
+    assert reply.result["status"] == PlanStatus.COMPLETED.value
+    assert [s["attempts"] for s in reply.result["subtasks"]] == [1] * 4
+    assert sorted(Steps.runs.values()) == [1] * 4
+
+
+async def _journaled_begun_by(broker: MemoryBroker, leader: str) -> None:
+    while True:
+        records = [
+            record
+            for journal in broker.journals.values()
+            for _, body in journal
+            for record in orjson.loads(body)["records"]
+        ]
+        if any(r["kind"] == "begun" and r["leader"] == leader for r in records):
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_a_plan_s_status_while_running_after_it_ended_and_from_another_leader() -> None:
     """plan_status: running with each subtask so far; ended with the aggregate; and a
     leader that never ran it reads it from the journal."""

@@ -11,11 +11,17 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError, UsageError
+from agentbus._exceptions import (
+    AgentBusError,
+    NoCapableAgent,
+    RemoteError,
+    RequestTimeout,
+    UsageError,
+)
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.agents._agent import CANCELLED_BY_REQUEST, NOTIFY_START
-from agentbus.bus import Transport, current_trace
+from agentbus.bus import ProgressCallback, Transport, current_trace
 from agentbus.envelopes import (
     BROADCAST,
     RequestEnvelope,
@@ -45,6 +51,9 @@ _log = get_logger("agentbus.leader")
 _LEADER_STOPPING: Final = "the leader is stopping"
 PLAN_CANCELLED: Final = "the plan was cancelled by request"
 HANDED_OVER: Final = "the leader is stopping: the plan goes on under another"
+# Seconds a leader going on with a plan waits for the answer to a request the last leader
+# had in flight before it sends that request again: over the agents' NOTIFY_START_AFTER.
+_EARLIER_ANSWER_GRACE: Final = 1.0
 
 
 class RunState(enum.Enum):
@@ -322,7 +331,7 @@ class PlanRunner:
         request = RequestEnvelope.model_validate(fields)
         result: AttemptResult | None = None
         try:
-            result = await self._send(request, timeout, record, tried)
+            result = await self._send(request, timeout, record, tried, asked_before=bool(in_flight))
         finally:
             outcome = "cancelled" if result is None else "success"
             if isinstance(result, Failed):
@@ -331,7 +340,13 @@ class PlanRunner:
         return result
 
     async def _send(
-        self, request: RequestEnvelope, timeout: float, record: SubtaskRecord, tried: set[str]
+        self,
+        request: RequestEnvelope,
+        timeout: float,
+        record: SubtaskRecord,
+        tried: set[str],
+        *,
+        asked_before: bool = False,
     ) -> AttemptResult:
         flight = self._holders.track(request.message_id, asyncio.current_task())
 
@@ -351,9 +366,13 @@ class PlanRunner:
 
         try:
             # Awaited in this task, no second one: agent_offline cancels this task.
-            reply = await self._bus.send_request(
-                request, timeout=timeout, on_progress=on_progress, reply_to=self._reply_to
-            )
+            reply = None
+            if asked_before:
+                reply = await self._earlier_answer(request, timeout, on_progress, flight)
+            if reply is None:
+                reply = await self._bus.send_request(
+                    request, timeout=timeout, on_progress=on_progress, reply_to=self._reply_to
+                )
             return Answered(reply.payload.result, reply.sender_id, _usage(reply))
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
@@ -373,6 +392,38 @@ class PlanRunner:
             raise
         finally:
             self._holders.release(flight)
+
+    async def _earlier_answer(
+        self,
+        request: RequestEnvelope,
+        timeout: float,
+        on_progress: ProgressCallback,
+        flight: Flight,
+    ) -> ResponseEnvelope | None:
+        # Another leader's attempt, in flight when that leader went: an instance may be
+        # running it now, and its answer comes to the plan's reply queue. Sent again at
+        # once, the copy could run on a second instance beside the first (de-duplication
+        # shares finished work only), so wait a moment for the answer first, and for as
+        # long as an instance says it holds the work. None: send it again.
+        began = time.monotonic()
+        try:
+            return await self._bus.send_request(
+                request,
+                timeout=min(timeout, _EARLIER_ANSWER_GRACE),
+                on_progress=on_progress,
+                reply_to=self._reply_to,
+                sent=True,
+            )
+        except RequestTimeout:
+            if flight.holder is None:
+                return None
+        return await self._bus.send_request(
+            request,
+            timeout=timeout - (time.monotonic() - began),
+            on_progress=on_progress,
+            reply_to=self._reply_to,
+            sent=True,
+        )
 
     async def _send_cancel(self, flight: Flight) -> None:
         # To the instance holding the work when known, else to everyone: whoever has it stops.

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from agentbus import Agent, Leader, PlanClient, RemoteError, Settings, current_request, skill
-from agentbus.envelopes import RequestEnvelope, RequestPayload
+from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.leader import PlanStatus
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
@@ -86,14 +86,7 @@ async def test_a_plan_whose_leader_goes_mid_step_is_finished_by_another_once() -
         Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
         _bus(broker, "client-1") as client,
     ):
-        first = Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2)
-        await first.start()
-        asking = asyncio.create_task(
-            client.request("leader", "run_plan", {"plan": _chain(5, hold_at=2)}, timeout=30)
-        )
-        await asyncio.wait_for(Steps.holding.wait(), 10)
-        await first.bus.drain(grace=0)  # its run_plan goes back to the leaders' queue
-        await first.bus.aclose()
+        asking = await _leader_goes_mid_step(broker, client, _chain(5, hold_at=2))
         async with Leader(bus=_bus(broker, "leader-2"), durable=True, heartbeat_interval=0.2):
             Steps.gate.set()  # the step leader 1 sent now ends: its answer waits for leader 2
             reply = await asyncio.wait_for(asking, 30)
@@ -116,14 +109,7 @@ async def test_a_step_still_running_at_the_take_over_is_not_sent_to_a_second_ins
         Steps(bus=_bus(broker, "steps-2"), heartbeat_interval=0.2, concurrency=1),
         _bus(broker, "client-1") as client,
     ):
-        first = Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2)
-        await first.start()
-        asking = asyncio.create_task(
-            client.request("leader", "run_plan", {"plan": _chain(4, hold_at=2)}, timeout=30)
-        )
-        await asyncio.wait_for(Steps.holding.wait(), 10)
-        await first.bus.drain(grace=0)
-        await first.bus.aclose()
+        asking = await _leader_goes_mid_step(broker, client, _chain(4, hold_at=2))
         async with Leader(bus=_bus(broker, "leader-2"), durable=True, heartbeat_interval=0.2):
             await asyncio.wait_for(_journaled_begun_by(broker, "leader-2"), 10)
             for _ in range(20):  # let a copy sent at the take-over reach an idle instance
@@ -133,6 +119,19 @@ async def test_a_step_still_running_at_the_take_over_is_not_sent_to_a_second_ins
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert [s["attempts"] for s in reply.result["subtasks"]] == [1] * 4
     assert sorted(Steps.runs.values()) == [1] * 4
+
+
+async def _leader_goes_mid_step(
+    broker: MemoryBroker, client: MemoryBus, plan: dict[str, object]
+) -> asyncio.Task[ResponseEnvelope]:
+    """Leader 1 takes the plan and goes while its held step runs; the request is asked."""
+    first = Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2)
+    await first.start()
+    asking = asyncio.create_task(client.request("leader", "run_plan", {"plan": plan}, timeout=30))
+    await asyncio.wait_for(Steps.holding.wait(), 10)
+    await first.bus.drain(grace=0)  # its run_plan goes back to the leaders' queue
+    await first.bus.aclose()
+    return asking
 
 
 async def _journaled_begun_by(broker: MemoryBroker, leader: str) -> None:

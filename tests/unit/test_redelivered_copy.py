@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from unittest.mock import patch
 
+from agentbus import Settings
 from agentbus.bus._dedup import DedupWindow
-from agentbus.bus._dispatch import Dispatcher
+from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._pending import PendingRequests
+from agentbus.bus._routes import Routes
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import routing_key
 from agentbus.envelopes import (
@@ -124,16 +126,19 @@ def _dispatcher(
     work: _Work, dedup: DedupWindow | None = None, max_size: int = 1 << 20
 ) -> tuple[Dispatcher, _Replies, BusStats]:
     replies, stats = _Replies(), BusStats()
-    dispatcher = Dispatcher(
+    routes = Routes()
+    routes.service = "svc"
+    routes.serve(work, None)
+    dispatcher = dispatcher_for(
         agent_id="svc-1",
+        # quorum: no delivery count of the bus's own, so a redelivered copy is served
+        settings=Settings(max_message_size=max_size, queue_type="quorum"),
+        routes=routes,
         publisher=replies,
         pending=PendingRequests(),
         dedup=dedup if dedup is not None else DedupWindow(60.0, 100),
         stats=stats,
-        max_size=max_size,
     )
-    dispatcher.service = "svc"
-    dispatcher.request_handler = work
     return dispatcher, replies, stats
 
 
@@ -217,7 +222,7 @@ async def test_a_reply_is_encoded_once_for_the_store_and_the_publisher() -> None
     dispatcher, replies, stats = _dispatcher(work)
     first = _Delivery(_request())
     with (
-        patch("agentbus.bus._dispatch.encode", wraps=encode) as by_dispatcher,
+        patch("agentbus.bus._serving.encode", wraps=encode) as by_dispatcher,
         patch("agentbus.bus._dedup.encode", wraps=encode) as by_store,
     ):
         await dispatcher.on_service_message(first)

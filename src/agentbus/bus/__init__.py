@@ -6,11 +6,12 @@ from agentbus.bus._admission import Refusal, verifies_sender
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
 from agentbus.bus._dedup import DedupStore, DedupWindow
-from agentbus.bus._dispatch import EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._journal import Journal
+from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
+from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
@@ -32,6 +33,7 @@ __all__ = [
     "FeedStats",
     "Journal",
     "ProgressCallback",
+    "PublishOptions",
     "Refusal",
     "RequestHandler",
     "Settled",

@@ -175,7 +175,6 @@ class Bus(BaseBus):
             is_open=self._can_publish,
             user_id=publisher_user_id(self.settings, self.agent_id),
         )
-        dispatcher = self._started(publisher)
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.
         # x-expires removes it once this instance has been gone for a while.
@@ -193,7 +192,8 @@ class Bus(BaseBus):
         )
         await queue.bind(topology.exchange, routing_key=f"agent.{self.agent_id}.*")
         self._instance_queue = queue
-        dispatcher.audit = self._audit = self._open_audit()
+        self._audit = self._open_audit()
+        dispatcher = self._started(publisher, self._audit)
         # Never cancelled by itself: closing the connection ends it, without a round trip
         # that a stalled network would hold up.
         await DeliveryConsumer(instance_channel, queue.name, dispatcher.on_message).start()

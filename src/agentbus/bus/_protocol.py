@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, Unpack, runtime_checkable
 
 from agentbus._config import Settings
 from agentbus._metrics import Metrics
-from agentbus.bus._dispatch import EventHandler, ReplyPublisher, RequestHandler
 from agentbus.bus._feed import Feed, FeedHandler
 from agentbus.bus._journal import Journal
+from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback
+from agentbus.bus._replies import ReplyPublisher
+from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, ResponseEnvelope
 
@@ -21,16 +23,7 @@ __all__ = ["EnvelopePublisher", "Transport"]
 class EnvelopePublisher(ReplyPublisher, Protocol):
     """Publishes envelopes and replies: on RabbitMQ, or on the in-memory broker."""
 
-    async def publish(
-        self,
-        envelope: Envelope,
-        *,
-        reply_to: str | None = None,
-        persistent: bool = True,
-        ttl: float | None = None,
-        timeout: float | None = None,
-        mandatory: bool = True,
-    ) -> None: ...
+    async def publish(self, envelope: Envelope, **options: Unpack[PublishOptions]) -> None: ...
 
     @property
     def answers_direct(self) -> bool:
@@ -85,16 +78,7 @@ class Transport(Protocol):
         self, pattern: str, handler: FeedHandler, *, name: str, max_length: int = ...
     ) -> Feed: ...
 
-    async def publish(
-        self,
-        envelope: Envelope,
-        *,
-        reply_to: str | None = None,
-        persistent: bool = True,
-        ttl: float | None = None,
-        timeout: float | None = None,
-        mandatory: bool = True,
-    ) -> None: ...
+    async def publish(self, envelope: Envelope, **options: Unpack[PublishOptions]) -> None: ...
 
     async def request(
         self,

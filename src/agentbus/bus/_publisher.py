@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable, Mapping
+from typing import Unpack
 
 from aio_pika.abc import AbstractExchange, AbstractRobustChannel
 from pamqp.commands import Basic
@@ -21,6 +22,7 @@ from agentbus.bus._amqp import (
 )
 from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
+from agentbus.bus._options import PublishOptions, publication
 from agentbus.bus._stats import BusStats
 from agentbus.bus._topology import DIRECT_REPLY_TO, reply_destination, routing_key
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
@@ -64,21 +66,13 @@ class Publisher:
         """Whether a request may name direct reply-to: its consumer was started."""
         return self.direct is not None
 
-    async def publish(
-        self,
-        envelope: Envelope,
-        *,
-        reply_to: str | None = None,
-        persistent: bool = True,
-        ttl: float | None = None,
-        timeout: float | None = None,
-        mandatory: bool = True,
-    ) -> None:
+    async def publish(self, envelope: Envelope, **options: Unpack[PublishOptions]) -> None:
         """Publish ``envelope`` on the topic exchange with its contract routing key.
 
         ``reply_to`` direct reply-to (``amq.rabbitmq.reply-to``) has the replies come to
         ``direct``, without a queue.
         """
+        reply_to, persistent, ttl, timeout, mandatory = publication(options)
         body = encode(envelope, max_size=self._max_size)
         await self._send(
             self._exchange.name,

@@ -6,11 +6,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from agentbus._exceptions import AgentBusError, NoInstance, RemoteError, RequestTimeout
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
+from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import PendingRequests, ProgressCallback, Reply
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import ErrorCode, ErrorEnvelope, RequestEnvelope, ResponseEnvelope
@@ -29,13 +30,7 @@ class RequestPublisher(Protocol):
     """Publishes a request (the bus's publisher)."""
 
     async def publish(
-        self,
-        envelope: RequestEnvelope,
-        *,
-        reply_to: str | None = None,
-        persistent: bool = True,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        self, envelope: RequestEnvelope, **options: Unpack[PublishOptions]
     ) -> None: ...
 
 

@@ -19,13 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from agentbus._config import Settings
 from agentbus._exceptions import EnvelopeError
 from agentbus._logging import get_logger
 from agentbus._sqlite import connect_shared
-from agentbus.bus._dedup import Reply, Seen
+from agentbus.bus._dedup import DedupStore, DedupWindow, Reply, Seen
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
-__all__ = ["SqliteDedupStore"]
+__all__ = ["SqliteDedupStore", "dedup_store"]
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS served (
@@ -158,3 +159,10 @@ def _decoded(body: bytes) -> Reply | None:
         _log.warning("stored reply unreadable", error=exc.message)
         return None
     return envelope if isinstance(envelope, ResponseEnvelope | ErrorEnvelope) else None
+
+
+def dedup_store(settings: Settings) -> DedupStore:
+    """Return the de-duplication store ``settings`` ask for: a SQLite file, else in memory."""
+    if settings.dedup_path:
+        return SqliteDedupStore(settings.dedup_path, settings.dedup_window)
+    return DedupWindow(settings.dedup_window, settings.dedup_size)

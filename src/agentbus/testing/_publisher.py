@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Unpack
 
 from agentbus._exceptions import BusClosed
-from agentbus.bus import BusStats, routing_key
-from agentbus.bus._delivery import IncomingMessage
-from agentbus.bus._topology import reply_destination
+from agentbus.bus import BusStats, PublishOptions, routing_key
+from agentbus.bus.internal import IncomingMessage, publication, reply_destination
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 from agentbus.testing._consumer import MemoryDelivery
 from agentbus.testing._memory_broker import MemoryBroker
@@ -45,19 +45,11 @@ class MemoryPublisher:
         """Whether a request may name direct reply-to: not on the in-memory broker."""
         return False
 
-    async def publish(
-        self,
-        envelope: Envelope,
-        *,
-        reply_to: str | None = None,
-        persistent: bool = True,
-        ttl: float | None = None,
-        timeout: float | None = None,
-        mandatory: bool = True,
-    ) -> None:
+    async def publish(self, envelope: Envelope, **options: Unpack[PublishOptions]) -> None:
         """Publish ``envelope`` on the topic exchange with its contract routing key."""
         # ``timeout`` bounds the wait for a publisher confirm; in memory the routing
         # decision is immediate, so there is nothing to wait on.
+        reply_to, persistent, ttl, _, mandatory = publication(options)
         body = encode(envelope, max_size=self._max_size)
         message = self._message(envelope, body, reply_to=reply_to, persistent=persistent, ttl=ttl)
         await self._send(self._exchange, routing_key(envelope), message, mandatory=mandatory)

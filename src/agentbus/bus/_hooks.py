@@ -1,0 +1,61 @@
+"""What a broker supplies to the bus: connect, declare, consume, close."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Self
+
+from agentbus.bus._feed import Feed
+from agentbus.bus._journal import Journal
+
+__all__ = ["BrokerHooks"]
+
+
+class BrokerHooks(abc.ABC):
+    """The operations a bus needs from its broker: RabbitMQ's, or the in-memory one."""
+
+    @abc.abstractmethod
+    async def open(self) -> Self:
+        """Connect, declare the instance queue and start consuming it."""
+
+    @abc.abstractmethod
+    async def _declare_service(self, service: str, prefetch: int) -> None:
+        """Declare and bind the service's shared queue, and consume it."""
+
+    @abc.abstractmethod
+    async def _bind_instance(self, pattern: str) -> None:
+        """Bind ``pattern`` to this instance's queue."""
+
+    @abc.abstractmethod
+    async def _open_feed(self, feed: Feed, max_length: int) -> Callable[[], Awaitable[None]]:
+        """Declare ``feed``'s exclusive bounded queue, bind it, consume it (acks in batches).
+
+        Return what stops consuming it.
+        """
+
+    @abc.abstractmethod
+    async def _open_journal(self, queue: str, max_age: str) -> Journal:
+        """Declare the journal's stream (or find it again) and return it."""
+
+    @abc.abstractmethod
+    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+        """Declare a durable reply queue and take its replies; return what stops that
+        (and deletes the queue, when told to)."""
+
+    @abc.abstractmethod
+    async def _unserved(self, receiver: str) -> bool:
+        """Whether ``receiver``'s queue (service, else instance) holds work nobody consumes."""
+
+    @abc.abstractmethod
+    async def _stop_consuming(self, *, instance: bool) -> None:
+        """Cancel the service consumers; with ``instance``, the instance consumer too."""
+
+    @abc.abstractmethod
+    def _delivery_tasks(self) -> set[asyncio.Task[Any]]:
+        """Deliveries being handled, including ones not started yet."""
+
+    @abc.abstractmethod
+    async def _close_transport(self) -> None:
+        """Close the connection; unacked deliveries go back to their queues."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentbus.envelopes._models import ErrorEnvelope
+    from agentbus.envelopes import ErrorEnvelope
 
 __all__ = [
     "AccessRefused",

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from agentbus._asyncapi import asyncapi_document
 from agentbus.agents import AgentCard, SkillCard
 from agentbus.cli import cli
+from agentbus.cli._asyncapi_document import asyncapi_document
 
 
 def card(agent_id: str, service: str, *skills: SkillCard, description: str = "") -> AgentCard:

@@ -11,7 +11,7 @@ import bisect
 from collections import Counter
 from typing import Any, Final
 
-from agentbus.bus._stats import LatencyObserver
+from agentbus.bus import LatencyObserver
 
 __all__ = ["LATENCY_BUCKETS", "Traffic"]
 

@@ -13,7 +13,7 @@ from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
-from agentbus.bus._stats import BusState, BusStats
+from agentbus.bus._stats import BusState, BusStats, LatencyObserver
 from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
 from agentbus.bus._trace import current_trace
 
@@ -32,6 +32,7 @@ __all__ = [
     "FeedState",
     "FeedStats",
     "Journal",
+    "LatencyObserver",
     "ProgressCallback",
     "PublishOptions",
     "Refusal",

@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from agentbus._asyncapi import asyncapi_document
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus.agents import AgentCard
 from agentbus.bus import Bus
+from agentbus.cli._asyncapi_document import asyncapi_document
 from agentbus.cli._serve import _load_agent_class
 
 __all__ = ["team_asyncapi"]

@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Any, Final
 
 import click
-import structlog
 from pydantic import ValidationError
 
+from agentbus._logging import get_logger
 from agentbus.bus import Bus
 from agentbus.cli._context import settings_of
 from agentbus.dashboard import Dashboard
 
 __all__ = ["dashboard"]
 
-_log = structlog.get_logger("agentbus.dashboard")
+_log = get_logger("agentbus.dashboard")
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
@@ -49,7 +49,7 @@ def dashboard(
     """Serve the live web dashboard: agents, plans, traffic and dead letters."""
     try:
         from agentbus.dashboard import DashboardSettings
-        from agentbus.dashboard._app import create_app
+        from agentbus.dashboard.app import create_app
     except ImportError as exc:
         raise click.UsageError(
             f"the dashboard needs its extra: pip install 'agentbus[dashboard]' ({exc.name} missing)"

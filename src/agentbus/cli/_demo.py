@@ -23,7 +23,6 @@ from agentbus._config import Settings, mask_url
 from agentbus._exceptions import AgentBusError, BrokerUnavailable, ConfigurationError
 from agentbus.bus import Bus, Topology
 from agentbus.cli._analysis import analyse, timings
-from agentbus.cli._demo_memory import run_memory_demo
 from agentbus.cli._local_rabbitmq import ensure_broker
 from agentbus.cli._team import Team
 from agentbus.leader import PlanClient
@@ -106,6 +105,9 @@ async def run_demo(
     begun = time.monotonic()
     url = None if in_memory else await _broker(settings.url, say)
     if url is None:
+        # Loaded only here: the CLI imports the in-memory bus for --in-memory alone.
+        from agentbus.cli._demo_memory import run_memory_demo
+
         return await run_memory_demo(settings, root, code_instances=code_instances, say=say)
     exchange = f"agentbus-demo-{secrets.token_hex(3)}"
     settings = settings.model_copy(update={"url": url, "exchange": exchange})

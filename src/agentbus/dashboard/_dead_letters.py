@@ -12,9 +12,8 @@ import contextlib
 from collections.abc import Callable, Collection
 from typing import Any, Final
 
-import structlog
-
 from agentbus._exceptions import AgentBusError
+from agentbus._logging import get_logger
 from agentbus.bus import DeadLetter, DeadLetters, Settled
 from agentbus.envelopes import utcnow
 
@@ -23,7 +22,7 @@ __all__ = ["DeadLetterBoard"]
 _WATCH_EVERY: Final = 1.0  # s between two looks at the queue's length
 _SHOWN: Final = 200  # dead letters listed at most
 
-_log = structlog.get_logger("agentbus.dashboard")
+_log = get_logger("agentbus.dashboard")
 
 
 class DeadLetterBoard:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
-import structlog
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -24,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Lifespan
 
 from agentbus._exceptions import AgentBusError, InvalidParameters, UsageError
+from agentbus._logging import get_logger
 from agentbus.dashboard._changes import TOPICS
 from agentbus.dashboard._dashboard import Dashboard
 from agentbus.dashboard._settings import DashboardSettings
@@ -43,7 +43,7 @@ _HEADERS: Final = {
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 _LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]", "::1")
 
-_log = structlog.get_logger("agentbus.dashboard")
+_log = get_logger("agentbus.dashboard")
 
 Handler = Callable[[Request], Awaitable[Response]]
 

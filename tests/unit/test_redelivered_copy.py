@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from unittest.mock import patch
 
+from agentbus._topology import routing_key
 from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._dispatch import Dispatcher
 from agentbus.bus._pending import PendingRequests
 from agentbus.bus._stats import BusStats
-from agentbus.bus._topology import routing_key
 from agentbus.envelopes import (
     ErrorEnvelope,
     RequestEnvelope,

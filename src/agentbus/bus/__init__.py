@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from agentbus._topology import Topology, reply_routing_key, routing_key, topic_matches
 from agentbus.bus._admission import Refusal, verifies_sender
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
@@ -13,7 +14,6 @@ from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
-from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
 from agentbus.bus._trace import current_trace
 
 __all__ = [

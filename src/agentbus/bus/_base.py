@@ -17,6 +17,7 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
+from agentbus._topology import DIRECT_REPLY_TO, Topology
 from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._admission import verifies_sender
 from agentbus.bus._dedup import DedupStore, DedupWindow
@@ -29,7 +30,6 @@ from agentbus.bus._rates import SenderRates
 from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
-from agentbus.bus._topology import DIRECT_REPLY_TO, Topology
 from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
     BROADCAST,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agentbus._exceptions import ConfigurationError
-from agentbus.bus import Topology
+from agentbus._topology import Topology
 from agentbus.envelopes import is_valid_id
 
 __all__ = ["Grant", "definitions", "team_grants"]

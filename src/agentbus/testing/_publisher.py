@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from agentbus._exceptions import BusClosed
+from agentbus._topology import reply_destination
 from agentbus.bus import BusStats, routing_key
 from agentbus.bus._delivery import IncomingMessage
-from agentbus.bus._topology import reply_destination
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 from agentbus.testing._consumer import MemoryDelivery
 from agentbus.testing._memory_broker import MemoryBroker

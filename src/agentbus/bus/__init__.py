@@ -4,7 +4,9 @@ from typing import TYPE_CHECKING
 
 from agentbus._topology import Topology, reply_routing_key, routing_key, topic_matches
 from agentbus.bus._admission import Refusal, verifies_sender
+from agentbus.bus._audit_stream import read_audit
 from agentbus.bus._bus import Bus, connect
+from agentbus.bus._connection import open_connection
 from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import EventHandler, RequestHandler
@@ -40,6 +42,8 @@ __all__ = [
     "Transport",
     "connect",
     "current_trace",
+    "open_connection",
+    "read_audit",
     "reply_routing_key",
     "routing_key",
     "topic_matches",

@@ -1,6 +1,6 @@
 """Security across hosts: broker permissions generated for a team, and its audit trail."""
 
-from agentbus.security._audit import AuditEntry, AuditPosition, StreamOffset, read_audit
+from agentbus.security._audit import AuditEntry, AuditPosition, StreamOffset, audit_entries
 from agentbus.security._definitions import Grant, definitions, team_grants
 
 __all__ = [
@@ -8,7 +8,7 @@ __all__ = [
     "AuditPosition",
     "Grant",
     "StreamOffset",
+    "audit_entries",
     "definitions",
-    "read_audit",
     "team_grants",
 ]

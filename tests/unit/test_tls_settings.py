@@ -12,7 +12,7 @@ import pytest
 
 from agentbus import ConfigurationError, Settings
 from agentbus.bus._admission import connection_user, verifies_sender
-from agentbus.bus._tls import login_mechanism, tls_context, tls_failure
+from agentbus.security import login_mechanism, tls_context, tls_failure
 
 PEM = "-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n"
 

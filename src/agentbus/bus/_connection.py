@@ -14,7 +14,7 @@ from agentbus._config import Settings, mask_url
 from agentbus.bus._errors import map_connect_errors
 from agentbus.bus._failover import NodeListener, connect_to_nodes
 from agentbus.bus._nodes import broker_nodes
-from agentbus.bus._tls import login_mechanism, tls_context
+from agentbus.security import login_mechanism, tls_context
 
 __all__ = ["open_connection"]
 

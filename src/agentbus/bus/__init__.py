@@ -3,7 +3,6 @@
 from typing import TYPE_CHECKING
 
 from agentbus._topology import Topology, reply_routing_key, routing_key, topic_matches
-from agentbus.bus._admission import Refusal, verifies_sender
 from agentbus.bus._audit_stream import read_audit
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._connection import open_connection
@@ -17,6 +16,7 @@ from agentbus.bus._protocol import Transport
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.bus._trace import current_trace
+from agentbus.security import Refusal, verifies_sender
 
 __all__ = [
     "DEFAULT_FEED_LENGTH",

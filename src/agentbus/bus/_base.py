@@ -19,14 +19,12 @@ from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus._topology import DIRECT_REPLY_TO, Topology
 from agentbus._tracing import enable_tracing, tracing_enabled
-from agentbus.bus._admission import verifies_sender
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._dispatch import Dispatcher, EventHandler, RequestHandler
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._journal import Journal
 from agentbus.bus._pending import PendingRequests, ProgressCallback
 from agentbus.bus._protocol import EnvelopePublisher
-from agentbus.bus._rates import SenderRates
 from agentbus.bus._requests import Requester
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats
@@ -42,6 +40,7 @@ from agentbus.envelopes import (
     is_valid_id,
     utcnow,
 )
+from agentbus.security import SenderRates, verifies_sender
 
 __all__ = ["BaseBus"]
 

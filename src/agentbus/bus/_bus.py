@@ -18,7 +18,6 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
-from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import DeliveryConsumer, DirectReplyTo, FeedConsumer, scratch_channel
 from agentbus.bus._audit import AuditTrail
 from agentbus.bus._base import BaseBus
@@ -30,6 +29,7 @@ from agentbus.bus._feed import Feed
 from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
+from agentbus.security import publisher_user_id
 
 __all__ = ["Bus", "connect"]
 

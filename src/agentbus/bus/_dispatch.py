@@ -12,13 +12,11 @@ from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus._logging import bind_delivery_ids, get_logger
 from agentbus._topology import topic_matches
 from agentbus._tracing import child_trace, end_span, start_span
-from agentbus.bus._admission import Refusal, refusal
 from agentbus.bus._audit import AuditSink, audit_record, envelope_fields, raw_fields
 from agentbus.bus._dedup import DedupStore, completer
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
-from agentbus.bus._rates import SenderRates
 from agentbus.bus._stats import BusStats
 from agentbus.bus._trace import bind_trace
 from agentbus.envelopes import (
@@ -35,6 +33,7 @@ from agentbus.envelopes import (
     is_valid_id,
     utcnow,
 )
+from agentbus.security import Refusal, SenderRates, refusal
 
 __all__ = ["Dispatcher", "EventHandler", "ReplyPublisher", "RequestHandler"]
 

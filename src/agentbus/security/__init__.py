@@ -1,19 +1,38 @@
 """Security across hosts: broker permissions generated for a team, and its audit trail."""
 
+from agentbus.security._admission import (
+    Admissible,
+    Refusal,
+    connection_user,
+    identity_refusal,
+    publisher_user_id,
+    refusal,
+    sent_by,
+    verifies_sender,
+)
 from agentbus.security._audit import AuditEntry, AuditPosition, StreamOffset, audit_entries
 from agentbus.security._definitions import Grant, definitions, team_grants
-from agentbus.security._tls import certificate_user, login_mechanism, tls_context, tls_failure
+from agentbus.security._rates import SenderRates
+from agentbus.security._tls import login_mechanism, tls_context, tls_failure
 
 __all__ = [
+    "Admissible",
     "AuditEntry",
     "AuditPosition",
     "Grant",
+    "Refusal",
+    "SenderRates",
     "StreamOffset",
     "audit_entries",
-    "certificate_user",
+    "connection_user",
     "definitions",
+    "identity_refusal",
     "login_mechanism",
+    "publisher_user_id",
+    "refusal",
+    "sent_by",
     "team_grants",
     "tls_context",
     "tls_failure",
+    "verifies_sender",
 ]

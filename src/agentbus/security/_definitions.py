@@ -223,7 +223,7 @@ def _alternatives(names: Iterable[str]) -> str:
 
 def _ids(names: Iterable[str], *, bare: bool = True) -> str:
     """A regex of the agent ids of ``names``' users: ``name-<n>``, or ``name`` itself if
-    ``bare`` and it has no ``-`` (the ownership ``agentbus.bus`` checks: ``sent_by``)."""
+    ``bare`` and it has no ``-`` (the ownership admission checks: ``sent_by``)."""
     forms = []
     for name in sorted(names):
         if bare and "-" not in name:

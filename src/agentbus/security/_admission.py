@@ -29,7 +29,7 @@ from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus._topology import routing_key
 from agentbus.envelopes import BROADCAST, Envelope, RequestEnvelope
-from agentbus.security import certificate_user, login_mechanism
+from agentbus.security._tls import certificate_user, login_mechanism
 
 __all__ = [
     "Admissible",

@@ -1,24 +1,105 @@
-"""The audit stream on RabbitMQ: reading its records from an offset or a time, in order."""
+"""The audit stream on RabbitMQ: writing the trail's records, and reading them back.
+
+Records go to a RabbitMQ stream (``<exchange>.audit``, ``x-queue-type: stream``): a
+durable, replicated, append-only log that any number of readers replay from any offset
+or time (``agentbus audit``), kept as long as its retention policy says. The trail
+(``agentbus.security.AuditTrail``) writes through ``RabbitAuditStream``: one message a
+batch, published without confirms, with the recorder's AMQP ``user_id`` when senders
+are verified.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
-from typing import Final
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import aiormq.exceptions
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+import orjson
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus._topology import Topology
+from agentbus.bus._amqp import basic_publish, message_properties, scratch_channel
 from agentbus.bus._connection import open_connection
 from agentbus.bus._errors import map_transport_errors
 from agentbus.security import AuditEntry, AuditPosition, StreamOffset, audit_entries
 
-__all__ = ["read_audit"]
+__all__ = ["RabbitAuditStream", "read_audit"]
 
 _PREFETCH: Final = 256
+_PUBLISH_TIMEOUT: Final = 5.0
+
+
+class RabbitAuditStream:
+    """The audit stream ``name`` on the bus's connection, as ``AuditTrail`` writes to it."""
+
+    def __init__(
+        self,
+        connection: AbstractRobustConnection,
+        name: str,
+        *,
+        create: bool,
+        app_id: str,
+        user_id: str | None,
+    ) -> None:
+        self.name = name
+        self._connection = connection
+        self._create = create
+        self._app_id = app_id
+        self._user_id = user_id
+        self._channel: AbstractRobustChannel | None = None
+
+    async def open(self) -> bool:
+        """Find the stream (with ``create``, declare it), then open a channel to write on."""
+        try:
+            # Passive unless asked to make it: a missing stream closes only this channel.
+            async with scratch_channel(self._connection) as probe:
+                await probe.declare_queue(
+                    self.name,
+                    durable=True,
+                    passive=not self._create,
+                    arguments={"x-queue-type": "stream"},
+                )
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return False
+        except aiormq.exceptions.ChannelPreconditionFailed:
+            pass  # there, declared otherwise (its own retention arguments): write to it
+        self._channel = await self._connection.channel(publisher_confirms=False)
+        return True
+
+    async def write(self, batch: list[dict[str, Any]]) -> None:
+        """Publish ``batch`` as one message (a JSON array) to the stream."""
+        assert self._channel is not None
+        properties = message_properties(
+            app_id=self._app_id,
+            message_id=batch[0]["message_id"] or "",
+            message_type="audit",
+            timestamp=datetime.now(UTC),
+            correlation_id=None,
+            reply_to=None,
+            persistent=True,
+            ttl=None,
+            user_id=self._user_id,
+        )
+        await basic_publish(
+            self._channel,
+            exchange="",
+            routing_key=self.name,
+            body=orjson.dumps(batch),
+            properties=properties,
+            mandatory=False,
+            timeout=_PUBLISH_TIMEOUT,
+        )
+
+    async def aclose(self) -> None:
+        """Close the channel written on, if one was opened."""
+        if self._channel is not None:
+            with contextlib.suppress(Exception):
+                await self._channel.close()
 
 
 async def read_audit(

@@ -19,7 +19,7 @@ from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus._amqp import DeliveryConsumer, DirectReplyTo, FeedConsumer, scratch_channel
-from agentbus.bus._audit import AuditTrail
+from agentbus.bus._audit_stream import RabbitAuditStream
 from agentbus.bus._base import BaseBus
 from agentbus.bus._connection import open_connection
 from agentbus.bus._dead_letters import DeadLetters
@@ -29,7 +29,7 @@ from agentbus.bus._feed import Feed
 from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
-from agentbus.security import publisher_user_id
+from agentbus.security import AuditTrail, publisher_user_id
 
 __all__ = ["Bus", "connect"]
 
@@ -189,13 +189,14 @@ class Bus(BaseBus):
         if self.settings.audit is False:
             return None
         assert self._connection is not None
-        trail = AuditTrail(
+        stream = RabbitAuditStream(
             self._connection,
             self.topology.audit_stream,
             create=bool(self.settings.audit),
             app_id=self._app_id,
             user_id=publisher_user_id(self.settings, self.agent_id),
         )
+        trail = AuditTrail(stream)
         trail.start()
         return trail
 

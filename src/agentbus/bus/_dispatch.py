@@ -12,7 +12,6 @@ from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus._logging import bind_delivery_ids, get_logger
 from agentbus._topology import topic_matches
 from agentbus._tracing import child_trace, end_span, start_span
-from agentbus.bus._audit import AuditSink, audit_record, envelope_fields, raw_fields
 from agentbus.bus._dedup import DedupStore, completer
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
@@ -33,7 +32,15 @@ from agentbus.envelopes import (
     is_valid_id,
     utcnow,
 )
-from agentbus.security import Refusal, SenderRates, refusal
+from agentbus.security import (
+    AuditSink,
+    Refusal,
+    SenderRates,
+    audit_record,
+    envelope_fields,
+    raw_fields,
+    refusal,
+)
 
 __all__ = ["Dispatcher", "EventHandler", "ReplyPublisher", "RequestHandler"]
 

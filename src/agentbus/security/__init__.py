@@ -10,25 +10,42 @@ from agentbus.security._admission import (
     sent_by,
     verifies_sender,
 )
-from agentbus.security._audit import AuditEntry, AuditPosition, StreamOffset, audit_entries
+from agentbus.security._audit import (
+    AUDIT_FORMAT,
+    AuditEntry,
+    AuditPosition,
+    StreamOffset,
+    audit_entries,
+    audit_record,
+    envelope_fields,
+    raw_fields,
+)
+from agentbus.security._audit_trail import AuditSink, AuditStream, AuditTrail
 from agentbus.security._definitions import Grant, definitions, team_grants
 from agentbus.security._rates import SenderRates
 from agentbus.security._tls import login_mechanism, tls_context, tls_failure
 
 __all__ = [
+    "AUDIT_FORMAT",
     "Admissible",
     "AuditEntry",
     "AuditPosition",
+    "AuditSink",
+    "AuditStream",
+    "AuditTrail",
     "Grant",
     "Refusal",
     "SenderRates",
     "StreamOffset",
     "audit_entries",
+    "audit_record",
     "connection_user",
     "definitions",
+    "envelope_fields",
     "identity_refusal",
     "login_mechanism",
     "publisher_user_id",
+    "raw_fields",
     "refusal",
     "sent_by",
     "team_grants",

@@ -1,4 +1,17 @@
-"""Security across hosts: broker permissions generated for a team, and its audit trail."""
+"""Security in one place: what the bus enforces, and what operators generate.
+
+The bus calls it, never the reverse: admission of each delivery (``refusal``,
+``identity_refusal``, ``verifies_sender``, ``publisher_user_id``), per-sender rate
+limits (``SenderRates``), the audit trail (``AuditTrail`` writing records built by
+``audit_record`` to an ``AuditStream`` the bus gives), and the TLS context and login
+mechanism a connection uses (``tls_context``, ``login_mechanism``, ``tls_failure``).
+Operators generate the broker's definitions for a team (``team_grants``,
+``definitions``) and read the audit trail (``agentbus.bus.read_audit`` yields
+``AuditEntry``).
+
+It imports only the envelopes and agentbus's internal modules (settings, exceptions,
+logging, the topology's names): no aio-pika, no bus.
+"""
 
 from agentbus.security._admission import (
     Admissible,

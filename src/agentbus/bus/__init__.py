@@ -1,4 +1,8 @@
-"""Transport on aio-pika: topology, confirmed publishing, acked consuming, requests and events."""
+"""Transport on aio-pika: topology, confirmed publishing, acked consuming, requests and events.
+
+Also the one way agentbus opens a connection (``open_connection``: the bus, the audit
+reader and the chaos kit use it) and the audit stream's reader (``read_audit``).
+"""
 
 from typing import TYPE_CHECKING
 

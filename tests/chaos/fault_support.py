@@ -18,6 +18,7 @@ from chaos_agents import LedgerWorker
 from agentbus import (
     Agent,
     AgentBusError,
+    BrokerUnavailable,
     Bus,
     BusClosed,
     ConnectionLost,
@@ -184,7 +185,7 @@ async def consumers_back(url: str, queue: str, expected: int, seconds: float) ->
     try:
         async with asyncio.timeout(seconds):
             while True:
-                with contextlib.suppress(aiormq.exceptions.AMQPError, OSError):
+                with contextlib.suppress(aiormq.exceptions.AMQPError, OSError, BrokerUnavailable):
                     seen = (await queue_depths(url, [queue]))[queue].consumers
                     if seen >= expected:
                         return time.monotonic() - began

@@ -16,9 +16,9 @@ import pytest
 
 import agentbus
 from agentbus import RequestEnvelope, Settings
-from agentbus.bus import Refusal
+from agentbus.bus import Refusal, read_audit
 from agentbus.envelopes import RequestPayload, encode
-from agentbus.security import AuditEntry, read_audit
+from agentbus.security import AuditEntry
 from agentbus.testing.chaos import PrivateBroker
 from waiting import wait_until
 

@@ -21,9 +21,10 @@ from tls_support import CertificateAuthority
 import agentbus
 from agentbus.agents import Agent
 from agentbus.agents.builtin import TextAgent
+from agentbus.bus import read_audit
 from agentbus.leader import Leader, Plan, PlanClient, PlanStatus
 from agentbus.registry import Registry
-from agentbus.security import definitions, read_audit, team_grants
+from agentbus.security import definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker
 
 pytestmark = pytest.mark.security

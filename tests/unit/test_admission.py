@@ -8,14 +8,6 @@ from dataclasses import dataclass
 import pytest
 
 from agentbus import ConfigurationError, Metrics, Settings
-from agentbus.bus._admission import (
-    Refusal,
-    connection_user,
-    publisher_user_id,
-    refusal,
-    sent_by,
-    verifies_sender,
-)
 from agentbus.envelopes import (
     BROADCAST,
     Envelope,
@@ -28,6 +20,14 @@ from agentbus.envelopes import (
     ResponsePayload,
     ResponseStatus,
     encode,
+)
+from agentbus.security import (
+    Refusal,
+    connection_user,
+    publisher_user_id,
+    refusal,
+    sent_by,
+    verifies_sender,
 )
 from agentbus.testing import MemoryBroker, MemoryBus, MemoryMessage
 from waiting import wait_until

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from unittest.mock import patch
 
 from agentbus import Settings
+from agentbus._topology import routing_key
 from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._pending import PendingRequests
 from agentbus.bus._routes import Routes
 from agentbus.bus._stats import BusStats
-from agentbus.bus._topology import routing_key
 from agentbus.envelopes import (
     ErrorEnvelope,
     RequestEnvelope,

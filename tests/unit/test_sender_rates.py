@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentbus import Metrics, RemoteError, RequestEnvelope, Settings
-from agentbus.bus._rates import SenderRates
 from agentbus.envelopes import PROTOCOL_VERSION, ErrorCode
+from agentbus.security import SenderRates
 from agentbus.testing import MemoryBroker, MemoryBus
 
 

@@ -11,8 +11,13 @@ import aiormq.exceptions
 import pytest
 
 from agentbus import ConfigurationError, Settings
-from agentbus.bus._admission import connection_user, verifies_sender
-from agentbus.bus._tls import login_mechanism, tls_context, tls_failure
+from agentbus.security import (
+    connection_user,
+    login_mechanism,
+    tls_context,
+    tls_failure,
+    verifies_sender,
+)
 
 PEM = "-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n"
 

@@ -1,9 +1,15 @@
-"""Transport on aio-pika: topology, confirmed publishing, acked consuming, requests and events."""
+"""Transport on aio-pika: topology, confirmed publishing, acked consuming, requests and events.
+
+Also the one way agentbus opens a connection (``open_connection``: the bus, the audit
+reader and the chaos kit use it) and the audit stream's reader (``read_audit``).
+"""
 
 from typing import TYPE_CHECKING
 
-from agentbus.bus._admission import Refusal, verifies_sender
+from agentbus._topology import Topology, reply_routing_key, routing_key, topic_matches
+from agentbus.bus._audit_stream import read_audit
 from agentbus.bus._bus import Bus, connect
+from agentbus.bus._connection import open_connection
 from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
 from agentbus.bus._dedup import DedupStore, DedupWindow
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
@@ -14,8 +20,8 @@ from agentbus.bus._protocol import Transport
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
-from agentbus.bus._topology import Topology, reply_routing_key, routing_key, topic_matches
 from agentbus.bus._trace import current_trace
+from agentbus.security import Refusal, verifies_sender
 
 __all__ = [
     "DEFAULT_FEED_LENGTH",
@@ -43,6 +49,8 @@ __all__ = [
     "Transport",
     "connect",
     "current_trace",
+    "open_connection",
+    "read_audit",
     "reply_routing_key",
     "routing_key",
     "topic_matches",

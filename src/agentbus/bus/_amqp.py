@@ -24,7 +24,7 @@ import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection
 from pamqp.commands import Basic
 
-from agentbus.bus._topology import DIRECT_REPLY_TO
+from agentbus._topology import DIRECT_REPLY_TO
 
 __all__ = [
     "Delivery",

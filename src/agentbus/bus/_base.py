@@ -15,9 +15,8 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
+from agentbus._topology import Topology
 from agentbus._tracing import enable_tracing, tracing_enabled
-from agentbus.bus._admission import verifies_sender
-from agentbus.bus._audit import AuditSink
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
@@ -30,12 +29,12 @@ from agentbus.bus._routes import EventHandler, RequestHandler, Routes
 from agentbus.bus._sending import Sending
 from agentbus.bus._sqlite_dedup import dedup_store
 from agentbus.bus._stats import BusState, BusStats
-from agentbus.bus._topology import Topology
 from agentbus.envelopes import (
     BROADCAST,
     RequestEnvelope,
     is_valid_id,
 )
+from agentbus.security import AuditSink, verifies_sender
 
 __all__ = ["BaseBus"]
 

@@ -14,24 +14,22 @@ from aio_pika.abc import (
     ExchangeType,
 )
 
-from agentbus._config import Settings, mask_url
+from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
-from agentbus.bus._admission import publisher_user_id
 from agentbus.bus._amqp import DeliveryConsumer, DirectReplyTo, FeedConsumer, scratch_channel
-from agentbus.bus._audit import AuditTrail
+from agentbus.bus._audit_stream import RabbitAuditStream
 from agentbus.bus._base import BaseBus
+from agentbus.bus._connection import open_connection
 from agentbus.bus._dead_letters import DeadLetters
 from agentbus.bus._dedup import DedupStore
-from agentbus.bus._errors import map_connect_errors, map_transport_errors, through_reconnects
-from agentbus.bus._failover import connect_to_nodes
+from agentbus.bus._errors import map_transport_errors, through_reconnects
 from agentbus.bus._feed import Feed
 from agentbus.bus._journal import Journal, StreamJournal
-from agentbus.bus._nodes import broker_nodes
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._stats import BusState
-from agentbus.bus._tls import login_mechanism, tls_context
+from agentbus.security import AuditTrail, publisher_user_id
 
 __all__ = ["Bus", "connect"]
 
@@ -106,25 +104,9 @@ class Bus(BaseBus):
         """
         if self._state is not BusState.NEW:
             raise BusClosed(f"{self!r} cannot be opened again")
-        settings = self.settings
-        nodes = broker_nodes(settings.url)
-        context = tls_context(settings, nodes)
-        mechanism = login_mechanism(settings)
-        with map_connect_errors(
-            mask_url(settings.url),
-            secure=context is not None,
-            client_cert=settings.tls_cert_file is not None,
-        ):
-            self._connection = await connect_to_nodes(
-                nodes,
-                timeout=settings.connect_timeout,
-                on_node=self._connected_to,
-                reconnect_interval=settings.reconnect_interval,
-                heartbeat=settings.heartbeat,
-                ssl_context=context,
-                auth=None if mechanism == "plain" else mechanism,
-                client_properties={"connection_name": f"agentbus:{self.agent_id}"},
-            )
+        self._connection = await open_connection(
+            self.settings, name=f"agentbus:{self.agent_id}", on_node=self._connected_to
+        )
         try:
             with map_transport_errors():
                 await self._declare()
@@ -207,13 +189,14 @@ class Bus(BaseBus):
         if self.settings.audit is False:
             return None
         assert self._connection is not None
-        trail = AuditTrail(
+        stream = RabbitAuditStream(
             self._connection,
             self.topology.audit_stream,
             create=bool(self.settings.audit),
             app_id=self._app_id,
             user_id=publisher_user_id(self.settings, self.agent_id),
         )
+        trail = AuditTrail(stream)
         trail.start()
         return trail
 

@@ -26,10 +26,10 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobus
 from pydantic import BaseModel
 
 from agentbus._exceptions import Unroutable
+from agentbus._topology import Topology
 from agentbus.bus._amqp import scratch_channel
 from agentbus.bus._errors import map_transport_errors
 from agentbus.bus._poison import ATTEMPT_HEADER
-from agentbus.bus._topology import Topology
 
 __all__ = ["DeadLetter", "DeadLetters", "Settled"]
 

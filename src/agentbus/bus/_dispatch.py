@@ -8,19 +8,17 @@ from typing import Any
 from agentbus._config import Settings
 from agentbus._exceptions import EnvelopeError
 from agentbus._logging import bind_delivery_ids, get_logger
-from agentbus.bus._admission import refusal, verifies_sender
-from agentbus.bus._audit import AuditSink
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit
-from agentbus.bus._rates import SenderRates
 from agentbus.bus._refusals import AMQP_MESSAGE_ID, Refusals
 from agentbus.bus._replies import Replier, Reply, ReplyPublisher
 from agentbus.bus._routes import Routes
 from agentbus.bus._serving import Server
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, decode
+from agentbus.security import AuditSink, SenderRates, refusal, verifies_sender
 
 __all__ = ["Dispatcher", "dispatcher_for"]
 

@@ -19,7 +19,7 @@ from agentbus._exceptions import (
     TLSError,
     TransportError,
 )
-from agentbus.bus._tls import tls_failure
+from agentbus.security import tls_failure
 
 __all__ = ["CONNECT_ERRORS", "map_connect_errors", "map_transport_errors", "through_reconnects"]
 

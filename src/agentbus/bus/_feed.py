@@ -19,8 +19,8 @@ from typing import Any, Final, TypeAlias
 import orjson
 
 from agentbus._logging import get_logger
-from agentbus.bus._admission import identity_refusal
 from agentbus.bus._stats import BusStats
+from agentbus.security import identity_refusal
 
 __all__ = ["DEFAULT_FEED_LENGTH", "Feed", "FeedHandler", "FeedState", "FeedStats"]
 

@@ -12,6 +12,7 @@ from pamqp.commands import Basic
 
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
 from agentbus._logging import get_logger
+from agentbus._topology import DIRECT_REPLY_TO, reply_destination, routing_key
 from agentbus.bus._amqp import (
     Delivery,
     DirectReplyTo,
@@ -24,7 +25,6 @@ from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
 from agentbus.bus._options import PublishOptions, publication
 from agentbus.bus._stats import BusStats
-from agentbus.bus._topology import DIRECT_REPLY_TO, reply_destination, routing_key
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 
 __all__ = ["Publisher"]

@@ -11,8 +11,6 @@ from typing import Any, Final
 
 from agentbus._exceptions import EnvelopeError
 from agentbus._logging import get_logger
-from agentbus.bus._admission import Refusal
-from agentbus.bus._audit import AuditSink, audit_record, envelope_fields, raw_fields
 from agentbus.bus._delivery import IncomingMessage, Settle
 from agentbus.bus._poison import DeliveryLimit, Verdict, attempt_of
 from agentbus.bus._replies import Replier
@@ -27,6 +25,7 @@ from agentbus.envelopes import (
     ResponseEnvelope,
     is_valid_id,
 )
+from agentbus.security import AuditSink, Refusal, audit_record, envelope_fields, raw_fields
 
 __all__ = ["AMQP_MESSAGE_ID", "Refusals"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
 
-from agentbus.bus._topology import topic_matches
+from agentbus._topology import topic_matches
 from agentbus.envelopes import EventEnvelope, RequestEnvelope
 
 __all__ = ["EventHandler", "RequestHandler", "Routes"]

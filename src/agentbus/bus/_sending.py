@@ -8,11 +8,11 @@ from datetime import timedelta
 from typing import Any, Unpack
 
 from agentbus._config import Settings
+from agentbus._topology import DIRECT_REPLY_TO, Topology
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
-from agentbus.bus._topology import DIRECT_REPLY_TO, Topology
 from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
     BROADCAST,

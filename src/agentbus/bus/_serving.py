@@ -8,7 +8,6 @@ import time
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
-from agentbus.bus._audit import AuditSink, audit_record, envelope_fields
 from agentbus.bus._dedup import DedupStore, completer
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._replies import Replier, Reply
@@ -23,6 +22,7 @@ from agentbus.envelopes import (
     encode,
     utcnow,
 )
+from agentbus.security import AuditSink, audit_record, envelope_fields
 
 __all__ = ["Server"]
 

@@ -63,7 +63,7 @@ class BusStats:
     errors_sent: Counter[str] = field(default_factory=Counter)
     errors_received: Counter[str] = field(default_factory=Counter)
     refused_by: Counter[str] = field(default_factory=Counter)
-    """Refused deliveries by reason (``agentbus.bus._admission.Refusal``)."""
+    """Refused deliveries by reason (``agentbus.security.Refusal``)."""
     observer: LatencyObserver | None = None
 
     def as_dict(self) -> dict[str, int]:

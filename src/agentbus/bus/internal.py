@@ -8,6 +8,5 @@ bus's private modules.
 from agentbus.bus._base import BaseBus
 from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._options import publication
-from agentbus.bus._topology import reply_destination
 
-__all__ = ["BaseBus", "IncomingMessage", "publication", "reply_destination"]
+__all__ = ["BaseBus", "IncomingMessage", "publication"]

@@ -8,8 +8,9 @@ from datetime import datetime
 import click
 import orjson
 
+from agentbus.bus import read_audit
 from agentbus.cli._context import run_async, settings_of
-from agentbus.security import StreamOffset, read_audit
+from agentbus.security import StreamOffset
 
 __all__ = ["audit_command"]
 

@@ -32,7 +32,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentbus._config import Settings
 from agentbus.bus import Bus
-from agentbus.bus._admission import connection_user, verifies_sender
 from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._directory import Directory
@@ -41,6 +40,7 @@ from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
 from agentbus.gateway._settings import GatewaySettings
 from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
+from agentbus.security import connection_user, verifies_sender
 
 __all__ = ["Gateway"]
 

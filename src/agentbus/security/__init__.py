@@ -1,14 +1,68 @@
-"""Security across hosts: broker permissions generated for a team, and its audit trail."""
+"""Security in one place: what the bus enforces, and what operators generate.
 
-from agentbus.security._audit import AuditEntry, AuditPosition, StreamOffset, read_audit
+The bus calls it, never the reverse: admission of each delivery (``refusal``,
+``identity_refusal``, ``verifies_sender``, ``publisher_user_id``), per-sender rate
+limits (``SenderRates``), the audit trail (``AuditTrail`` writing records built by
+``audit_record`` to an ``AuditStream`` the bus gives), and the TLS context and login
+mechanism a connection uses (``tls_context``, ``login_mechanism``, ``tls_failure``).
+Operators generate the broker's definitions for a team (``team_grants``,
+``definitions``) and read the audit trail (``agentbus.bus.read_audit`` yields
+``AuditEntry``).
+
+It imports only the envelopes and agentbus's internal modules (settings, exceptions,
+logging, the topology's names): no aio-pika, no bus.
+"""
+
+from agentbus.security._admission import (
+    Admissible,
+    Refusal,
+    connection_user,
+    identity_refusal,
+    publisher_user_id,
+    refusal,
+    sent_by,
+    verifies_sender,
+)
+from agentbus.security._audit import (
+    AUDIT_FORMAT,
+    AuditEntry,
+    AuditPosition,
+    StreamOffset,
+    audit_entries,
+    audit_record,
+    envelope_fields,
+    raw_fields,
+)
+from agentbus.security._audit_trail import AuditSink, AuditStream, AuditTrail
 from agentbus.security._definitions import Grant, definitions, team_grants
+from agentbus.security._rates import SenderRates
+from agentbus.security._tls import login_mechanism, tls_context, tls_failure
 
 __all__ = [
+    "AUDIT_FORMAT",
+    "Admissible",
     "AuditEntry",
     "AuditPosition",
+    "AuditSink",
+    "AuditStream",
+    "AuditTrail",
     "Grant",
+    "Refusal",
+    "SenderRates",
     "StreamOffset",
+    "audit_entries",
+    "audit_record",
+    "connection_user",
     "definitions",
-    "read_audit",
+    "envelope_fields",
+    "identity_refusal",
+    "login_mechanism",
+    "publisher_user_id",
+    "raw_fields",
+    "refusal",
+    "sent_by",
     "team_grants",
+    "tls_context",
+    "tls_failure",
+    "verifies_sender",
 ]

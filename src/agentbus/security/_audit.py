@@ -1,35 +1,110 @@
-"""Reading the audit trail: the stream's records from an offset or a time, in order."""
+"""The audit trail's records: what is kept of each request and refusal, and where it is.
+
+A record says who (``sender_id``, the AMQP ``user_id``), what (``action``, ``receiver``),
+how it ended (``outcome``: ``success``, an error code, ``duplicate``, or the refusal's
+reason) and when and how long, with the request's ``message_id`` (its replies'
+correlation id) and its ``plan_id``; never its parameters or result.
+
+The stream's messages are JSON arrays of records, each published with the recorder's
+AMQP ``user_id`` when senders are verified, so a reader knows which broker user wrote
+it. A record's position is its message's stream offset and its index in that message:
+a reader that keeps the last position it read reads on from the next record, missing
+and repeating nothing.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
 
-import aio_pika
-import aiormq.exceptions
 import orjson
-from aio_pika.abc import AbstractIncomingMessage
 
-from agentbus._config import Settings, mask_url
-from agentbus._exceptions import ConfigurationError
-from agentbus.bus import Topology
-from agentbus.bus._errors import map_connect_errors, map_transport_errors
-from agentbus.bus._nodes import broker_nodes
-from agentbus.bus._tls import login_mechanism, tls_context
+from agentbus.envelopes import Envelope, RequestEnvelope
 
-__all__ = ["AuditEntry", "AuditPosition", "StreamOffset", "read_audit"]
+__all__ = [
+    "AUDIT_FORMAT",
+    "AuditEntry",
+    "AuditPosition",
+    "StreamOffset",
+    "audit_entries",
+    "audit_record",
+    "envelope_fields",
+    "raw_fields",
+]
+
+AUDIT_FORMAT: Final = 1
+"""The version of the record format (``v`` in each record)."""
+
+_MAX_FIELD: Final = 255  # an undecodable message's fields are recorded only if short text
 
 StreamOffset = Literal["first", "last", "next"] | int | datetime
 """Where to start: the oldest record kept, the last chunk, new ones only, an offset, a time."""
 
-_PREFETCH = 256
-
 
 AuditPosition = tuple[int, int]
 """Where a record is: its message's stream offset, and its index in that message."""
+
+
+def audit_record(
+    *,
+    kind: str,
+    recorder: str,
+    user_id: str | None,
+    outcome: str,
+    seconds: float | None = None,
+    sender_id: str | None = None,
+    message_type: str | None = None,
+    action: str | None = None,
+    receiver: str | None = None,
+    message_id: str | None = None,
+    plan_id: str | None = None,
+) -> dict[str, Any]:
+    """Build one audit record (``kind``: ``request`` or ``refusal``)."""
+    return {
+        "v": AUDIT_FORMAT,
+        "at": datetime.now(UTC).isoformat(),
+        "kind": kind,
+        "recorder": recorder,
+        "sender_id": sender_id,
+        "user_id": user_id,
+        "message_type": message_type,
+        "action": action,
+        "receiver": receiver,
+        "outcome": outcome,
+        "duration_ms": None if seconds is None else round(seconds * 1000, 3),
+        "message_id": message_id,
+        "plan_id": plan_id,
+    }
+
+
+def envelope_fields(envelope: Envelope) -> dict[str, Any]:
+    """The fields of a record that a decoded envelope gives (never its parameters)."""
+    extra: Mapping[str, Any] = envelope.metadata.model_extra or {}
+    plan_id = extra.get("plan_id")
+    return {
+        "sender_id": envelope.sender_id,
+        "message_type": envelope.message_type,
+        "action": envelope.payload.action if isinstance(envelope, RequestEnvelope) else None,
+        "receiver": envelope.receiver_id,
+        "message_id": envelope.message_id,
+        "plan_id": plan_id if isinstance(plan_id, str) else None,
+    }
+
+
+def raw_fields(raw: Mapping[str, Any], amqp_message_id: str | None) -> dict[str, Any]:
+    """The fields of a record that an undecodable message's JSON gives, where they are ids."""
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) and len(value) <= _MAX_FIELD else None
+
+    return {
+        "sender_id": text(raw.get("sender_id")),
+        "message_type": text(raw.get("message_type")),
+        "receiver": text(raw.get("receiver_id")),
+        "message_id": text(raw.get("message_id")) or amqp_message_id,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,80 +122,20 @@ class AuditEntry:
         return (self.offset, self.index)
 
 
-async def read_audit(
-    settings: Settings,
-    *,
-    start: StreamOffset = "first",
-    after: AuditPosition | None = None,
-    limit: int | None = None,
-    idle: float | None = 2.0,
-) -> AsyncIterator[AuditEntry]:
-    """Yield the audit stream's records from ``start``, in order.
+def audit_entries(
+    body: bytes, offset: int, written_by: str | None, *, after: AuditPosition | None
+) -> list[AuditEntry]:
+    """Return the records of the stream message ``body`` that come after ``after``.
 
     Args:
-        settings: The broker (and TLS) settings and the exchange whose stream to read.
-        start: Where to start (RabbitMQ's ``x-stream-offset``).
-        after: Read on after this record (a reader's last ``position``), instead of
-            ``start``: a reader that stops and starts again misses and repeats nothing.
-        limit: Stop after this many records.
-        idle: Stop when no record came for this many seconds; None: follow forever.
-
-    Raises:
-        BrokerUnavailable: the broker cannot be reached.
-        AccessRefused: this user may not read the stream.
-        ConfigurationError: the stream does not exist.
+        body: The message's body: a JSON array of records.
+        offset: The message's stream offset.
+        written_by: The message's AMQP ``user_id``: the broker user that wrote it.
+        after: A position read already (None: none was).
     """
-    nodes = broker_nodes(settings.url)
-    context = tls_context(settings, nodes)
-    mechanism = login_mechanism(settings)
-    url = nodes[0] if mechanism == "plain" else f"{nodes[0]}?auth={mechanism}"
-    with map_connect_errors(
-        mask_url(nodes[0]),
-        secure=context is not None,
-        client_cert=settings.tls_cert_file is not None,
-    ):
-        connection = await aio_pika.connect(
-            url, ssl_context=context, timeout=settings.connect_timeout
-        )
-    try:
-        stream = Topology(settings.exchange).audit_stream
-        with map_transport_errors():
-            channel = await connection.channel()
-            await channel.set_qos(prefetch_count=_PREFETCH)
-            try:
-                queue = await channel.get_queue(stream)
-            except aiormq.exceptions.ChannelNotFoundEntity as exc:
-                raise ConfigurationError(
-                    f"there is no audit stream {stream!r}: import the definitions "
-                    "('agentbus definitions') or run agents with AGENTBUS_AUDIT=true"
-                ) from exc
-        count = 0
-        origin = start if after is None else after[0]
-        arrived: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
-
-        async def take(message: AbstractIncomingMessage) -> None:
-            # A stream is read with acks (they move the consumer's credit), never nacks:
-            # what is prefetched and not read when the reader stops goes with the channel.
-            await message.ack()
-            arrived.put_nowait(message)
-
-        with map_transport_errors():
-            await queue.consume(take, arguments={"x-stream-offset": origin})
-        while limit is None or count < limit:
-            try:
-                async with asyncio.timeout(idle):
-                    message = await arrived.get()
-            except TimeoutError:
-                return
-            found = (message.headers or {}).get("x-stream-offset")
-            offset = found if isinstance(found, int) else -1
-            records = orjson.loads(message.body)
-            for index, record in enumerate(records if isinstance(records, list) else []):
-                if after is not None and (offset, index) <= after:
-                    continue
-                if limit is not None and count >= limit:
-                    return
-                yield AuditEntry(offset, index, record, message.user_id)
-                count += 1
-    finally:
-        await connection.close()
+    records = orjson.loads(body)
+    return [
+        AuditEntry(offset, index, record, written_by)
+        for index, record in enumerate(records if isinstance(records, list) else [])
+        if after is None or (offset, index) > after
+    ]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agentbus._exceptions import ConfigurationError
-from agentbus.bus import Topology
+from agentbus._topology import Topology
 from agentbus.envelopes import is_valid_id
 
 __all__ = ["Grant", "definitions", "team_grants"]
@@ -84,45 +84,73 @@ def team_grants(
     """
     team = list(dict.fromkeys(services))
     extra = {name: set(targets) for name, targets in (calls or {}).items()}
-    users = [*team, *(clients or {})]
+    asked = dict(clients or {})
+    users = [*team, *asked]
+    _check_users(users)
+    _check_calls([*extra.items(), *((c, set(t)) for c, t in asked.items())], team, users)
+    grants = [_service_grant(service, team, extra.get(service, ())) for service in team]
+    grants += [Grant(user=client, calls=frozenset(wanted)) for client, wanted in asked.items()]
+    readers = set(auditors)
+    grants += _reader_grants(readers - set(users))
+    return [replace(g, audits=True) if g.user in readers else g for g in grants]
+
+
+def _check_users(users: Sequence[str]) -> None:
     for name in users:
         if not is_valid_id(name):
             raise ConfigurationError(f"{name!r} is not a valid service or user name")
     if len(set(users)) != len(users):
         raise ConfigurationError("a client has the name of a service")
-    for name, targets in [*extra.items(), *((c, set(t)) for c, t in (clients or {}).items())]:
-        unknown = sorted(set(targets) - set(team))
+
+
+def _check_calls(
+    calls: Iterable[tuple[str, set[str]]], team: Sequence[str], users: Sequence[str]
+) -> None:
+    for name, targets in calls:
+        unknown = sorted(targets - set(team))
         if unknown:
             raise ConfigurationError(f"{name!r} calls {unknown}, which the team does not have")
         if name not in users:
             raise ConfigurationError(f"calls are given for {name!r}, which the team does not have")
+
+
+@dataclass(frozen=True, slots=True)
+class _Role:
+    """What a built-in service may do besides the calls it is given."""
+
+    calls_team: bool = False
+    broadcasts: frozenset[str] = frozenset()
+    calls_instances: bool = False
+    keeps_plans: bool = False
+
+
+_ROLES: Final = {
+    LEADER: _Role(calls_team=True, broadcasts=frozenset({"cancel"}), keeps_plans=True),
+    REGISTRY: _Role(broadcasts=frozenset({"announce"}), calls_instances=True),
+}
+
+
+def _service_grant(service: str, team: Sequence[str], callees: Iterable[str]) -> Grant:
+    role = _ROLES.get(service, _Role())
+    calls = set(callees) | (set(team) if role.calls_team else set())
+    return Grant(
+        user=service,
+        service=service,
+        calls=frozenset(calls - {service}),
+        broadcasts=role.broadcasts,
+        calls_instances=role.calls_instances,
+        keeps_plans=role.keeps_plans,
+    )
+
+
+def _reader_grants(names: Iterable[str]) -> list[Grant]:
+    """The grants of auditors that are no user of the team: they only read the stream."""
     grants = []
-    for service in team:
-        callees = set(extra.get(service, ()))
-        broadcasts: set[str] = set()
-        if service == LEADER:
-            callees |= set(team) - {LEADER}
-            broadcasts.add("cancel")
-        if service == REGISTRY:
-            broadcasts.add("announce")
-        grants.append(
-            Grant(
-                user=service,
-                service=service,
-                calls=frozenset(callees - {service}),
-                broadcasts=frozenset(broadcasts),
-                calls_instances=service == REGISTRY,
-                keeps_plans=service == LEADER,
-            )
-        )
-    for client, wanted in (clients or {}).items():
-        grants.append(Grant(user=client, calls=frozenset(wanted)))
-    readers = set(auditors)
-    for name in sorted(readers - set(users)):
+    for name in sorted(names):
         if not is_valid_id(name):
             raise ConfigurationError(f"{name!r} is not a valid user name")
         grants.append(Grant(user=name))
-    return [replace(g, audits=True) if g.user in readers else g for g in grants]
+    return grants
 
 
 def definitions(
@@ -223,7 +251,7 @@ def _alternatives(names: Iterable[str]) -> str:
 
 def _ids(names: Iterable[str], *, bare: bool = True) -> str:
     """A regex of the agent ids of ``names``' users: ``name-<n>``, or ``name`` itself if
-    ``bare`` and it has no ``-`` (the ownership ``agentbus.bus`` checks: ``sent_by``)."""
+    ``bare`` and it has no ``-`` (the ownership admission checks: ``sent_by``)."""
     forms = []
     for name in sorted(names):
         if bare and "-" not in name:

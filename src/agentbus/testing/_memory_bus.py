@@ -11,9 +11,9 @@ from agentbus._exceptions import BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus import BusState, Feed, Journal
-from agentbus.bus._admission import publisher_user_id
 from agentbus.bus.internal import BaseBus
 from agentbus.envelopes import utcnow
+from agentbus.security import publisher_user_id
 from agentbus.testing._consumer import MemoryConsumer, MemoryDelivery
 from agentbus.testing._memory_broker import MemoryBroker
 from agentbus.testing._memory_journal import MemoryJournal

@@ -8,8 +8,9 @@ from dataclasses import replace
 from typing import Unpack
 
 from agentbus._exceptions import BusClosed
+from agentbus._topology import reply_destination
 from agentbus.bus import BusStats, PublishOptions, routing_key
-from agentbus.bus.internal import IncomingMessage, publication, reply_destination
+from agentbus.bus.internal import IncomingMessage, publication
 from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
 from agentbus.testing._consumer import MemoryDelivery
 from agentbus.testing._memory_broker import MemoryBroker

@@ -21,6 +21,7 @@ the process that wrote it (the faults under test), not a power cut. Calls block 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import sqlite3
@@ -32,10 +33,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-import aio_pika
 import aiormq.exceptions
 
+from agentbus._config import Settings
 from agentbus._sqlite import connect_shared
+from agentbus.bus import open_connection
 
 __all__ = ["LEDGER_ENV", "Ledger", "LedgerReport", "QueueDepth", "SendOutcome", "queue_depths"]
 
@@ -296,9 +298,12 @@ async def queue_depths(url: str, queues: Iterable[str]) -> dict[str, QueueDepth]
     """Return the ready messages and consumers of each queue, by passive declare.
 
     A queue that does not exist is reported with ``exists=False`` and zero counts.
+
+    Raises:
+        BrokerUnavailable: the broker at ``url`` cannot be reached.
     """
     found: dict[str, QueueDepth] = {}
-    connection = await aio_pika.connect(url)
+    connection = await open_connection(Settings(url=url))
     async with connection:
         for name in queues:
             channel = await connection.channel()
@@ -307,9 +312,12 @@ async def queue_depths(url: str, queues: Iterable[str]) -> dict[str, QueueDepth]
             except aiormq.exceptions.ChannelNotFoundEntity:
                 found[name] = QueueDepth(messages=0, consumers=0, exists=False)
                 continue  # the broker closed that channel
+            finally:
+                # A robust channel the broker closed is reopened unless closed here too.
+                with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError):
+                    await channel.close()
             result = queue.declaration_result
             found[name] = QueueDepth(
                 messages=result.message_count or 0, consumers=result.consumer_count or 0
             )
-            await channel.close()
     return found

@@ -27,9 +27,9 @@ from urllib.parse import unquote, urlsplit
 
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
-from agentbus.bus._tls import certificate_user, login_mechanism
-from agentbus.bus._topology import routing_key
+from agentbus._topology import routing_key
 from agentbus.envelopes import BROADCAST, Envelope, RequestEnvelope
+from agentbus.security._tls import certificate_user, login_mechanism
 
 __all__ = [
     "Admissible",

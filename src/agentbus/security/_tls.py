@@ -42,6 +42,19 @@ _CLIENT_CERT_MISSING: Final = frozenset(
     {"TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_HANDSHAKE_FAILURE"}
 )
 
+_PLAIN_TO_TLS_PORT: Final = (
+    "the broker closed the connection before the AMQP handshake: is this a TLS port? use amqps://"
+)
+# What a reset after a TLS handshake means, by whether a client certificate was presented.
+_RESET_AFTER_HANDSHAKE: Final = {
+    True: (
+        "the broker refused the client certificate (it reset the TLS connection): "
+        "is it signed by a CA the broker trusts?"
+    ),
+    False: (
+        "the broker requires a client certificate (it reset the TLS connection): set tls_cert_file"
+    ),
+}
 
 # The peer hanging up on us (a refused port is no TLS matter).
 _DROPS: Final = (
@@ -71,6 +84,19 @@ def tls_context(settings: Settings, nodes: tuple[str, ...]) -> ssl.SSLContext | 
         ConfigurationError: TLS settings without ``amqps://``, EXTERNAL without a client
             certificate, or a CA, certificate or key file that cannot be loaded.
     """
+    if not _is_secure(settings, nodes):
+        return None
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"cannot load the CA file (tls_ca_file): {_reason(exc)}") from exc
+    if settings.tls_cert_file:
+        _load_client_certificate(context, settings.tls_cert_file, settings.tls_key_file)
+    return context
+
+
+def _is_secure(settings: Settings, nodes: tuple[str, ...]) -> bool:
+    """Whether ``nodes`` are ``amqps://``; raise if the TLS settings do not fit them."""
     secure = [urlsplit(node).scheme == "amqps" for node in nodes]
     external = login_mechanism(settings) == "external"
     if not any(secure):
@@ -78,29 +104,25 @@ def tls_context(settings: Settings, nodes: tuple[str, ...]) -> ssl.SSLContext | 
             raise ConfigurationError(
                 "TLS settings (tls_ca_file, tls_cert_file, EXTERNAL login) need an amqps:// URL"
             )
-        return None
+        return False
     if not all(secure):
         raise ConfigurationError("the broker nodes mix amqp:// and amqps://: use amqps:// for all")
     if external and not settings.tls_cert_file:
         raise ConfigurationError("the EXTERNAL login needs a client certificate (tls_cert_file)")
+    return True
+
+
+def _load_client_certificate(context: ssl.SSLContext, cert_file: str, key_file: str | None) -> None:
     try:
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca_file)
+        # Never OpenSSL's own prompt for a pass phrase: an agent has no terminal.
+        context.load_cert_chain(cert_file, key_file, password=_no_pass_phrase)
+    except ConfigurationError:
+        raise
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(f"cannot load the CA file (tls_ca_file): {_reason(exc)}") from exc
-    if settings.tls_cert_file:
-        try:
-            # Never OpenSSL's own prompt for a pass phrase: an agent has no terminal.
-            context.load_cert_chain(
-                settings.tls_cert_file, settings.tls_key_file, password=_no_pass_phrase
-            )
-        except ConfigurationError:
-            raise
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"cannot load the client certificate and key (tls_cert_file, tls_key_file): "
-                f"{_reason(exc)}"
-            ) from exc
-    return context
+        raise ConfigurationError(
+            f"cannot load the client certificate and key (tls_cert_file, tls_key_file): "
+            f"{_reason(exc)}"
+        ) from exc
 
 
 def _no_pass_phrase() -> bytes:
@@ -149,41 +171,31 @@ def tls_failure(exc: BaseException, *, secure: bool, client_cert: bool) -> str |
     """
     if not secure:
         # A TLS-only listener drops the AMQP header it cannot parse as a ClientHello.
-        if _dropped(exc):
-            return (
-                "the broker closed the connection before the AMQP handshake: is this a "
-                "TLS port? use amqps://"
-            )
-        return None
-    if _dropped(exc) and _ssl_cause(exc) is None:
+        return _PLAIN_TO_TLS_PORT if _dropped(exc) else None
+    cause = _ssl_cause(exc)
+    if cause is None:
         # TLS 1.3: the broker checks the client's certificate after the handshake and
         # resets the connection; Python sees the reset, not always the alert.
-        if client_cert:
-            return (
-                "the broker refused the client certificate (it reset the TLS connection): "
-                "is it signed by a CA the broker trusts?"
-            )
-        return (
-            "the broker requires a client certificate (it reset the TLS connection): "
-            "set tls_cert_file"
-        )
-    cause = _ssl_cause(exc)
+        return _RESET_AFTER_HANDSHAKE[client_cert] if _dropped(exc) else None
+    return _handshake_failure(cause, client_cert=client_cert)
+
+
+def _handshake_failure(cause: ssl.SSLError, *, client_cert: bool) -> str:
+    """Say which side refused what, from the ``ssl.SSLError`` of a failed handshake."""
     if isinstance(cause, ssl.SSLCertVerificationError):
         return (
             f"the broker's certificate is not trusted ({cause.verify_message}): "
             "set tls_ca_file to the CA that signed it"
         )
-    if isinstance(cause, ssl.SSLError):
-        reason = cause.reason or ""
-        if reason in _CLIENT_CERT_REFUSED:
-            return (
-                f"the broker refused the client certificate ({reason}): it is not signed "
-                "by a CA the broker trusts"
-            )
-        if reason in _CLIENT_CERT_MISSING and not client_cert:
-            return f"the broker requires a client certificate ({reason}): set tls_cert_file"
-        return f"the TLS handshake failed ({reason or cause.strerror or type(cause).__name__})"
-    return None
+    reason = cause.reason or ""
+    if reason in _CLIENT_CERT_REFUSED:
+        return (
+            f"the broker refused the client certificate ({reason}): it is not signed "
+            "by a CA the broker trusts"
+        )
+    if reason in _CLIENT_CERT_MISSING and not client_cert:
+        return f"the broker requires a client certificate ({reason}): set tls_cert_file"
+    return f"the TLS handshake failed ({reason or cause.strerror or type(cause).__name__})"
 
 
 def _dropped(exc: BaseException) -> bool:
@@ -196,7 +208,7 @@ def _dropped(exc: BaseException) -> bool:
     return False
 
 
-def _ssl_cause(exc: BaseException) -> BaseException | None:
+def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
     """The ``ssl.SSLError`` that ``exc`` is or was raised from (aiormq wraps it)."""
     seen: set[int] = set()
     current: BaseException | None = exc

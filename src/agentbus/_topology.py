@@ -1,4 +1,8 @@
-"""Names and routing keys of the wire contract, and AMQP topic matching."""
+"""Names and routing keys of the wire contract, and AMQP topic matching.
+
+Beneath both the bus and security (admission checks routing keys, the definitions name
+queues): ``agentbus.bus`` exports the public names.
+"""
 
 from __future__ import annotations
 

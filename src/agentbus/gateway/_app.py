@@ -12,7 +12,6 @@ import uuid
 from types import TracebackType
 from typing import Self
 
-import structlog
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import (
     create_agent_card_routes,
@@ -44,7 +43,6 @@ from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
 
 __all__ = ["Gateway"]
 
-_log = structlog.get_logger("agentbus.gateway")
 _PREFIX = "/agents"
 
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import structlog
 from a2a.helpers import new_data_part, new_message, new_task, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -25,6 +24,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as a2a
 
 from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus._logging import get_logger
 from agentbus.agents._agent import NOTIFY_START
 from agentbus.bus import Bus
 from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope, utcnow
@@ -40,7 +40,7 @@ CALL_KEY = "agentbus.call"
 PARTIAL_KEY = "agentbus.partial"
 """Artifact metadata key: true on an artifact of partial results, false on the result's."""
 
-_log = structlog.get_logger("agentbus.gateway")
+_log = get_logger("agentbus.gateway")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ import re
 from typing import Any
 
 import httpx
-import structlog
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
 from a2a.helpers import get_data_parts, new_data_part, new_message, new_text_part
@@ -40,7 +39,6 @@ from agentbus.gateway._parts import SKILL_KEY, from_json
 
 __all__ = ["RemoteA2AAgent"]
 
-_log = structlog.get_logger("agentbus.gateway")
 _FREE_FORM: dict[str, Any] = {
     "type": "object",
     "properties": {"text": {"type": "string", "description": "sent as an A2A text part"}},

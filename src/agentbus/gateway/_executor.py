@@ -25,9 +25,9 @@ from a2a.types import a2a_pb2 as a2a
 
 from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
 from agentbus._logging import get_logger
-from agentbus.agents._agent import NOTIFY_START
+from agentbus.agents import NOTIFY_START, send_cancel
 from agentbus.bus import Bus
-from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope, utcnow
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
 from agentbus.gateway._callers import Callers
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._tasks import OpenTasks
@@ -220,15 +220,7 @@ def _working(data: dict[str, Any], updater: TaskUpdater) -> a2a.Message:
 
 async def _send_cancel(flight: _Flight) -> None:
     # To the instance holding the request when known, else to everyone: whoever has it stops.
-    cancel = RequestEnvelope(
-        sender_id=flight.bus.agent_id,
-        receiver_id=flight.holder or BROADCAST,
-        payload=RequestPayload(action="cancel", parameters={"message_id": flight.message_id}),
-    )
-    try:
-        await flight.bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
-    except AgentBusError as exc:
-        _log.info("cancel not sent", message_id=flight.message_id, error=str(exc))
+    await send_cancel(flight.bus, flight.message_id, holder=flight.holder, log=_log)
 
 
 def error_message(code: str, message: str, details: dict[str, Any]) -> a2a.Message:

@@ -30,8 +30,7 @@ from jsonschema import Draft202012Validator
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, InvalidParameters
-from agentbus.agents import Agent, SkillSpec, report_progress, send_partial
-from agentbus.agents._skills import _Mark
+from agentbus.agents import Agent, SkillMark, SkillSpec, report_progress, send_partial
 from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
 from agentbus.gateway._executor import PARTIAL_KEY
@@ -227,7 +226,7 @@ class _RemoteSkill(SkillSpec):
     """
 
     def __init__(self, skill: a2a.AgentSkill, card: a2a.AgentCard) -> None:
-        super().__init__(_placeholder, _Mark(skill.id, skill.description or skill.name))
+        super().__init__(_placeholder, SkillMark(skill.id, skill.description or skill.name))
         schemas = skill_schemas(card).get(skill.id, {})
         self._parameters: dict[str, Any] = schemas.get("parameters") or _FREE_FORM
         self._result_schema: dict[str, Any] = schemas.get("result") or {}

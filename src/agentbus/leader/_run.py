@@ -20,14 +20,9 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
-from agentbus.agents._agent import CANCELLED_BY_REQUEST, NOTIFY_START
+from agentbus.agents import NOTIFY_START, CancelCause, cancel_cause, send_cancel
 from agentbus.bus import ProgressCallback, Transport, current_trace
-from agentbus.envelopes import (
-    BROADCAST,
-    RequestEnvelope,
-    ResponseEnvelope,
-    utcnow,
-)
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
 from agentbus.leader._aggregate import Aggregate, SubtaskOutcome, SubtaskStatus
 from agentbus.leader._attempt import (
     Answered,
@@ -44,13 +39,10 @@ from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
 from agentbus.leader._record import SubtaskRecord, tally
 
-__all__ = ["HANDED_OVER", "PLAN_CANCELLED", "PlanRunner", "RunState"]
+__all__ = ["Cancellation", "PlanRunner", "RunState"]
 
 _log = get_logger("agentbus.leader")
 
-_LEADER_STOPPING: Final = "the leader is stopping"
-PLAN_CANCELLED: Final = "the plan was cancelled by request"
-HANDED_OVER: Final = "the leader is stopping: the plan goes on under another"
 # Seconds a leader going on with a plan waits for the answer to a request the last leader
 # had in flight before it sends that request again: over the agents' NOTIFY_START_AFTER.
 _EARLIER_ANSWER_GRACE: Final = 1.0
@@ -65,11 +57,23 @@ class RunState(enum.Enum):
     STOPPED = "stopped"
 
 
+class Cancellation(enum.Enum):
+    """Why a run was cancelled from outside; the value is its ``stop_reason``."""
+
+    REQUESTED = "the plan was cancelled by request"
+    """A ``cancel`` request for the plan's ``run_plan`` request."""
+    LEADER_STOPPING = "the leader is stopping"
+    """The leader is stopping: the plan's work is cancelled with it."""
+    HANDED_OVER = "the leader is stopping: the plan goes on under another"
+    """The leader is stopping, and the durable plan goes on under another: its work runs on."""
+
+
 class PlanRunner:
     """Runs one validated plan on a transport and returns its aggregate; once.
 
     ``state`` says where the run is; ``stop_reason`` says why a stopped run stopped early
-    (a critical subtask failed, the plan's deadline passed, or the leader is stopping).
+    (a critical subtask failed, the plan's deadline passed, or the leader is stopping);
+    ``cancellation`` says why a run cancelled from outside was (None until it is).
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class PlanRunner:
         self.plan = plan
         self.state = RunState.PENDING
         self.stop_reason: str | None = None
+        self.cancellation: Cancellation | None = None
         self._bus = bus
         self._directory = directory
         self._retry_base = retry_base
@@ -149,14 +154,7 @@ class PlanRunner:
             try:
                 await self._schedule()
             except asyncio.CancelledError as exc:
-                cancelled = CANCELLED_BY_REQUEST in exc.args  # a cancel request for the plan
-                if self._journal is not None and not cancelled:
-                    await self._hand_over()
-                    raise
-                reason = PLAN_CANCELLED if cancelled else _LEADER_STOPPING
-                # Everything launched, whether the graph still counts it or not.
-                self._graph.stop(reason)
-                await self._stop(Stop(reason, tuple(self._tasks)))
+                await self._cancelled(cancel_cause(exc))
                 raise
         if self.state is RunState.RUNNING:
             self.state = RunState.FINISHED
@@ -170,11 +168,25 @@ class PlanRunner:
             error=self.stop_reason,
         )
 
+    async def _cancelled(self, cause: CancelCause | None) -> None:
+        if cause is CancelCause.REQUEST:  # a cancel request for the plan
+            self.cancellation = Cancellation.REQUESTED
+        elif self._journal is not None:
+            self.cancellation = Cancellation.HANDED_OVER
+            await self._hand_over()
+            return
+        else:
+            self.cancellation = Cancellation.LEADER_STOPPING
+        reason = self.cancellation.value
+        # Everything launched, whether the graph still counts it or not.
+        self._graph.stop(reason)
+        await self._stop(Stop(reason, tuple(self._tasks)))
+
     async def _hand_over(self) -> None:
         # A durable plan outlives this leader: its request goes back to the queue and
         # another leader goes on from the journal, so the work in flight is left running.
         self.state = RunState.STOPPED
-        self.stop_reason = HANDED_OVER
+        self.stop_reason = Cancellation.HANDED_OVER.value
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -381,7 +393,7 @@ class PlanRunner:
         except AgentBusError as exc:
             return Failed(SubtaskError.of(exc))
         except asyncio.CancelledError:
-            if self.stop_reason == HANDED_OVER:
+            if self.cancellation is Cancellation.HANDED_OVER:
                 raise
             if flight.offline and flight.task is not None and flight.task.uncancel() == 0:
                 # Cancelled by agent_offline alone: tell the holder to stop, move on.
@@ -427,17 +439,7 @@ class PlanRunner:
 
     async def _send_cancel(self, flight: Flight) -> None:
         # To the instance holding the work when known, else to everyone: whoever has it stops.
-        cancel = RequestEnvelope.model_validate(
-            {
-                "sender_id": self._bus.agent_id,
-                "receiver_id": flight.holder or BROADCAST,
-                "payload": {"action": "cancel", "parameters": {"message_id": flight.message_id}},
-            }
-        )
-        try:
-            await self._bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
-        except AgentBusError as exc:
-            self._log.info("cancel not sent", error=str(exc))
+        await send_cancel(self._bus, flight.message_id, holder=flight.holder, log=self._log)
 
     async def _receiver(self, subtask: Subtask, tried: set[str]) -> str:
         if subtask.service is not None:

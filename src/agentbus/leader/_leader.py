@@ -27,6 +27,7 @@ from agentbus.leader._plan import Plan
 from agentbus.leader._progress import ProgressSink
 from agentbus.leader._run import Cancellation, PlanRunner
 from agentbus.leader._status import PlanState, RecentPlans
+from agentbus.leader._takeover import TakeOver
 
 __all__ = ["Leader"]
 
@@ -162,14 +163,10 @@ class Leader(Agent):
                 settled=len(restored.settled),
                 in_flight=len(restored.in_flight),
             )
+        reply_to = Topology(self.bus.settings.exchange).reply_queue(journal.reply_queue)
+        takeover = TakeOver(self.bus, journal, restored=restored, reply_to=reply_to)
         runner = PlanRunner(
-            self.bus,
-            plan,
-            directory=self._directory,
-            progress=progress,
-            journal=journal,
-            restored=restored,
-            reply_to=Topology(self.bus.settings.exchange).reply_queue(journal.reply_queue),
+            self.bus, plan, directory=self._directory, progress=progress, takeover=takeover
         )
         return runner, journal, stop_replies
 

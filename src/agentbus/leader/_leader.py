@@ -65,6 +65,17 @@ class Leader(Agent):
         if self._durable:
             self._journal = await self.bus.journal(JOURNAL)
 
+    @staticmethod
+    def plan_of(action: str, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        """Return the plan a request to a leader runs, as its parameters carry it (JSON).
+
+        None when ``action`` is not ``run_plan``, or its ``plan`` is not an object. A
+        client sending plans on someone's behalf (the A2A gateway) follows the plan's
+        ``plan_progress`` events by this plan's ``id``.
+        """
+        plan = parameters.get("plan")
+        return plan if action == "run_plan" and isinstance(plan, dict) else None
+
     @skill
     async def run_plan(self, plan: Plan) -> Aggregate:
         """Run a plan to its end and return the aggregate."""

@@ -277,14 +277,19 @@ def _outcome(task: a2a.Task) -> Any:
         return values[0] if len(values) == 1 else values
     if state == a2a.TaskState.TASK_STATE_CANCELED:
         raise Cancelled("the A2A task was cancelled")
+    raise _failure(task)
+
+
+def _failure(task: a2a.Task) -> AgentBusError:
+    # A failed task's status message: its wire error (as a gateway sends it) when it has
+    # one, else its text, else the state's name.
+    state = a2a.TaskState.Name(task.status.state)
     parts = list(task.status.message.parts)
     details = next((d for d in get_data_parts(parts) if isinstance(d, dict) and "code" in d), {})
     text = " ".join(part.text for part in parts if part.HasField("text"))
     code = str(details.get("code") or ErrorCode.PROCESSING_FAILED)
-    message = str(details.get("message") or text or a2a.TaskState.Name(state))
-    raise AgentBusError(
-        message, code=code, details={"a2a_task": task.id, "a2a_state": a2a.TaskState.Name(state)}
-    )
+    message = str(details.get("message") or text or state)
+    return AgentBusError(message, code=code, details={"a2a_task": task.id, "a2a_state": state})
 
 
 def _artifact_value(artifact: a2a.Artifact) -> Any:

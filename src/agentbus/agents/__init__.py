@@ -1,6 +1,7 @@
 """The agent runtime: skills, agent cards, heartbeats and concurrency."""
 
-from agentbus.agents._agent import Agent, current_request
+from agentbus.agents._agent import NOTIFY_START, Agent, current_request
+from agentbus.agents._cancel import CancelCause, cancel_cause, send_cancel
 from agentbus.agents._card import AgentCard, SkillCard
 from agentbus.agents._heartbeat import (
     AGENT_OFFLINE,
@@ -18,25 +19,30 @@ from agentbus.agents._reporting import (
     send_partial,
 )
 from agentbus.agents._runner import run_until_signalled
-from agentbus.agents._skills import SkillSpec, skill
+from agentbus.agents._skills import SkillMark, SkillSpec, skill
 
 __all__ = [
     "AGENT_OFFLINE",
     "AGENT_ONLINE",
     "ANNOUNCE",
     "HEARTBEAT",
+    "NOTIFY_START",
     "PROGRESS_STATES",
     "Agent",
     "AgentCard",
     "AgentStatus",
+    "CancelCause",
     "Heartbeat",
     "OfflineNotice",
     "SkillCard",
+    "SkillMark",
     "SkillSpec",
+    "cancel_cause",
     "current_request",
     "report_progress",
     "report_usage",
     "run_until_signalled",
+    "send_cancel",
     "send_partial",
     "skill",
 ]

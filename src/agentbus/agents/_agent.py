@@ -16,6 +16,7 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, ConfigurationError, UnknownAction
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
+from agentbus.agents._cancel import CancelCause
 from agentbus.agents._card import AgentCard, SkillCard
 from agentbus.agents._heartbeat import (
     AGENT_OFFLINE,
@@ -38,8 +39,6 @@ NOTIFY_START: Final = "notify_start"
 NOTIFY_START_AFTER: Final = 0.2
 """Seconds a skill runs before the agent sends the ``in_progress`` notice."""
 
-CANCELLED_BY_REQUEST: Final = "cancelled by request"
-"""The message of the ``CancelledError`` a skill sees when a ``cancel`` request stops it."""
 _BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE})
 _HEARTBEAT_TTL_INTERVALS: Final = 3
 # A goodbye (the draining heartbeat, agent_offline) is best effort: on a stalled network
@@ -389,7 +388,7 @@ class Agent:
         if work is None:
             return {"agent_id": self.id, "message_id": target, "cancelled": False}
         work.cancelled_by_request = True
-        work.task.cancel(CANCELLED_BY_REQUEST)  # the skill may say why it stops
+        work.task.cancel(CancelCause.REQUEST)  # the skill may say why it stops
         return {"agent_id": self.id, "message_id": target, "cancelled": True}
 
     async def _announce(self, request: RequestEnvelope) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from agentbus._exceptions import ConfigurationError, InvalidParameters
 from agentbus.agents._reporting import send_partial
 from agentbus.envelopes import is_valid_id
 
-__all__ = ["SkillSpec", "collect_skills", "skill"]
+__all__ = ["SkillMark", "SkillSpec", "collect_skills", "skill"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,7 +27,12 @@ _TWENTY_DIGITS: Final = re.compile(rb"[0-9]{20}")
 
 
 @dataclass(frozen=True, slots=True)
-class _Mark:
+class SkillMark:
+    """What ``@skill`` says of a method: its action name, description, and ``long_running``.
+
+    None takes the method's name, or its docstring's first paragraph.
+    """
+
     name: str | None
     description: str | None
     long_running: bool = False
@@ -75,7 +80,7 @@ def skill(
             raise ConfigurationError(
                 f"skill {target.__qualname__} must be an async method or async generator"
             )
-        setattr(target, _MARK, _Mark(name, description, long_running))
+        setattr(target, _MARK, SkillMark(name, description, long_running))
         return target
 
     if func is not None:
@@ -91,7 +96,7 @@ def _is_async(target: object) -> bool:
 class SkillSpec:
     """One skill: its name, schemas, and how to validate a call and dump a result."""
 
-    def __init__(self, method: Callable[..., Any], mark: _Mark) -> None:
+    def __init__(self, method: Callable[..., Any], mark: SkillMark) -> None:
         self.method = method
         self.streams = inspect.isasyncgenfunction(method)
         self.long_running = mark.long_running
@@ -204,7 +209,7 @@ def collect_skills(cls: type) -> dict[str, SkillSpec]:
                 continue
             seen.add(attribute)
             mark = getattr(value, _MARK, None)
-            if isinstance(mark, _Mark):
+            if isinstance(mark, SkillMark):
                 spec = SkillSpec(value, mark)
                 if spec.name in found:
                     raise ConfigurationError(

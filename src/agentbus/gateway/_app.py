@@ -12,7 +12,6 @@ import uuid
 from types import TracebackType
 from typing import Self
 
-import structlog
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import (
     create_agent_card_routes,
@@ -36,6 +35,7 @@ from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._directory import Directory
 from agentbus.gateway._executor import BusExecutor
+from agentbus.gateway._follow import PlanProgress
 from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
 from agentbus.gateway._settings import GatewaySettings
@@ -44,7 +44,6 @@ from agentbus.security import connection_user, verifies_sender
 
 __all__ = ["Gateway"]
 
-_log = structlog.get_logger("agentbus.gateway")
 _PREFIX = "/agents"
 
 
@@ -74,7 +73,10 @@ class Gateway:
             on_change=self._reroute,
         )
         self._executor = BusExecutor(
-            self.callers, self.open_tasks, timeout=gateway.request_timeout, leader=gateway.leader
+            self.callers,
+            self.open_tasks,
+            timeout=gateway.request_timeout,
+            follow=PlanProgress(self.callers, leader=gateway.leader),
         )
         self._handlers: dict[str, GatewayHandler] = {}
         self._mounts: dict[str, Mount] = {}

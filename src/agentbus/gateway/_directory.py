@@ -7,17 +7,17 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
 from agentbus._exceptions import AgentBusError
+from agentbus._logging import get_logger
 from agentbus.agents import AGENT_OFFLINE, AGENT_ONLINE, AgentCard
 from agentbus.bus import Bus
 from agentbus.envelopes import EventEnvelope
 
 __all__ = ["Directory"]
 
-_log = structlog.get_logger("agentbus.gateway")
+_log = get_logger("agentbus.gateway")
 _ASK_TIMEOUT = 5.0
 
 

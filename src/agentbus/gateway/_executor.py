@@ -1,10 +1,10 @@
 """The A2A executor of the gateway: a task is one bus request, its replies are the task's events.
 
-``in_progress`` replies and a plan's progress are status updates (``working``), in the order
-they came; a skill's partial results (``partial`` replies, and a plan's ``partial``
-transitions) are also chunks of an artifact of their own, appended one after the other and
-marked ``agentbus.partial`` in its metadata. The response is an artifact (marked not
-partial) and ``completed``;
+``in_progress`` replies and what the executor's ``Follow`` hands on (a plan's progress) are
+status updates (``working``), in the order they came; a skill's partial results
+(``partial`` replies, and a plan's ``partial`` transitions) are also chunks of an artifact
+of their own, appended one after the other and marked ``agentbus.partial`` in its metadata.
+The response is an artifact (marked not partial) and ``completed``;
 an error envelope (or a bus error) is ``failed`` with a message carrying the wire error code.
 Cancelling a task sends the bus ``cancel`` to the agent holding the request (or on
 broadcast, before one is known).
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import structlog
 from a2a.helpers import new_data_part, new_message, new_task, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -25,13 +24,14 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as a2a
 
 from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
-from agentbus.agents._agent import NOTIFY_START
+from agentbus._logging import get_logger
+from agentbus.agents import NOTIFY_START, send_cancel
 from agentbus.bus import Bus
-from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope, utcnow
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
 from agentbus.gateway._callers import Callers
+from agentbus.gateway._follow import Chunk, Follow, Unfollowed, Update
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._tasks import OpenTasks
-from agentbus.leader import Progress
 
 __all__ = ["CALL_KEY", "PARTIAL_KEY", "BusExecutor", "error_message"]
 
@@ -40,16 +40,7 @@ CALL_KEY = "agentbus.call"
 PARTIAL_KEY = "agentbus.partial"
 """Artifact metadata key: true on an artifact of partial results, false on the result's."""
 
-_log = structlog.get_logger("agentbus.gateway")
-
-
-@dataclass(frozen=True, slots=True)
-class _Chunk:
-    """One partial result, for the artifact ``artifact_id``."""
-
-    artifact_id: str
-    name: str
-    parts: list[a2a.Part]
+_log = get_logger("agentbus.gateway")
 
 
 @dataclass(slots=True)
@@ -61,15 +52,24 @@ class _Flight:
 
 
 class BusExecutor(AgentExecutor):
-    """Runs A2A tasks as bus requests from the caller's identity."""
+    """Runs A2A tasks as bus requests from the caller's identity.
+
+    ``follow`` says how a call goes on the bus and what its task follows besides the
+    request's replies (``PlanProgress``: the leader's plans); by default, nothing.
+    """
 
     def __init__(
-        self, callers: Callers, open_tasks: OpenTasks, *, timeout: float, leader: str = "leader"
+        self,
+        callers: Callers,
+        open_tasks: OpenTasks,
+        *,
+        timeout: float,
+        follow: Follow | None = None,
     ) -> None:
         self._callers = callers
         self._open = open_tasks
         self._timeout = timeout
-        self._leader = leader
+        self._follow: Follow = follow or Unfollowed()
         self._flights: dict[str, _Flight] = {}
 
     def __repr__(self) -> str:
@@ -83,94 +83,59 @@ class BusExecutor(AgentExecutor):
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         flight: _Flight | None = None
         try:
-            if context.current_task is None:
-                history = [context.message] if context.message is not None else []
-                submitted = a2a.TaskState.TASK_STATE_SUBMITTED
-                await event_queue.enqueue_event(
-                    new_task(task_id, updater.context_id, submitted, history=history)
-                )
-            await updater.start_work()
+            await _start(context, event_queue, updater)
             bus = await self._callers.bus(context.call_context.user.user_name)
-            parameters = self._parameters(call, task_id)
-            envelope = RequestEnvelope.model_validate(
-                {
-                    "sender_id": bus.agent_id,
-                    "receiver_id": call.service,
-                    "payload": {"action": call.skill, "parameters": parameters},
-                    "metadata": {
-                        "deadline": utcnow() + timedelta(seconds=self._timeout),
-                        NOTIFY_START: True,
-                        "a2a_task_id": task_id,
-                    },
-                }
-            )
+            call = self._follow.prepare(call, task_id)
+            envelope = self._envelope(bus, call, task_id)
             flight = self._flights[task_id] = _Flight(bus, envelope.message_id)
-            plan = parameters.get("plan") if self._is_plan(call) else None
-            plan_id = str(plan["id"]) if isinstance(plan, dict) else None
-            reply = await self._request(bus, envelope, flight, updater, plan_id)
-            if flight.cancelled:
-                return
-            await updater.add_artifact(
-                result_parts(reply.payload.result), name=call.skill, metadata={PARTIAL_KEY: False}
-            )
-            await updater.complete()
-        except RemoteError as exc:
-            if flight is None or not flight.cancelled:
-                error = exc.envelope.payload
-                await updater.failed(error_message(error.code, error.message, error.details))
+            reply = await self._request(flight, envelope, call, updater)
+            if not flight.cancelled:
+                await updater.add_artifact(
+                    result_parts(reply.payload.result),
+                    name=call.skill,
+                    metadata={PARTIAL_KEY: False},
+                )
+                await updater.complete()
         except AgentBusError as exc:
-            if isinstance(exc, RequestTimeout) and flight is not None:
-                await _send_cancel(flight)  # the answer would come to nobody: stop the work
-            if flight is None or not flight.cancelled:
-                await updater.failed(error_message(exc.code, exc.message, exc.details))
+            await _failed(exc, flight, updater)
         finally:
             self._flights.pop(task_id, None)
             self._open.release(key)
 
-    def _parameters(self, call: BusCall, task_id: str) -> dict[str, Any]:
-        # A plan needs an id to follow its progress: the task's, unless it has one.
-        plan = call.parameters.get("plan")
-        if self._is_plan(call) and isinstance(plan, dict) and "id" not in plan:
-            return {**call.parameters, "plan": {**plan, "id": f"a2a-{task_id}"}}
-        return call.parameters
-
-    def _is_plan(self, call: BusCall) -> bool:
-        return call.service == self._leader and call.skill == "run_plan"
+    def _envelope(self, bus: Bus, call: BusCall, task_id: str) -> RequestEnvelope:
+        return RequestEnvelope.model_validate(
+            {
+                "sender_id": bus.agent_id,
+                "receiver_id": call.service,
+                "payload": {"action": call.skill, "parameters": call.parameters},
+                "metadata": {
+                    "deadline": utcnow() + timedelta(seconds=self._timeout),
+                    NOTIFY_START: True,
+                    "a2a_task_id": task_id,
+                },
+            }
+        )
 
     async def _request(
-        self,
-        bus: Bus,
-        envelope: RequestEnvelope,
-        flight: _Flight,
-        updater: TaskUpdater,
-        plan_id: str | None,
+        self, flight: _Flight, envelope: RequestEnvelope, call: BusCall, updater: TaskUpdater
     ) -> ResponseEnvelope:
-        updates: asyncio.Queue[a2a.Message | _Chunk | None] = asyncio.Queue()
+        updates: asyncio.Queue[Update | None] = asyncio.Queue()
 
         def on_reply(reply: ResponseEnvelope) -> None:
             flight.holder = reply.sender_id
             report = reply.payload.result
             if isinstance(report, dict) and report.get("state") == "partial":
-                updates.put_nowait(_Chunk("partial", "partial", result_parts(report.get("chunk"))))
+                updates.put_nowait(Chunk("partial", "partial", result_parts(report.get("chunk"))))
             else:
-                updates.put_nowait(_working({"in_progress": report}, updater))
+                updates.put_nowait({"in_progress": report})
 
-        def on_plan(progress: Progress) -> None:
-            updates.put_nowait(
-                _working({"plan_progress": progress.model_dump(mode="json")}, updater)
-            )
-            if progress.transition == "partial" and progress.detail is not None:
-                name = f"{progress.subtask_id}.partial"
-                updates.put_nowait(_Chunk(name, name, result_parts(progress.detail.get("chunk"))))
-
-        if plan_id is not None:
-            self._callers.watch_plan(bus, plan_id, on_plan)
         pump = asyncio.create_task(_pump(updates, updater))
         try:
-            return await bus.send_request(envelope, timeout=self._timeout, on_progress=on_reply)
+            with self._follow.watching(flight.bus, call, updates.put_nowait):
+                return await flight.bus.send_request(
+                    envelope, timeout=self._timeout, on_progress=on_reply
+                )
         finally:
-            if plan_id is not None:
-                self._callers.unwatch_plan(bus, plan_id)
             updates.put_nowait(None)
             await pump
 
@@ -192,11 +157,34 @@ class BusExecutor(AgentExecutor):
             await _send_cancel(flight)
 
 
-async def _pump(updates: asyncio.Queue[a2a.Message | _Chunk | None], updater: TaskUpdater) -> None:
+async def _start(context: RequestContext, event_queue: EventQueue, updater: TaskUpdater) -> None:
+    # A new task is told as submitted first: its history is the message that made it.
+    if context.current_task is None:
+        history = [context.message] if context.message is not None else []
+        submitted = a2a.TaskState.TASK_STATE_SUBMITTED
+        await event_queue.enqueue_event(
+            new_task(updater.task_id, updater.context_id, submitted, history=history)
+        )
+    await updater.start_work()
+
+
+async def _failed(exc: AgentBusError, flight: _Flight | None, updater: TaskUpdater) -> None:
+    if isinstance(exc, RequestTimeout) and flight is not None:
+        await _send_cancel(flight)  # the answer would come to nobody: stop the work
+    if flight is not None and flight.cancelled:
+        return  # the task says it was cancelled already
+    if isinstance(exc, RemoteError):  # the agent's own error envelope
+        error = exc.envelope.payload
+        await updater.failed(error_message(error.code, error.message, error.details))
+    else:
+        await updater.failed(error_message(exc.code, exc.message, exc.details))
+
+
+async def _pump(updates: asyncio.Queue[Update | None], updater: TaskUpdater) -> None:
     # In arrival order: status updates, and each partial appended to its artifact.
     started: set[str] = set()
     while (update := await updates.get()) is not None:
-        if isinstance(update, _Chunk):
+        if isinstance(update, Chunk):
             await updater.add_artifact(
                 update.parts,
                 artifact_id=update.artifact_id,
@@ -206,7 +194,8 @@ async def _pump(updates: asyncio.Queue[a2a.Message | _Chunk | None], updater: Ta
             )
             started.add(update.artifact_id)
         else:
-            await updater.update_status(a2a.TaskState.TASK_STATE_WORKING, message=update)
+            message = _working(update, updater)
+            await updater.update_status(a2a.TaskState.TASK_STATE_WORKING, message=message)
 
 
 def _working(data: dict[str, Any], updater: TaskUpdater) -> a2a.Message:
@@ -220,15 +209,7 @@ def _working(data: dict[str, Any], updater: TaskUpdater) -> a2a.Message:
 
 async def _send_cancel(flight: _Flight) -> None:
     # To the instance holding the request when known, else to everyone: whoever has it stops.
-    cancel = RequestEnvelope(
-        sender_id=flight.bus.agent_id,
-        receiver_id=flight.holder or BROADCAST,
-        payload=RequestPayload(action="cancel", parameters={"message_id": flight.message_id}),
-    )
-    try:
-        await flight.bus.publish(cancel, persistent=False, mandatory=False, timeout=5)
-    except AgentBusError as exc:
-        _log.info("cancel not sent", message_id=flight.message_id, error=str(exc))
+    await send_cancel(flight.bus, flight.message_id, holder=flight.holder, log=_log)
 
 
 def error_message(code: str, message: str, details: dict[str, Any]) -> a2a.Message:

@@ -20,7 +20,6 @@ import re
 from typing import Any
 
 import httpx
-import structlog
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
 from a2a.helpers import get_data_parts, new_data_part, new_message, new_text_part
@@ -31,8 +30,7 @@ from jsonschema import Draft202012Validator
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, InvalidParameters
-from agentbus.agents import Agent, SkillSpec, report_progress, send_partial
-from agentbus.agents._skills import _Mark
+from agentbus.agents import Agent, SkillMark, SkillSpec, report_progress, send_partial
 from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
 from agentbus.gateway._executor import PARTIAL_KEY
@@ -40,7 +38,6 @@ from agentbus.gateway._parts import SKILL_KEY, from_json
 
 __all__ = ["RemoteA2AAgent"]
 
-_log = structlog.get_logger("agentbus.gateway")
 _FREE_FORM: dict[str, Any] = {
     "type": "object",
     "properties": {"text": {"type": "string", "description": "sent as an A2A text part"}},
@@ -229,7 +226,7 @@ class _RemoteSkill(SkillSpec):
     """
 
     def __init__(self, skill: a2a.AgentSkill, card: a2a.AgentCard) -> None:
-        super().__init__(_placeholder, _Mark(skill.id, skill.description or skill.name))
+        super().__init__(_placeholder, SkillMark(skill.id, skill.description or skill.name))
         schemas = skill_schemas(card).get(skill.id, {})
         self._parameters: dict[str, Any] = schemas.get("parameters") or _FREE_FORM
         self._result_schema: dict[str, Any] = schemas.get("result") or {}
@@ -280,14 +277,19 @@ def _outcome(task: a2a.Task) -> Any:
         return values[0] if len(values) == 1 else values
     if state == a2a.TaskState.TASK_STATE_CANCELED:
         raise Cancelled("the A2A task was cancelled")
+    raise _failure(task)
+
+
+def _failure(task: a2a.Task) -> AgentBusError:
+    # A failed task's status message: its wire error (as a gateway sends it) when it has
+    # one, else its text, else the state's name.
+    state = a2a.TaskState.Name(task.status.state)
     parts = list(task.status.message.parts)
     details = next((d for d in get_data_parts(parts) if isinstance(d, dict) and "code" in d), {})
     text = " ".join(part.text for part in parts if part.HasField("text"))
     code = str(details.get("code") or ErrorCode.PROCESSING_FAILED)
-    message = str(details.get("message") or text or a2a.TaskState.Name(state))
-    raise AgentBusError(
-        message, code=code, details={"a2a_task": task.id, "a2a_state": a2a.TaskState.Name(state)}
-    )
+    message = str(details.get("message") or text or state)
+    return AgentBusError(message, code=code, details={"a2a_task": task.id, "a2a_state": state})
 
 
 def _artifact_value(artifact: a2a.Artifact) -> Any:

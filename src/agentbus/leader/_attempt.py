@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
 from agentbus._exceptions import AgentBusError, RemoteError
-from agentbus.envelopes import ErrorCode
+from agentbus.envelopes import ErrorCode, ResponseEnvelope
 from agentbus.leader._aggregate import SubtaskStatus
 
 __all__ = ["Answered", "AttemptResult", "Failed", "Flight", "Holders", "SubtaskError"]
@@ -111,6 +112,11 @@ class Answered:
     agent_id: str
     usage: dict[str, float] | None = None
 
+    @classmethod
+    def of(cls, reply: ResponseEnvelope) -> Answered:
+        """Return the answer a response carries: its result, its sender, what it used."""
+        return cls(reply.payload.result, reply.sender_id, _usage(reply))
+
 
 @dataclass(frozen=True, slots=True)
 class Failed:
@@ -173,3 +179,19 @@ class Holders:
                 flight.offline = True
                 lost.append(flight)
         return lost
+
+
+def _usage(reply: ResponseEnvelope) -> dict[str, float] | None:
+    # metadata.usage as the agent sent it; anything but a map of unit to amount is ignored.
+    usage = (reply.metadata.model_extra or {}).get("usage")
+    if not isinstance(usage, dict):
+        return None
+    amounts = {
+        str(unit): float(amount)
+        for unit, amount in usage.items()
+        if isinstance(amount, int | float)
+        and not isinstance(amount, bool)
+        and math.isfinite(amount)
+        and amount >= 0
+    }
+    return amounts or None

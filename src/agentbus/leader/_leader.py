@@ -11,9 +11,7 @@ from typing import Any, Final
 import structlog
 
 from agentbus._exceptions import AgentBusError, InvalidParameters
-from agentbus.agents._agent import Agent, current_request
-from agentbus.agents._heartbeat import AGENT_OFFLINE
-from agentbus.agents._skills import skill
+from agentbus.agents import AGENT_OFFLINE, Agent, current_request, skill
 from agentbus.bus import Journal, Topology
 from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope, utcnow
 from agentbus.leader._aggregate import (
@@ -27,8 +25,9 @@ from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import JOURNAL, PlanJournal, journaled_state, lookup, plan_key
 from agentbus.leader._plan import Plan
 from agentbus.leader._progress import ProgressSink
-from agentbus.leader._run import HANDED_OVER, PLAN_CANCELLED, PlanRunner
+from agentbus.leader._run import Cancellation, PlanRunner
 from agentbus.leader._status import PlanState, RecentPlans
+from agentbus.leader._takeover import TakeOver
 
 __all__ = ["Leader"]
 
@@ -66,6 +65,17 @@ class Leader(Agent):
         if self._durable:
             self._journal = await self.bus.journal(JOURNAL)
 
+    @staticmethod
+    def plan_of(action: str, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        """Return the plan a request to a leader runs, as its parameters carry it (JSON).
+
+        None when ``action`` is not ``run_plan``, or its ``plan`` is not an object. A
+        client sending plans on someone's behalf (the A2A gateway) follows the plan's
+        ``plan_progress`` events by this plan's ``id``.
+        """
+        plan = parameters.get("plan")
+        return plan if action == "run_plan" and isinstance(plan, dict) else None
+
     @skill
     async def run_plan(self, plan: Plan) -> Aggregate:
         """Run a plan to its end and return the aggregate."""
@@ -84,7 +94,7 @@ class Leader(Agent):
             if journal is not None:
                 await journal.ended(aggregate.status.value)
         except asyncio.CancelledError:
-            if journal is not None and runner.stop_reason == PLAN_CANCELLED:
+            if journal is not None and runner.cancellation is Cancellation.REQUESTED:
                 # Cancelled by request, not handed over: no other leader is to go on with it.
                 with contextlib.suppress(AgentBusError):
                     await journal.ended(PlanStatus.FAILED.value)
@@ -92,7 +102,7 @@ class Leader(Agent):
         finally:
             self._runners.discard(runner)
             if stop_replies is not None:  # the plan's queue goes once its plan has ended
-                await stop_replies(runner.stop_reason != HANDED_OVER)
+                await stop_replies(runner.cancellation is not Cancellation.HANDED_OVER)
         self._recent.add(aggregate)
         self._log.info(
             "plan ended", plan_id=plan.id, status=aggregate.status.value, **_totals(aggregate)
@@ -164,14 +174,10 @@ class Leader(Agent):
                 settled=len(restored.settled),
                 in_flight=len(restored.in_flight),
             )
+        reply_to = Topology(self.bus.settings.exchange).reply_queue(journal.reply_queue)
+        takeover = TakeOver(self.bus, journal, restored=restored, reply_to=reply_to)
         runner = PlanRunner(
-            self.bus,
-            plan,
-            directory=self._directory,
-            progress=progress,
-            journal=journal,
-            restored=restored,
-            reply_to=Topology(self.bus.settings.exchange).reply_queue(journal.reply_queue),
+            self.bus, plan, directory=self._directory, progress=progress, takeover=takeover
         )
         return runner, journal, stop_replies
 

@@ -1,0 +1,158 @@
+"""A durable plan's side of its run: each step journaled, and a plan taken over from where it was.
+
+The runner of a durable plan is given a ``TakeOver``. Through it, each attempt's request
+is journaled before it goes (under an id any leader would give it) and each subtask's end
+after it; its answers come to the plan's own reply queue. A leader going on with a plan
+another leader began learns from it which subtasks settled (not run again) and which were
+in flight (their answers waited for before they are asked again); a leader stopping hands
+the plan over: its work in flight runs on, for the next leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Collection
+from typing import Final
+
+from agentbus._exceptions import RequestTimeout
+from agentbus.bus import ProgressCallback, Transport
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope
+from agentbus.leader._attempt import Flight
+from agentbus.leader._durable import PlanJournal, Restored, Sent, restore_record
+from agentbus.leader._record import SubtaskRecord
+
+__all__ = ["TakeOver"]
+
+# Seconds a leader going on with a plan waits for the answer to a request the last leader
+# had in flight before it sends that request again: over the agents' NOTIFY_START_AFTER.
+_EARLIER_ANSWER_GRACE: Final = 1.0
+
+
+class TakeOver:
+    """A durable plan's journal, what an earlier leader left of the plan, its reply queue.
+
+    Args:
+        bus: The transport the plan's requests go on.
+        journal: The plan's records in the leaders' journal.
+        restored: What the journal said when this leader began the plan; None for a
+            plan no leader began before.
+        reply_to: The plan's reply queue, as ``send_request`` takes it.
+    """
+
+    def __init__(
+        self,
+        bus: Transport,
+        journal: PlanJournal,
+        *,
+        restored: Restored | None = None,
+        reply_to: str,
+    ) -> None:
+        self.journal = journal
+        self.reply_to = reply_to
+        self.is_handed_over = False
+        """Whether the plan went to another leader (``hand_over``): its work runs on."""
+        self._bus = bus
+        self._restored = restored or Restored(leader="")
+
+    def __repr__(self) -> str:
+        restored = self._restored
+        return (
+            f"<TakeOver key={self.journal.key!r} settled={len(restored.settled)} "
+            f"in_flight={len(restored.in_flight)} handed_over={self.is_handed_over}>"
+        )
+
+    def settled_before(self, record: SubtaskRecord) -> bool:
+        """Make ``record`` what the journal says if another leader saw its subtask end;
+        return whether it did (then the subtask is not run again)."""
+        settled = self._restored.settled.get(record.id)
+        if settled is None:
+            return False
+        restore_record(record, settled)
+        return True
+
+    def in_flight(self, subtask_id: str) -> Sent | None:
+        """Return, once, the attempt another leader had in flight for the subtask."""
+        return self._restored.in_flight.pop(subtask_id, None)
+
+    async def message_id(
+        self, subtask_id: str, attempt: int, receiver: str, *, sent_before: bool
+    ) -> str:
+        """Return the request id of an attempt, the same whichever leader sends it; unless
+        another leader sent it before, return once the journal has it (send it then)."""
+        message_id = self.journal.message_id(subtask_id, attempt)
+        if not sent_before:
+            await self.journal.sent(subtask_id, attempt, message_id=message_id, receiver=receiver)
+        return message_id
+
+    def settled(self, record: SubtaskRecord) -> None:
+        """Journal a subtask's end (``flush`` waits for it)."""
+        self.journal.settled(record)
+
+    async def flush(self) -> None:
+        """Wait until the journal has every record so far."""
+        await self.journal.flush()
+
+    async def send(
+        self,
+        request: RequestEnvelope,
+        timeout: float,
+        on_progress: ProgressCallback,
+        flight: Flight,
+        *,
+        sent_before: bool,
+    ) -> ResponseEnvelope:
+        """Send an attempt's request and return its answer, from the plan's reply queue;
+        one another leader sent before is first waited for (``_earlier_answer``)."""
+        reply = None
+        if sent_before:
+            reply = await self._earlier_answer(request, timeout, on_progress, flight)
+        if reply is None:
+            reply = await self._bus.send_request(
+                request, timeout=timeout, on_progress=on_progress, reply_to=self.reply_to
+            )
+        return reply
+
+    async def hand_over(self, tasks: Collection[asyncio.Task[None]]) -> None:
+        """Stop waiting on the plan's work, not the work: cancel the attempts' ``tasks``.
+
+        The plan's request goes back to the queue and another leader goes on from the
+        journal, taking the answers to the requests left in flight: an attempt cancelled
+        now sends no ``cancel`` (``is_handed_over``).
+        """
+        self.is_handed_over = True
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _earlier_answer(
+        self,
+        request: RequestEnvelope,
+        timeout: float,
+        on_progress: ProgressCallback,
+        flight: Flight,
+    ) -> ResponseEnvelope | None:
+        # Another leader's attempt, in flight when that leader went: an instance may be
+        # running it now, and its answer comes to the plan's reply queue. Sent again at
+        # once, the copy could run on a second instance beside the first (de-duplication
+        # shares finished work only), so wait a moment for the answer first, and for as
+        # long as an instance says it holds the work. None: send it again.
+        began = time.monotonic()
+        try:
+            return await self._bus.send_request(
+                request,
+                timeout=min(timeout, _EARLIER_ANSWER_GRACE),
+                on_progress=on_progress,
+                reply_to=self.reply_to,
+                sent=True,
+            )
+        except RequestTimeout:
+            if flight.holder is None:
+                return None
+        return await self._bus.send_request(
+            request,
+            timeout=timeout - (time.monotonic() - began),
+            on_progress=on_progress,
+            reply_to=self.reply_to,
+            sent=True,
+        )

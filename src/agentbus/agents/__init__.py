@@ -20,12 +20,14 @@ from agentbus.agents._reporting import (
 )
 from agentbus.agents._runner import run_until_signalled
 from agentbus.agents._skills import SkillMark, SkillSpec, skill
+from agentbus.agents._traffic import LATENCY_BUCKETS
 
 __all__ = [
     "AGENT_OFFLINE",
     "AGENT_ONLINE",
     "ANNOUNCE",
     "HEARTBEAT",
+    "LATENCY_BUCKETS",
     "NOTIFY_START",
     "PROGRESS_STATES",
     "Agent",

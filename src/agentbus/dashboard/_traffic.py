@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agentbus.agents._traffic import LATENCY_BUCKETS
+from agentbus.agents import LATENCY_BUCKETS
 
 __all__ = ["TrafficBoard"]
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import os
 import platform
 import sys
@@ -40,11 +39,11 @@ except ImportError:
 
 from _harness import broker_version, quiet_logging, raise_on_sigterm, write_json
 from _harness import parser as cli
-from _rr_sides import SIDES as RR_SIDES
 from _suite_codec import run_codec
 from _suite_fanout import run_fanout
 from _suite_report import chart, markdown, targets
-from _suite_rr import RRConfig, run_rr
+from _suite_rr import SIDES as RR_SIDES
+from _suite_rr import run_rr
 from bench_registry import run_case
 from bench_startup import run_startup
 
@@ -52,7 +51,7 @@ SECTIONS = ("rr", "fanout", "registry", "codec", "startup")
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
 
 FULL = SimpleNamespace(
-    rr=RRConfig(requests=400, rounds=6, load_rounds=3, seconds=5.0),
+    rr=SimpleNamespace(requests=400, rounds=6, load_rounds=3, seconds=5.0, procs=(1, 4), window=64),
     fanout=SimpleNamespace(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
     # (agents, heartbeat interval s, sender processes, s over which they join): 50,000 every
     # 5 s is issue 17's target, held once joined and joining all at once (a registry restart)
@@ -63,7 +62,7 @@ FULL = SimpleNamespace(
     startup=SimpleNamespace(runs=5),
 )
 QUICK = SimpleNamespace(
-    rr=RRConfig(requests=150, rounds=4, load_rounds=2, seconds=2.0),
+    rr=SimpleNamespace(requests=150, rounds=4, load_rounds=2, seconds=2.0, procs=(1, 4), window=64),
     fanout=SimpleNamespace(sizes=[10, 100, 1000], rounds=2, workers=3, concurrency=64),
     registry=SimpleNamespace(cases=[(100, 1.0, 0, 0.0), (5000, 5.0, 0, 0.0)], duration=4.0),
     startup=SimpleNamespace(runs=3),
@@ -156,7 +155,7 @@ def main() -> int:
             say("codec")
             results["codec"] = run_codec(args.quick)
         if "rr" in only:
-            rr = dataclasses.replace(cfg.rr, sides=sides)
+            rr = SimpleNamespace(**vars(cfg.rr), sides=sides)
             results["request_response"] = run_rr(args.url, rr, say)
         if "fanout" in only:
             results["fanout"] = run_fanout(args.url, cfg.fanout, say)

@@ -18,7 +18,6 @@ Every process, queue and exchange a section starts is removed when it ends, also
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
@@ -44,7 +43,7 @@ from _suite_fanout import run_fanout
 from _suite_report import chart, markdown, targets
 from _suite_rr import SIDES as RR_SIDES
 from _suite_rr import run_rr
-from bench_registry import run_case
+from bench_registry import run_registry
 from bench_startup import run_startup
 
 SECTIONS = ("rr", "fanout", "registry", "codec", "startup")
@@ -93,24 +92,6 @@ def meta(url: str) -> dict[str, Any]:
         "packages": package_versions(),
         "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
-
-
-def run_registry(url: str, cfg: SimpleNamespace, say: Any) -> list[dict[str, Any]]:
-    cases = []
-    for agents, interval, senders, ramp in cfg.cases:
-        args = argparse.Namespace(
-            agents=agents, interval=interval, duration=cfg.duration, kill=min(20, agents)
-        )
-        args.url, args.senders, args.ramp = url, senders, ramp  # a sender: ~4,000 beats/s
-        cases.append(run_case(args))
-        f = cases[-1]
-        say(
-            f"registry {agents} agents every {interval:g} s: {f['beats_achieved_per_s']:.0f} "
-            f"beats/s sent, {f['beats_processed_per_s']:.0f} processed, CPU "
-            f"{f['registry_cpu_cores']:.2f} core ({f['cpu_per_heartbeat_us']:.0f} µs/beat), "
-            f"backlog {f['registry_backlog']}, keeps up: {f['keeps_up_pass']}"
-        )
-    return cases
 
 
 def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:

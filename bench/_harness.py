@@ -38,7 +38,6 @@ from agentbus.bus import Topology
 BENCH_DIR = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOP_WAIT, READY_TIMEOUT = 15.0, 60.0
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 Call = Callable[[int], Awaitable[Any]]
 Say = Callable[[str], None]  # progress, to stderr
 
@@ -73,12 +72,6 @@ class Proc:
         if not (line := self.popen.stdout.readline().decode().strip()):
             raise RuntimeError(f"{self.name} exited with status {self.popen.wait()}")
         return line
-
-    def send(self, line: str) -> None:
-        """Write a line to the process's stdin (started with ``pipes=True``)."""
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(line.encode() + b"\n")
-        self.popen.stdin.flush()
 
 
 @dataclass(slots=True)
@@ -294,9 +287,8 @@ async def queue_counts(connection: aio_pika.abc.AbstractConnection, queue: str) 
     return int(declared.message_count or 0), int(declared.consumer_count or 0)
 
 
-async def delete_all(url: str, queues: Iterable[str], exchanges: Iterable[str]) -> list[str]:
-    """Delete queues, then exchanges; say what failed and go on. Returns what was deleted."""
-    deleted = []
+async def delete_all(url: str, queues: Iterable[str], exchanges: Iterable[str]) -> None:
+    """Delete queues, then exchanges; say what failed and go on."""
     async with await aio_pika.connect(url, timeout=10) as connection:
         channel = await connection.channel()
         targets = [(q, "queue_delete") for q in queues]
@@ -304,11 +296,9 @@ async def delete_all(url: str, queues: Iterable[str], exchanges: Iterable[str]) 
         for name, delete in targets:
             try:
                 await getattr(channel, delete)(name)
-                deleted.append(name)
             except Exception as exc:  # report, reopen the channel it closed, and go on
                 print(f"cleanup: {delete} {name}: {exc!r}", file=sys.stderr)
                 channel = await connection.channel()
-    return deleted
 
 
 async def sequential(call: Call, n: int, warmup: int = 0) -> list[int]:
@@ -377,12 +367,11 @@ def best_median(values: Iterable[float], best: Callable[..., float] = min) -> di
     return {"best": best(values), "median": statistics.median(values)}
 
 
-def parser(doc: str | None, *, json_out: bool = True) -> argparse.ArgumentParser:
-    """An argument parser with ``--url`` (default ``AGENTBUS_URL``) and ``--json FILE``."""
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with ``--url`` (default ``AGENTBUS_URL``)."""
     out = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
-    out.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
-    if json_out:
-        out.add_argument("--json", metavar="FILE", type=Path, help="also write figures as JSON")
+    url = os.environ.get("AGENTBUS_URL", "amqp://guest:guest@localhost:5672/")
+    out.add_argument("--url", default=url)
     return out
 
 
@@ -395,23 +384,3 @@ def quiet_logging() -> None:
 def write_json(path: Path | None, data: Any) -> None:
     if path is not None:
         path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-
-
-# -- what the scripts not yet on these helpers still call ------------------------------------
-
-
-async def consumers(connection: aio_pika.abc.AbstractConnection, queue: str) -> int:
-    return (await queue_counts(connection, queue))[1]
-
-
-def host_busy_seconds() -> float:
-    return cpu_snapshot({})["host"]
-
-
-def peak_rss(pid: int) -> int:
-    return rss(pid, "VmHWM") or 0
-
-
-def broker_version(connection: aio_pika.abc.AbstractConnection) -> str:
-    props = connection.transport.connection.server_properties if connection.transport else {}
-    return str(props.get("version", "?"))

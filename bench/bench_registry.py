@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -357,6 +358,7 @@ def run_registry(url: str, cfg: SimpleNamespace, say: harness.Say) -> list[dict[
 
 def main() -> int:
     cli = harness.parser(__doc__)
+    cli.add_argument("--json", metavar="FILE", type=Path, help="also write the figures as JSON")
     cli.add_argument("--agents", type=int, default=1000, help="simulated agents [1000]")
     cli.add_argument("--interval", type=float, default=1.0, help="heartbeat interval, s [1]")
     cli.add_argument("--duration", type=float, default=20.0, help="CPU window, s [20]")

@@ -116,7 +116,7 @@ def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:
 
 
 def main() -> int:
-    parser = harness.parser(__doc__, json_out=False)
+    parser = harness.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     default = ",".join(name for name, (_, _, on) in SECTIONS.items() if on)

@@ -1,12 +1,12 @@
 """The one harness every benchmark starts its processes and reads its figures through.
 
-- ``Fleet``: processes started in their own session with their output in a log, waited for
-  until they are ready, stopped (bounded, SIGKILL after) and their queues and exchanges
-  deleted when the block ends, also on Ctrl-C or SIGTERM (``raise_on_sigterm``);
-- CPU and memory from /proc: a process's CPU seconds, the host's busy seconds, the local
-  broker's pid, RSS, peak RSS and open fds;
-- the broker: ``--url`` (``AGENTBUS_URL``), consumer counts, deleting what a run declared;
-- figures: percentiles of samples, quiet logging, JSON output.
+- ``Fleet``: processes in their own session, output in a log, waited for until ready,
+  stopped (bounded, SIGKILL after), their queues and exchanges deleted when the block
+  ends, also on Ctrl-C or SIGTERM (``raise_on_sigterm``);
+- /proc: a process's CPU seconds, the host's, the local broker's pid, RSS, peak RSS, fds;
+- timing: latency samples of sequential calls, a window of calls in flight for a time,
+  variants interleaved round by round, percentiles, best and median of rounds;
+- the command line (``--url``, default ``AGENTBUS_URL``), quiet logging, JSON.
 """
 
 from __future__ import annotations
@@ -17,29 +17,29 @@ import contextlib
 import json
 import logging
 import os
+import selectors
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
 from typing import IO, Any
 from urllib.parse import urlsplit
 
 import aio_pika
 import structlog
 
+from agentbus.bus import Topology
+
 BENCH_DIR = Path(__file__).resolve().parent
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-STOP_WAIT = 15.0
-READY_TIMEOUT = 60.0
-
-
-# -- processes -----------------------------------------------------------------------------
+STOP_WAIT, READY_TIMEOUT = 15.0, 60.0
+Call = Callable[[int], Awaitable[Any]]
+Say = Callable[[str], None]  # progress, to stderr
 
 
 @dataclass(slots=True)
@@ -56,27 +56,29 @@ class Proc:
         return self.popen.pid
 
     def tail(self, size: int = 2000) -> str:
+        """The log's last ``size`` bytes (read where they lie: the process writes on)."""
         with contextlib.suppress(ValueError, OSError):
-            self.log.flush()
-            self.log.seek(0)
-            return self.log.read()[-size:].decode(errors="replace").strip()
+            end = os.fstat(fd := self.log.fileno()).st_size
+            return os.pread(fd, min(size, end), max(end - size, 0)).decode(errors="replace").strip()
         return ""
 
-    def send(self, line: str) -> None:
-        """Write a line to the process's stdin (started with ``pipes=True``)."""
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(line.encode() + b"\n")
-        self.popen.stdin.flush()
+    def readline(self, timeout: float) -> str:
+        """The next line on the process's stdout (started with ``pipes=True``)."""
+        assert self.popen.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.popen.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                raise TimeoutError(f"no word from {self.name} within {timeout:g} s")
+        if not (line := self.popen.stdout.readline().decode().strip()):
+            raise RuntimeError(f"{self.name} exited with status {self.popen.wait()}")
+        return line
 
 
 @dataclass(slots=True)
 class Fleet:
-    """Processes of one run, and the queues and exchanges to delete when it ends.
-
-    ``with Fleet(url) as fleet:`` stops every process (SIGTERM, SIGKILL after ``stop_wait``)
-    and deletes ``fleet.queues`` and ``fleet.exchanges`` on the way out, with Ctrl-C and
-    SIGTERM ignored meanwhile; on an error it prints the processes' last log lines first.
-    """
+    """Processes of one run, and the queues and exchanges to delete when it ends: ``with
+    Fleet(url) as fleet:`` stops every process (SIGTERM, SIGKILL after ``stop_wait``) and deletes
+    them, Ctrl-C and SIGTERM ignored meanwhile; after an error, it prints the logs' ends."""
 
     url: str | None = None
     stop_wait: float = STOP_WAIT
@@ -84,24 +86,31 @@ class Fleet:
     queues: list[str] = field(default_factory=list)
     exchanges: list[str] = field(default_factory=list)
 
-    def spawn(self, role: str, name: str, argv: list[str], *, pipes: bool = False) -> Proc:
-        """Start ``argv`` in its own session (Ctrl-C reaches only us), bench/ on its path
-        before our own PYTHONPATH (a worktree's src measures that src, not the venv's).
-
-        With ``pipes``, its stdin and stdout are pipes to talk to it; else stdout goes to
-        the log too.
-        """
+    def spawn(self, role: str, name: str, argv: list[str], *, pipes: bool = False,
+              env: dict[str, str] | None = None, **options: Any) -> Proc:  # fmt: skip
+        """Start ``argv`` in its own session (Ctrl-C reaches only us), bench/ then our PYTHONPATH
+        on its path (a worktree's src measures that src); with ``pipes``, stdin and stdout are
+        pipes. ``env`` adds to ours; ``options`` go to ``Popen`` (``cwd``, ``stderr``)."""
         log = tempfile.TemporaryFile()  # noqa: SIM115 -- closed when the fleet ends
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if pipes else log,
-            stderr=log if pipes else subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": python_path()},
-            start_new_session=True,
-        )
+        paths = [str(BENCH_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        popen = subprocess.Popen(argv, **{
+            "stdin": subprocess.PIPE if pipes else subprocess.DEVNULL,
+            "stdout": subprocess.PIPE if pipes else log,
+            "stderr": log if pipes else subprocess.STDOUT, "start_new_session": True,
+            "env": {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(paths)},
+        } | options)  # fmt: skip
         self.procs.append(proc := Proc(role, name, popen, log))
         return proc
+
+    def topology(self, exchange: str, services: Iterable[str] = (),
+                 agents: Iterable[str] = ()) -> Topology:  # fmt: skip
+        """Delete ``exchange``, its dead-letter pair, and these service and instance queues."""
+        topology = Topology(exchange)
+        self.queues += [topology.service_queue(service) for service in services]
+        self.queues += [topology.instance_queue(agent_id) for agent_id in agents]
+        self.queues.append(topology.dead_letter_queue)
+        self.exchanges += [exchange, topology.dead_letter_exchange]
+        return topology
 
     def pids(self, role: str) -> list[int]:
         return [proc.pid for proc in self.procs if proc.role == role]
@@ -112,33 +121,35 @@ class Fleet:
             if proc.popen.poll() is not None:
                 raise RuntimeError(f"{proc.name} exited with status {proc.popen.returncode}")
 
-    async def wait(
-        self, ready: Callable[[], Awaitable[bool]], what: str, timeout: float = READY_TIMEOUT
-    ) -> None:
+    async def wait(self, ready: Callable[[], Awaitable[bool] | bool], what: str,
+                   timeout: float = READY_TIMEOUT) -> None:  # fmt: skip
         """Poll ``ready`` until it holds; raise if a process exits or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
-        while not await ready():
+        while not (held if isinstance(held := ready(), bool) else await held):
             self.check()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{what} not ready within {timeout:g} s")
             await asyncio.sleep(0.2)
 
-    def dump_logs(self) -> None:
-        for proc in self.procs:
-            if text := proc.tail():
-                print(f"--- {proc.name} (exit {proc.popen.poll()}):\n{text}", file=sys.stderr)
+    async def consumed(self, queues: list[str], at_least: int = 1) -> None:
+        """Wait until each of ``queues`` has ``at_least`` consumers."""
+        assert self.url is not None
+        async with await aio_pika.connect(self.url) as connection:
+
+            async def ready() -> bool:
+                counts = [(await queue_counts(connection, queue))[1] for queue in queues]
+                return min(counts) >= at_least
+
+            await self.wait(ready, f"consumers of {', '.join(queues)}")
 
     def __enter__(self) -> Fleet:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if isinstance(exc, Exception):
-            self.dump_logs()
+    def __exit__(self, *exc_info: object) -> None:
+        if isinstance(exc_info[1], Exception):
+            for proc in self.procs:
+                if text := proc.tail():
+                    print(f"--- {proc.name} (exit {proc.popen.poll()}):\n{text}", file=sys.stderr)
         with shielded():
             stop(reversed(self.procs), self.stop_wait)  # clients before their servers
             for proc in self.procs:
@@ -152,10 +163,9 @@ class Fleet:
 
 def stop(procs: Iterable[Proc], timeout: float = STOP_WAIT) -> None:
     """SIGTERM every process, wait a bounded time, SIGKILL whoever is left."""
-    procs = list(procs)
+    procs = [proc for proc in procs if proc.popen.poll() is None]
     for proc in procs:
-        if proc.popen.poll() is None:
-            proc.popen.terminate()
+        proc.popen.terminate()
     deadline = time.monotonic() + timeout
     for proc in procs:
         try:
@@ -169,40 +179,39 @@ def stop(procs: Iterable[Proc], timeout: float = STOP_WAIT) -> None:
 @contextlib.contextmanager
 def shielded() -> Iterator[None]:
     """Ignore Ctrl-C and SIGTERM for the block: a second Ctrl-C must not stop a cleanup."""
-    previous = (
-        signal.signal(signal.SIGINT, signal.SIG_IGN),
-        signal.signal(signal.SIGTERM, signal.SIG_IGN),
-    )
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous[0])
-        signal.signal(signal.SIGTERM, previous[1])
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def raise_on_sigterm() -> None:
     """Clean up on SIGTERM as on Ctrl-C (also when started with SIGINT ignored: ``cmd &``)."""
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    for signum in SIGNALS:
+        signal.signal(signum, interrupt)
 
 
-def python_path() -> str:
-    """bench/, then the PYTHONPATH this process was given."""
-    inherited = os.environ.get("PYTHONPATH", "")
-    return os.pathsep.join([str(BENCH_DIR), *(p for p in inherited.split(os.pathsep) if p)])
+def stop_event() -> asyncio.Event:
+    """An event set on SIGTERM or SIGINT: a served process's way to end (call in its loop)."""
+    stop = asyncio.Event()
+    for signum in SIGNALS:
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    return stop
 
 
 def agentbus_cli(url: str, exchange: str) -> list[str]:
     """The venv's ``agentbus`` console script, on ``exchange``, logging warnings only."""
     script = str(Path(sys.executable).with_name("agentbus"))
     return [script, "--url", url, "--exchange", exchange, "--log-level", "warning"]
-
-
-# -- /proc: CPU and memory -----------------------------------------------------------------
 
 
 def cpu_seconds(pid: int) -> float:
@@ -214,17 +223,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def host_busy_seconds() -> float:
-    """CPU time all cores of the host spent busy (not idle nor iowait), from /proc/stat."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
-
-
 def cpu_snapshot(pids: dict[str, list[int]]) -> dict[str, float]:
-    """CPU seconds per role, and ``host``: the host's busy seconds."""
-    return {role: sum(map(cpu_seconds, ids)) for role, ids in pids.items()} | {
-        "host": host_busy_seconds()
-    }
+    """CPU seconds per role, and ``host``: the host's busy seconds (not idle nor iowait)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
+    host = (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
+    return {role: sum(map(cpu_seconds, ids)) for role, ids in pids.items()} | {"host": host}
+
+
+def cpu_split(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per role between two snapshots; ``others``: the rest of the host's."""
+    cpu = {role: after[role] - before[role] for role in before}
+    cpu["others"] = cpu.pop("host") - sum(cpu.values())
+    return cpu
 
 
 def broker_pid(url: str) -> int | None:
@@ -237,24 +247,20 @@ def broker_pid(url: str) -> int | None:
                     sockets.add(f"socket:[{row[9]}]")
     for beam in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):
-            if (beam / "comm").read_text().strip() != "beam.smp":
-                continue
-            if any(os.readlink(fd) in sockets for fd in (beam / "fd").iterdir()):
+            if (beam / "comm").read_text().strip() == "beam.smp" and any(
+                os.readlink(fd) in sockets for fd in (beam / "fd").iterdir()
+            ):
                 return int(beam.name)
     return None
 
 
-def _status_bytes(pid: int, key: str) -> int | None:
+def rss(pid: int, key: str = "VmRSS") -> int | None:
+    """The process's resident memory in bytes (``VmHWM``: its peak); None once it is gone."""
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(f"{key}:"):
                 return int(line.split()[1]) * 1024
     return None
-
-
-def rss(pid: int) -> int | None:
-    """The process's resident memory (VmRSS) in bytes; None once it is gone."""
-    return _status_bytes(pid, "VmRSS")
 
 
 def reset_peak_rss(pid: int) -> int:
@@ -264,58 +270,83 @@ def reset_peak_rss(pid: int) -> int:
     return rss(pid) or 0
 
 
-def peak_rss(pid: int) -> int:
-    """The process's peak RSS since the last reset_peak_rss (VmHWM), in bytes."""
-    return _status_bytes(pid, "VmHWM") or 0
-
-
 def open_fds(pid: int) -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
+    return None
 
 
-# -- the broker ----------------------------------------------------------------------------
-
-
-def broker_version(connection: aio_pika.abc.AbstractConnection) -> str:
-    """The RabbitMQ version a connection's server announced."""
-    props = connection.transport.connection.server_properties if connection.transport else {}
-    return str(props.get("version", "?"))
-
-
-async def consumers(connection: aio_pika.abc.AbstractConnection, queue: str) -> int:
-    """Consumers of ``queue`` (0 while it does not exist)."""
+async def queue_counts(connection: aio_pika.abc.AbstractConnection, queue: str) -> tuple[int, int]:
+    """Ready messages and consumers of ``queue`` (0, 0 while it does not exist)."""
     channel = await connection.channel()
     try:
-        declared = await channel.declare_queue(queue, passive=True)
+        declared = (await channel.declare_queue(queue, passive=True)).declaration_result
     except aio_pika.exceptions.ChannelClosed:
-        return 0
-    result = declared.declaration_result.consumer_count
+        return 0, 0
     await channel.close()
-    return int(result or 0)
+    return int(declared.message_count or 0), int(declared.consumer_count or 0)
 
 
-async def delete_all(url: str, queues: Iterable[str], exchanges: Iterable[str]) -> list[str]:
-    """Delete queues, then exchanges; say what failed and go on. Returns what was deleted."""
-    deleted = []
+async def delete_all(url: str, queues: Iterable[str], exchanges: Iterable[str]) -> None:
+    """Delete queues, then exchanges; say what failed and go on."""
     async with await aio_pika.connect(url, timeout=10) as connection:
         channel = await connection.channel()
-        targets = [(q, "queue_delete") for q in queues] + [
-            (e, "exchange_delete") for e in exchanges
-        ]
+        targets = [(q, "queue_delete") for q in queues]
+        targets += [(e, "exchange_delete") for e in exchanges]
         for name, delete in targets:
             try:
                 await getattr(channel, delete)(name)
-                deleted.append(name)
             except Exception as exc:  # report, reopen the channel it closed, and go on
                 print(f"cleanup: {delete} {name}: {exc!r}", file=sys.stderr)
                 channel = await connection.channel()
-    return deleted
 
 
-# -- figures and output --------------------------------------------------------------------
+async def sequential(call: Call, n: int, warmup: int = 0) -> list[int]:
+    """Nanoseconds of ``n`` calls one after the other, after ``warmup`` untimed ones."""
+    for i in range(warmup):
+        await call(i)
+    samples = []
+    for i in range(n):
+        start = time.perf_counter_ns()
+        await call(i)
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+async def windowed(call: Call, window: int, seconds: float) -> dict[str, Any]:
+    """``window`` lanes of back-to-back calls for ``seconds``: calls done, CPU, errors."""
+    done = [0]
+
+    async def lane(i: int) -> None:
+        while True:
+            await call(i)
+            done[0] += 1
+            i += window
+
+    cpu0, start = time.process_time(), time.perf_counter()
+    lanes = [asyncio.create_task(lane(k)) for k in range(window)]
+    await asyncio.sleep(seconds)
+    count, elapsed, cpu = done[0], time.perf_counter() - start, time.process_time() - cpu0
+    errors = [repr(task.exception()) for task in lanes if task.done() and task.exception()]
+    for task in lanes:
+        task.cancel()
+    await asyncio.gather(*lanes, return_exceptions=True)
+    return {"count": count, "seconds": elapsed, "per_s": count / elapsed, "cpu_s": cpu,
+            "errors": errors[:3]}  # fmt: skip
+
+
+async def interleaved(
+    variants: Mapping[str, Callable[[], Awaitable[dict[str, Any]]]], rounds: int
+) -> dict[str, Any]:
+    """Each variant once a round, the order reversed every other round; rows and medians."""
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    for k in range(rounds):
+        for name in list(variants)[:: -1 if k % 2 else 1]:
+            rows[name].append(await variants[name]())
+    medians = {name: {key: statistics.median(row[key] for row in runs) for key in runs[0]
+                      if isinstance(runs[0][key], int | float)}
+               for name, runs in rows.items()}  # fmt: skip
+    return {"rounds": rows, "figures": medians}
 
 
 def quantile(ordered: list[float], q: float) -> float:
@@ -330,12 +361,17 @@ def summary(samples_ns: list[int]) -> dict[str, float]:
     return {"p50_us": p50, "p99_us": p99, "mean_us": sum(s) / len(s) / 1000}
 
 
-def parser(doc: str | None, *, json_out: bool = True) -> argparse.ArgumentParser:
-    """An argument parser with ``--url`` (default ``AGENTBUS_URL``) and ``--json FILE``."""
+def best_median(values: Iterable[float], best: Callable[..., float] = min) -> dict[str, float]:
+    """The best (``min`` or ``max``) and the median of rounds' figures."""
+    values = list(values)
+    return {"best": best(values), "median": statistics.median(values)}
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with ``--url`` (default ``AGENTBUS_URL``)."""
     out = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
-    out.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
-    if json_out:
-        out.add_argument("--json", metavar="FILE", type=Path, help="also write figures as JSON")
+    url = os.environ.get("AGENTBUS_URL", "amqp://guest:guest@localhost:5672/")
+    out.add_argument("--url", default=url)
     return out
 
 

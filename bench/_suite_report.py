@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _harness as harness
+
 # issue 17
 AGENT_P50_VS_RAW = 1.15  # agent / aio-pika, both persistent and confirmed
 TRANSIENT_P50_VS_MIN = 1.2  # agent-transient / raw-min
@@ -29,12 +31,21 @@ READY_SECONDS = 0.5
 BUS_P50_VS_RAW = 1.3
 BUS_P50_VS_FASTSTREAM = 0.6
 MEMORY_LINEAR = 1.5  # the slope at the top may grow at most this much over the one below
-COLORS = {
-    "agentbus": "tab:blue",
-    "aio-pika": "tab:green",
-    "faststream": "tab:red",
-    "faststream-rq": "tab:orange",
-}
+ECHO = ("(`Bus.serve` echo; {rounds} rounds of {requests:,} sequential requests, then "
+        "{seconds:g} s with {window} in flight; medians)")  # fmt: skip
+STUDIES = {  # the cost sections, by results key: their title
+    "audit": f"Audit stream off and on {ECHO}", "queue_type": f"Classic or quorum queues {ECHO}",
+    "presence": f"The presence check {ECHO}, and a request to a stopped service",
+    "durable": "Durable plans: the leader's journal ({subtasks:,} echo subtasks, {rounds} "
+    "rounds, registry, leader and two workers in one process; medians)",
+    "gateway": "The A2A gateway against a direct bus request ({count} sequential calls a "
+    "path; throughput: {workers} concurrent callers for {seconds:g} s)",
+    "seams": "Seams: each fast path against the library's public way (µs per call)",
+}  # fmt: skip
+COLORS = {"agentbus": "tab:blue", "aio-pika": "tab:green", "faststream": "tab:red",
+          "faststream-rq": "tab:orange"}  # fmt: skip
+UNITS = {"x": "{:.2f}", "B": "{:,.0f} B", "s": "{:.3f} s", "ms": "{:,.0f} ms",
+         "core": "{:.2f} core", "beats/s": "{:,.0f} beats/s"}  # fmt: skip
 AT_MOST, AT_LEAST = operator.le, operator.ge
 Compare = Callable[[float, float], bool]
 
@@ -43,18 +54,10 @@ def _n(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def _target(
-    name: str,
-    median: float | None,
-    best: float | None,
-    goal: tuple[Compare, float] | None,
-    detail: str,
-    *,
-    unit: str = "x",
-    ok: bool | None = None,
-    goal_text: str | None = None,
-    earlier: bool = False,
-) -> dict[str, Any]:
+def _target(name: str, median: float | None, best: float | None,
+            goal: tuple[Compare, float] | None, detail: str, *, unit: str = "x",
+            ok: bool | None = None, goal_text: str | None = None,
+            earlier: bool = False) -> dict[str, Any]:  # fmt: skip
     """One row. ``goal`` (compare, bound) judges the median and the best; ``ok`` overrides
     the median's verdict (a figure with more than one condition); no goal: measured only."""
     text = goal_text or ""
@@ -67,44 +70,16 @@ def _target(
         best_passed = best is not None and compare(best, bound)
         if ok is not None:
             best_passed = ok and best_passed
-    if passed is None:
-        verdict = "measured"
-    elif passed:
-        verdict = "PASS"
-    else:
-        verdict = "MISS (best PASS)" if best_passed else "MISS"
-    return {
-        "target": name,
-        "median": median,
-        "best": best,
-        "unit": unit,
-        "goal": text,
-        "pass": passed,
-        "verdict": verdict,
-        "detail": detail,
-        "issue": None if earlier else 17,
-    }
+    verdict = "measured" if passed is None else "PASS" if passed else "MISS"
+    if passed is False and best_passed:
+        verdict = "MISS (best PASS)"
+    return {"target": name, "median": median, "best": best, "unit": unit, "goal": text,
+            "pass": passed, "verdict": verdict, "detail": detail,
+            "issue": None if earlier else 17}  # fmt: skip
 
 
 def _unit(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    formats = {
-        "x": "{:.2f}",
-        "B": "{:,.0f} B",
-        "s": "{:.3f} s",
-        "ms": "{:,.0f} ms",
-        "core": "{:.2f} core",
-        "beats/s": "{:,.0f} beats/s",
-    }
-    return formats[unit].format(value)
-
-
-def slopes(memory: dict[str, dict[str, Any]]) -> list[tuple[int, int, float]]:
-    """(N low, N high, bytes per extra subtask) between consecutive sizes."""
-    sizes = sorted(int(n) for n in memory)
-    peak = {n: memory[str(n)]["peak_bytes"] for n in sizes}
-    return [(a, b, (peak[b] - peak[a]) / (b - a)) for a, b in itertools.pairwise(sizes)]
+    return "-" if value is None else UNITS[unit].format(value)
 
 
 def _ratio(stats: dict[str, dict[str, float]], side: str, peer: str) -> tuple[float, float] | None:
@@ -117,10 +92,8 @@ def _ratio(stats: dict[str, dict[str, float]], side: str, peer: str) -> tuple[fl
 
 def _bm_pair(stats: dict[str, dict[str, float]], side: str, peer: str, unit: str) -> str:
     a, b = stats[side], stats[peer]
-    return (
-        f"{side} {_n(a['median'])} vs {peer} {_n(b['median'])} {unit} median, "
-        f"{_n(a['best'])} vs {_n(b['best'])} best"
-    )
+    return (f"{side} {_n(a['median'])} vs {peer} {_n(b['median'])} {unit} median, "
+            f"{_n(a['best'])} vs {_n(b['best'])} best")  # fmt: skip
 
 
 def rr_targets(rr: dict[str, Any]) -> list[dict[str, Any]]:
@@ -133,9 +106,8 @@ def rr_targets(rr: dict[str, Any]) -> list[dict[str, Any]]:
     ):
         if r := _ratio(p50, side, peer):
             detail = f"{what}: " + _bm_pair(p50, side, peer, "µs")
-            out.append(
-                _target(f"request/response p50, {side} / {peer}", *r, (AT_MOST, goal), detail)
-            )
+            name = f"request/response p50, {side} / {peer}"
+            out.append(_target(name, *r, (AT_MOST, goal), detail))
     procs = sorted(int(key.removeprefix("per_s_x")) for key in s.get("agent", {}) if
                    key.startswith("per_s_x"))  # fmt: skip
     for k in procs:
@@ -194,11 +166,11 @@ def registry_targets(registry: list[dict[str, Any]]) -> list[dict[str, Any]]:
     top = max(f["agents"] / f["interval_s"] for f in registry)
     out = []
     for case in (f for f in registry if f["agents"] / f["interval_s"] == top):
-        out += _registry_rows(case)
+        out += registry_rows(case)
     return out
 
 
-def _registry_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
+def registry_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
     agents, interval = case["agents"], case["interval_s"]
     suffix = ""
     if (agents, interval) != (REGISTRY_AGENTS, REGISTRY_INTERVAL):
@@ -254,28 +226,22 @@ def _registry_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def startup_targets(startup: dict[str, Any]) -> list[dict[str, Any]]:
-    ready = startup["ready_s"]
-    detail = '`agentbus run examples.greeter:Greeter` to its "agent started" log line '
-    detail += f"(connected, declared, first heartbeat), {len(ready)} fresh processes"
-    out = [
-        _target("agent ready after start", statistics.median(ready), min(ready),
-                (AT_MOST, READY_SECONDS), detail, unit="s")
-    ]  # fmt: skip
+    ready, median = startup["ready_s"], statistics.median
     ms = [s * 1000 for s in startup["import_s"]]
     deps = [s * 1000 for s in startup["deps_import_s"]]
     heaviest = ", ".join(f"{name} {us / 1000:.0f}" for us, name in startup["heaviest"][:3])
-    own = statistics.median(ms) - statistics.median(deps)
-    detail = (
-        f"`python -c 'import agentbus'` in a fresh interpreter; the {len(startup['deps'])} "
-        f"third-party packages it loads, alone: {statistics.median(deps):.0f} ms median, so "
-        f"agentbus's own share ~{own:.0f} ms; heaviest of its imports (ms, -X importtime, "
-        f"dependencies included): {heaviest}"
-    )
-    out.append(
-        _target("import agentbus", statistics.median(ms), min(ms), None, detail, unit="ms",
-                goal_text="what it must (measured)")
-    )  # fmt: skip
-    return out
+    return [
+        _target("agent ready after start", median(ready), min(ready), (AT_MOST, READY_SECONDS),
+                '`agentbus run examples.greeter:Greeter` to its "agent started" log line '
+                f"(connected, declared, first heartbeat), {len(ready)} fresh processes", unit="s"),
+        _target("import agentbus", median(ms), min(ms), None,
+                f"`python -c 'import agentbus'` in a fresh interpreter; the "
+                f"{len(startup['deps'])} third-party packages it loads, alone: "
+                f"{median(deps):.0f} ms median, so agentbus's own share "
+                f"~{median(ms) - median(deps):.0f} ms; heaviest of its imports (ms, -X "
+                f"importtime, dependencies included): {heaviest}", unit="ms",
+                goal_text="what it must (measured)"),
+    ]  # fmt: skip
 
 
 def earlier_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -288,7 +254,8 @@ def earlier_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 name = f"request/response p50, bus layer agentbus / {peer}"
                 out.append(_target(name, *r, (AT_MOST, goal), detail, earlier=True))
     if fan := results.get("fanout"):
-        steps = slopes(fan["memory"]["agentbus"])
+        peak = {int(n): case["peak_bytes"] for n, case in fan["memory"]["agentbus"].items()}
+        steps = [(a, b, (peak[b] - peak[a]) / (b - a)) for a, b in itertools.pairwise(sorted(peak))]
         if len(steps) > 1:
             (low, high, slope), below = steps[-1], steps[-2][2]
             growth = slope / below if below > 0 else float("inf")
@@ -304,14 +271,10 @@ def earlier_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 17's targets for the sections that ran, then the earlier goals still kept."""
     out = []
-    if rr := results.get("request_response"):
-        out += rr_targets(rr)
-    if fan := results.get("fanout"):
-        out += fanout_targets(fan)
-    if registry := results.get("registry"):
-        out += registry_targets(registry)
-    if startup := results.get("startup"):
-        out += startup_targets(startup)
+    for key, rows in (("request_response", rr_targets), ("fanout", fanout_targets),
+                      ("registry", registry_targets), ("startup", startup_targets)):  # fmt: skip
+        if section := results.get(key):
+            out += rows(section)
     return out + earlier_targets(results)
 
 
@@ -324,30 +287,30 @@ def _seconds(value: float | None) -> str:
 
 
 def _joining(case: dict[str, Any]) -> str:
-    ramp = case.get("ramp_s") or 0.0
-    return f", joining over {ramp:g} s" if ramp else ""
-
-
-def _stats(values: list[float]) -> dict[str, float]:
-    return {"best": min(values), "median": statistics.median(values)}
+    return f", joining over {ramp:g} s" if (ramp := case.get("ramp_s") or 0.0) else ""
 
 
 def _bm(stats: dict[str, float], scale: float = 1.0) -> str:
     return f"{_n(stats['best'] * scale)} / {_n(stats['median'] * scale)}"
 
 
-def _targets_table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| target | median | best | goal | verdict | detail |", "|---|---:|---:|---|---|---|"]
-    for t in rows:
-        median, best = _unit(t["median"], t["unit"]), _unit(t["best"], t["unit"])
-        lines.append(
-            f"| {t['target']} | {median} | {best} | {t['goal']} | {t['verdict']} | {t['detail']} |"
-        )
-    return lines
+def table(head: str, rows: Any) -> list[str]:
+    """A Markdown table: ``head`` names the columns, ``|``-separated, ``>`` ending those
+    aligned right; ``rows`` gives the cells."""
+    names = head.split("|")
+    lines = ["| " + " | ".join(name.removesuffix(">") for name in names) + " |"]
+    lines.append("|" + "|".join("---:" if name.endswith(">") else "---" for name in names) + "|")
+    return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+
+
+def targets_table(rows: list[dict[str, Any]]) -> list[str]:
+    return table("target|median>|best>|goal|verdict|detail", (
+        (t["target"], _unit(t["median"], t["unit"]), _unit(t["best"], t["unit"]), t["goal"],
+         t["verdict"], t["detail"]) for t in rows))  # fmt: skip
 
 
 def markdown(results: dict[str, Any]) -> str:
-    m = results["meta"]
+    m, targets = results["meta"], results["targets"]
     lines = [
         f"# agentbus benchmark suite ({results['mode']}), {results['started']}",
         "",
@@ -361,13 +324,17 @@ def markdown(results: dict[str, Any]) -> str:
         "Ratios are agentbus over its peer, of the medians and of the bests of the rounds "
         "(latency and CPU: lower is better; rates: higher). The verdict is the median's.",
         "",
+        *targets_table([t for t in targets if t["issue"] == 17]),
     ]
-    lines += _targets_table([t for t in results["targets"] if t["issue"] == 17])
-    if earlier := [t for t in results["targets"] if t["issue"] is None]:
-        lines += ["", "### Earlier goals still kept", ""]
-        lines += _targets_table(earlier)
+    if earlier := [t for t in targets if t["issue"] is None]:
+        lines += ["", "### Earlier goals still kept", "", *targets_table(earlier)]
     if rr := results.get("request_response"):
-        p = rr["params"]
+        p, rows = rr["params"], []
+        for side, s in rr["summary"].items():
+            procs = [key.removeprefix("per_s_x") for key in s if key.startswith("per_s_x")]
+            rows.append([side, *(_bm(s[k]) for k in ("p50_us", "p99_us", "client_cpu_us",
+                         "server_cpu_us")), *(_bm(s[f"per_s_x{k}"]) for k in procs),
+                         _bm(s[f"server_cpu_us_x{procs[-1]}"])])  # fmt: skip
         lines += [
             "",
             f'## Request/response (echo of `{{"i": n}}` in a request envelope; latency: '
@@ -375,49 +342,30 @@ def markdown(results: dict[str, Any]) -> str:
             f"throughput: {p['load_rounds']} rounds of {p['seconds']:g} s, {p['window']} in "
             f"flight per client process)",
             "",
-            "| side | p50 µs | p99 µs | CPU µs/req sequential, client | server "
-            "| req/s, 1 client | req/s, 4 clients | server CPU µs/req, 4 clients |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for side, s in rr["summary"].items():
-            procs = [key.removeprefix("per_s_x") for key in s if key.startswith("per_s_x")]
-            rates = [_bm(s[f"per_s_x{k}"]) for k in procs]
-            cpu = _bm(s[f"server_cpu_us_x{procs[-1]}"])
-            lines.append(
-                f"| {side} | {_bm(s['p50_us'])} | {_bm(s['p99_us'])} | "
-                f"{_bm(s['client_cpu_us'])} | {_bm(s['server_cpu_us'])} | " + " | ".join(rates)
-                + f" | {cpu} |"
-            )  # fmt: skip
-        lines += [
+            *table("side|p50 µs>|p99 µs>|CPU µs/req sequential, client>|server>|req/s, 1 "
+                    "client>|req/s, 4 clients>|server CPU µs/req, 4 clients>", rows),
             "",
             "faststream: `await broker.request(...)` (direct reply-to; FastStream serialises "
             "its requests with a lock, one in flight per process); faststream-rq: the same "
             "FastStream server asked by publishing with `reply_to` a standing reply queue.",
-        ]
+        ]  # fmt: skip
     if fan := results.get("fanout"):
         p = fan["params"]
+        rows = [(f"{n:,}", side, _bm(row["us_per_subtask"]), _bm(row["per_s"]),
+                 f"{row['seconds']['best']:.3f}", f"{row['tracemalloc_peak'] / 1e6:.2f} MB",
+                 _n(row["tracemalloc_peak"] / n), f"{row['rss_peak_delta'] / 1e6:.1f} MB")
+                for n in p["sizes"] for side, by_n in fan["summary"].items()
+                for row in [by_n[str(n)]]]  # fmt: skip
         lines += [
             "",
             f"## Fan-out and fan-in of N subtasks ({p['workers']} worker processes per side x "
             f"concurrency {p['concurrency']}, at most {p['max_parallel']} in flight, then one "
             f"fan-in over all results; {p['rounds']} rounds, 2 more for N <= 100)",
             "",
-            "| N | side | µs per subtask | subtasks/s | plan s | peak memory (tracemalloc) "
-            "| B per subtask | leader RSS peak growth |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|",
-        ]
-        for n in p["sizes"]:
-            for side, rows in fan["summary"].items():
-                row = rows[str(n)]
-                peak = row["tracemalloc_peak"]
-                lines.append(
-                    f"| {n:,} | {side} | {_bm(row['us_per_subtask'])} | {_bm(row['per_s'])} "
-                    f"| {row['seconds']['best']:.3f} | {peak / 1e6:.2f} MB | {_n(peak / n)} "
-                    f"| {row['rss_peak_delta'] / 1e6:.1f} MB |"
-                )
-        lines += [
+            *table("N>|side|µs per subtask>|subtasks/s>|plan s>|peak memory (tracemalloc)>|"
+                    "B per subtask>|leader RSS peak growth>", rows),
             "",
-            "Peak memory: agentbus is _leader_memory's case (tracemalloc over "
+            "Peak memory: agentbus is the in-memory case (tracemalloc over "
             "Plan.model_validate + PlanRunner.run on the in-memory bus); aio-pika and faststream "
             "a tracemalloc-traced run of their in-process leader on the broker. RSS growth: the "
             "leader process's VmHWM over its RSS before the run (median; this process for "
@@ -426,73 +374,77 @@ def markdown(results: dict[str, Any]) -> str:
             "(its RPC lock lets one request per broker be in flight); faststream-rq: a "
             "FastStream publisher with a standing reply queue and correlation ids, the window "
             "in flight. Same FastStream workers, messages and durability for both.",
-        ]
+        ]  # fmt: skip
         if fan["cap_note"]:
             lines.append(f"Message cap: {fan['cap_note']}.")
     if registry := results.get("registry"):
+        rows = [(f"{f['agents']:,}", f"{f['interval_s']:g} s{_joining(f)}",
+                 _n(f["beats_offered_per_s"]), _n(f["beats_achieved_per_s"]),
+                 f"{f['registry_cpu_cores']:.2f} core", _n(f["cpu_per_heartbeat_us"]),
+                 f["registry_backlog"],
+                 f"{f['queue_lag_p50_s'] * 1000:.0f} / {f['queue_lag_max_s'] * 1000:.0f} ms",
+                 "-" if f["known_agents"] is None else f"{f['known_agents']:,}",
+                 f"{_seconds(f['detect_p50_s'])} / {_seconds(f['detect_max_s'])}",
+                 len(f["false_offline"]), "PASS" if f["keeps_up_pass"] else "MISS")
+                for f in registry]  # fmt: skip
         lines += [
             "",
             "## Registry (simulated agents beating, from this process and --senders children)",
             "",
-            "| agents | interval | beats/s offered | sent | registry CPU | CPU µs/beat | backlog "
-            "| queue lag p50 / max | known | detection p50 / max | false offline | keeps up |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for f in registry:
-            lag = f"{f['queue_lag_p50_s'] * 1000:.0f} / {f['queue_lag_max_s'] * 1000:.0f} ms"
-            detect = f"{_seconds(f['detect_p50_s'])} / {_seconds(f['detect_max_s'])}"
-            known = "-" if f["known_agents"] is None else f"{f['known_agents']:,}"
-            lines.append(
-                f"| {f['agents']:,} | {f['interval_s']:g} s{_joining(f)} | "
-                f"{_n(f['beats_offered_per_s'])} | "
-                f"{_n(f['beats_achieved_per_s'])} | {f['registry_cpu_cores']:.2f} core | "
-                f"{_n(f['cpu_per_heartbeat_us'])} | {f['registry_backlog']} | {lag} | "
-                f"{known} | {detect} | {len(f['false_offline'])} | "
-                f"{'PASS' if f['keeps_up_pass'] else 'MISS'} |"
-            )
-        lines += [
+            *table("agents>|interval>|beats/s offered>|sent>|registry CPU>|CPU µs/beat>|"
+                    "backlog>|queue lag p50 / max>|known>|detection p50 / max>|false offline>|"
+                    "keeps up", rows),
             "",
             "Queue lag: a `list_agents` request queued behind the heartbeats in the registry's "
             "own queue (3 intervals = no answer). Backlog: ready messages in that queue at the "
             "window's end (fewest of 3 looks). Detection: silenced agents to their `agent_offline` "
             "(bound: 3 intervals + 0.3 s). CPU per beat includes the registry's fixed costs "
             "(its sweeps, own heartbeat, AMQP heartbeats), which dominate at 100 agents.",
-        ]
+        ]  # fmt: skip
     if startup := results.get("startup"):
         ms = {key: [s * 1000 for s in startup[key]] for key in ("import_s", "deps_import_s")}
+        ready = harness.best_median(startup["ready_s"])
         lines += [
             "",
             f"## Startup ({len(startup['ready_s'])} fresh processes each; best / median)",
             "",
-            f"- `import agentbus`: {_bm(_stats(ms['import_s']))} ms; its third-party "
-            f"dependencies alone: {_bm(_stats(ms['deps_import_s']))} ms "
+            f"- `import agentbus`: {_bm(harness.best_median(ms['import_s']))} ms; its third-party "
+            f"dependencies alone: {_bm(harness.best_median(ms['deps_import_s']))} ms "
             f"({', '.join(startup['deps'])})",
             "- heaviest of agentbus's own imports (cumulative, `-X importtime`): "
             + ", ".join(f"{name} {us / 1000:.0f} ms" for us, name in startup["heaviest"]),
-            f"- `agentbus run` to ready: {_stats(startup['ready_s'])['best']:.3f} / "
-            f"{_stats(startup['ready_s'])['median']:.3f} s",
+            f"- `agentbus run` to ready: {ready['best']:.3f} / {ready['median']:.3f} s",
         ]
     if codec := results.get("codec"):
-        lines += [
-            "",
-            "## Codec (one request envelope; p50 µs)",
-            "",
-            "| payload | envelope bytes | encode | decode | orjson.dumps | orjson.loads |",
-            "|---:|---:|---:|---:|---:|---:|",
-        ]
-        for c in codec:
-            lines.append(
-                f"| {_size(c['payload_bytes'])} | {c['envelope_bytes']:,} | "
-                f"{c['encode_us']:,.1f} | {c['decode_us']:,.1f} | {c['orjson_dumps_us']:,.1f} | "
-                f"{c['orjson_loads_us']:,.1f} |"
-            )
+        rows = [(_size(c["payload_bytes"]), f"{c['envelope_bytes']:,}",
+                 *(f"{c[f'{k}_us']:,.1f}" for k in ("encode", "decode", "orjson_dumps",
+                                                    "orjson_loads"))) for c in codec]  # fmt: skip
+        lines += ["", "## Codec (one request envelope; p50 µs)", "",
+                  *table("payload>|envelope bytes>|encode>|decode>|orjson.dumps>|orjson.loads>",
+                          rows)]  # fmt: skip
+    for key, title in STUDIES.items():
+        if study := results.get(key):  # a row per variant, a column per figure, the ratios
+            rows, figures = study["figures"], study["figures"].values()
+            keys = list(dict.fromkeys(key for row in figures for key in row))
+            head = "|".join(["", *(f"{k.replace('_', ' ')}>" for k in keys)])
+            lines += ["", f"## {title.format(**study['params'])}", "",
+                      *table(head, ([name, *(_figure(row.get(k)) for k in keys)]
+                                     for name, row in rows.items()))]  # fmt: skip
+            if ratios := study["ratios"]:
+                ratio = ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+                lines += ["", f"Ratios: {ratio}."]
     return "\n".join(lines) + "\n"
+
+
+def _figure(value: float | str | None) -> str:
+    if value is None or isinstance(value, str):
+        return value or "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
 
 
 def chart(results: dict[str, Any], path: Path) -> Path | None:
     """Fan-out latency, throughput and memory against N as a PNG; None without matplotlib."""
-    fan = results.get("fanout")
-    if fan is None:
+    if (fan := results.get("fanout")) is None:
         return None
     try:
         import matplotlib  # optional: the suite runs without it
@@ -517,21 +469,15 @@ def chart(results: dict[str, Any], path: Path) -> Path | None:
                 medians = [rows[str(n)][key]["median"] for n in sizes]
                 ax.plot(sizes, medians, ":", color=COLORS[side], alpha=0.6)
             ax.plot(sizes, ys, "o-", color=COLORS[side], label=side)
-        ax.set_xscale("log")
+        ax.set(xscale="log", yscale="linear" if key == "per_s" else "log", title=title,
+               xlabel="N subtasks per plan (log)", ylabel=ylabel)  # fmt: skip
         ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
         ax.tick_params(axis="x", which="minor", labelbottom=False)
-        if key != "per_s":
-            ax.set_yscale("log")
-        ax.set_xlabel("N subtasks per plan (log)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     axes[1].set_ylim(bottom=0)
-    fig.suptitle(
-        f"agentbus vs raw aio-pika vs FastStream, one broker ({results['mode']} run "
-        f"{results['started']}; dotted: median)"
-    )
+    fig.suptitle(f"agentbus vs raw aio-pika vs FastStream, one broker ({results['mode']} run "
+                 f"{results['started']}; dotted: median)")  # fmt: skip
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -1,11 +1,14 @@
 """Request/response for suite.py: latency (sequential) and throughput (concurrent clients).
 
-The echo server of every side runs as its own process for the whole section. Latency is
-measured from this process, the sides one after the other in each round; throughput from
-1 and 4 client processes started together (_rr_sides.py ``load``), each keeping a window
-of requests in flight. Each round also gives the CPU per request of the client (this
-process, ``time.process_time``) and of the server (from /proc): on a shared host CPU time
-is steadier than wall-clock latency. ``RRConfig.sides`` picks the sides.
+Every side sends ``ping`` with ``{"i": n}`` in a request envelope; its server answers with
+the parameters. Sides: ``agentbus`` (``Bus.request`` against ``Bus.serve``), ``agent`` (a
+``Pinger`` asked as an agent asks another), ``agent-transient`` (``persistent=False``) and
+the peers of ``_peers``: ``aio-pika``, ``raw-min``, ``faststream``, ``faststream-rq``.
+Each server is a process (``_suite_rr.py serve SIDE URL EXCHANGE ID PREFETCH``, as the
+fan-out's peer workers). Latency is taken here, the sides in turn each round, with the CPU
+per request of this client and the server (/proc); throughput from 1 and 4 client processes
+(``load SIDE URL EXCHANGE CLIENT SECONDS WINDOW``: warms up, says ``ready``, waits for a
+line, keeps WINDOW in flight for SECONDS, prints its figures as JSON).
 """
 
 from __future__ import annotations
@@ -14,147 +17,195 @@ import asyncio
 import contextlib
 import gc
 import json
-import selectors
-import statistics
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator
+from types import SimpleNamespace as Config
 from typing import Any
 
-import aio_pika
+import _harness as harness
+import _peers as peers
+import agentbus
+from _bench_agents import Pinger
+from agentbus import Metrics, RequestEnvelope, Settings
+from agentbus.bus import DedupWindow, Topology
 
-from _harness import BENCH_DIR, READY_TIMEOUT, Fleet, consumers, cpu_seconds, summary
-from _rr_sides import SERVERS, SIDES, WARMUP, Call, Names, client
-
-RR_SCRIPT = str(BENCH_DIR / "_rr_sides.py")
-
-
-@dataclass(frozen=True, slots=True)
-class RRConfig:
-    requests: int  # sequential requests per side and latency round
-    rounds: int  # latency rounds, the sides in turn in each
-    load_rounds: int  # throughput rounds
-    seconds: float  # per throughput run
-    procs: tuple[int, ...] = (1, 4)
-    window: int = 64  # requests in flight per client process (the servers' prefetch)
-    sides: tuple[str, ...] = SIDES
-
-
-def start_servers(fleet: Fleet, names: Names, sides: tuple[str, ...]) -> dict[str, int]:
-    """Every side's echo server as its own process, ready; their pids by side."""
-    assert fleet.url is not None
-    servers = [
-        side for side in SERVERS if side in sides or any(s.startswith(f"{side}-") for s in sides)
-    ]
-    for side in servers:
-        argv = [sys.executable, RR_SCRIPT, "serve", side, fleet.url, names.exchange]
-        fleet.spawn(side, f"{side} server", argv)
-    asyncio.run(wait_servers(fleet, names, servers))
-    pids = {side: fleet.pids(side)[0] for side in servers}
-    # Sides asked through another side's server: FastStream with a reply queue, the
-    # agent with transient requests.
-    shared = {"faststream-rq": "faststream", "agent-transient": "agent"}
-    return pids | {side: pids[server] for side, server in shared.items() if server in pids}
+# side: the server it asks
+SERVERS = {"agentbus": "agentbus", "agent": "agent", "agent-transient": "agent",
+           "aio-pika": "aio-pika", "raw-min": "raw-min", "faststream": "faststream",
+           "faststream-rq": "faststream"}  # fmt: skip
+SIDES = tuple(SERVERS)
+Call = harness.Call
+BUS_SIDES = ("agentbus", "agent", "agent-transient")
+SCRIPT = str(harness.BENCH_DIR / "_suite_rr.py")
+WARMUP, PREFETCH, TIMEOUT = 200, 64, 5.0
 
 
-async def wait_servers(fleet: Fleet, names: Names, servers: list[str]) -> None:
-    assert fleet.url is not None
-    async with await aio_pika.connect(fleet.url) as connection:
+class Names:
+    """The queues and exchanges of the peers on one exchange (the fan-out's too)."""
 
-        async def ready() -> bool:
-            counts = [await consumers(connection, names.service_queue(s)) for s in servers]
-            return all(counts)
+    def __init__(self, exchange: str) -> None:
+        self.exchange, self.raw_exchange = exchange, f"{exchange}.raw"
+        bus = Topology(exchange)
+        self.queues = {"agentbus": bus.service_queue("echo"),
+                       "agent": bus.service_queue(Pinger.name),
+                       "aio-pika": f"{exchange}.raw.work", "raw-min": f"{exchange}.min.echo",
+                       "faststream": f"{exchange}.fs.work"}  # fmt: skip
 
-        await fleet.wait(ready, "the echo servers")
+    def reply(self, kind: str, client: str) -> str:
+        return f"{self.exchange}.{kind}.reply.{client}"
 
-
-async def timed_round(call: Call, requests: int, server: int) -> dict[str, float]:
-    """Sequential requests: latency, and the CPU per request of the client and the server."""
-    gc.collect()
-    samples: list[int] = []
-    server0, client0 = cpu_seconds(server), time.process_time()
-    for i in range(requests):
-        start = time.perf_counter_ns()
-        await call(i)
-        samples.append(time.perf_counter_ns() - start)
-    client1, server1 = time.process_time(), cpu_seconds(server)
-    per = 1e6 / requests
-    cpu = {"client_cpu_us": (client1 - client0) * per, "server_cpu_us": (server1 - server0) * per}
-    return summary(samples) | cpu
+    def clean(self, fleet: harness.Fleet, clients: list[str], agents: list[str]) -> None:
+        """Have ``fleet`` delete them all, with the bus clients' and agents' queues."""
+        ids = [f"rr-{side}-{client}" for side in BUS_SIDES for client in clients]
+        fleet.topology(self.exchange, ("echo", Pinger.name), [*agents, *ids])
+        fleet.queues += [self.queues[s] for s in ("aio-pika", "raw-min", "faststream")]
+        fleet.queues += [self.reply(kind, client) for kind in ("raw", "fs") for client in clients]
+        fleet.exchanges.append(self.raw_exchange)
 
 
-async def latency_rounds(
-    url: str, names: Names, cfg: RRConfig, pids: dict[str, int], say: Callable[[str], None]
-) -> dict[str, list[dict[str, float]]]:
+async def serve(side: str, url: str, names: Names, agent_id: str, prefetch: int) -> None:
+    """One side's server, until SIGTERM. ``agentbus`` prints its bus's counters and its
+    de-duplication entries as a JSON line every 2 s and once closed (soak.py reads them)."""
+    stop, settings = harness.stop_event(), Settings(url=url, exchange=names.exchange)
+    queue, window = names.queues[side], DedupWindow(settings.dedup_window, settings.dedup_size)
+    bus: agentbus.Bus | None = None
+
+    def counters() -> None:
+        if bus is not None:
+            print(json.dumps({"stats": bus.stats.as_dict(), "dedup": len(window)}), flush=True)
+
+    async with contextlib.AsyncExitStack() as stack:
+        if side == "agentbus":
+            bus = agentbus.Bus(settings, agent_id=agent_id, dedup=window)
+            await stack.enter_async_context(bus)
+
+            async def echo(request: RequestEnvelope) -> Any:
+                return request.payload.parameters
+
+            await bus.serve(echo, service="echo", prefetch=prefetch)
+        elif side == "agent":
+            pinger = Pinger(agent_id=agent_id, settings=settings, metrics=Metrics())
+            await stack.enter_async_context(pinger)
+        elif side == "raw-min":
+            await (minimal := peers.MinimalRpc(url, queue, prefetch)).serve()
+            stack.push_async_callback(minimal.close)
+        else:
+            server: peers.RawServer | peers.FastStreamServer
+            server = peers.FastStreamServer(url, queue, prefetch, agent_id)
+            if side == "aio-pika":
+                server = peers.RawServer(url, names.raw_exchange, queue, prefetch, agent_id)
+            await server.open()
+            stack.push_async_callback(server.close)
+        while not stop.is_set():
+            counters()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 2.0)
+    counters()
+
+
+@contextlib.asynccontextmanager
+async def connected(side: str, url: str, names: Names, client_id: str) -> AsyncIterator[Call]:
+    """A connected client of ``side``: ``await call(i)`` is one request/response."""
+    if side in BUS_SIDES:  # its own id: two buses on one instance queue take each other's replies
+        agent_id = f"rr-{side}-{client_id}"
+        async with agentbus.connect(url, exchange=names.exchange, agent_id=agent_id) as bus:
+            receiver, action = ("echo", "ping") if side == "agentbus" else (Pinger.name, "answer")
+            persistent = side != "agent-transient"
+
+            async def call(i: int) -> Any:
+                reply = await bus.request(receiver, action, {"i": i}, timeout=TIMEOUT,
+                                          persistent=persistent)  # fmt: skip
+                return reply.result
+
+            yield call
+        return
+    queue = names.queues[SERVERS[side]]
+    raw, fs = names.reply("raw", client_id), names.reply("fs", client_id)
+    peer = {"raw-min": lambda: peers.MinimalRpc(url, queue, timeout=TIMEOUT),
+            "aio-pika": lambda: peers.RawClient(url, names.raw_exchange, raw, TIMEOUT),
+            "faststream": lambda: peers.FastStreamClient(url, queue, TIMEOUT),
+            "faststream-rq": lambda: peers.FastStreamRequester(url, queue, TIMEOUT, fs),
+            }[side]()  # fmt: skip
+    await peer.open()
+    try:
+        yield peer.ping
+    finally:
+        await peer.close()
+
+
+async def load(side: str, url: str, exchange: str, client: str, seconds: str, window: str) -> None:
+    """Warm up, say ``ready``, wait for the go, then ``window`` requests in flight."""
+    async with connected(side, url, Names(exchange), client) as call:
+        await harness.sequential(call, 0, warmup=WARMUP)
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        print(json.dumps(await harness.windowed(call, int(window), float(seconds))), flush=True)
+
+
+async def latency_rounds(url: str, names: Names, cfg: Config, pids: dict[str, int],
+                         say: harness.Say) -> dict[str, list[dict[str, float]]]:  # fmt: skip
     """Every side's client open at once, warmed up; then short rounds, the sides in turn."""
     rows: dict[str, list[dict[str, float]]] = {side: [] for side in cfg.sides}
     async with contextlib.AsyncExitStack() as stack:
         calls = {}
         for side in cfg.sides:
-            calls[side] = await stack.enter_async_context(client(side, url, names, "lat"))
-            for i in range(WARMUP):
-                await calls[side](i)
+            calls[side] = await stack.enter_async_context(connected(side, url, names, "lat"))
+            await harness.sequential(calls[side], 0, warmup=WARMUP)
         for k in range(cfg.rounds):
             for side, call in calls.items():
-                rows[side].append(await timed_round(call, cfg.requests, pids[side]))
+                gc.collect()
+                server0, client0 = harness.cpu_seconds(pids[side]), time.process_time()
+                samples = await harness.sequential(call, cfg.requests)
+                client1, server1 = time.process_time(), harness.cpu_seconds(pids[side])
+                per = 1e6 / cfg.requests
+                cpu = {"client_cpu_us": (client1 - client0) * per,
+                       "server_cpu_us": (server1 - server0) * per}  # fmt: skip
+                rows[side].append(harness.summary(samples) | cpu)
                 figures = ", ".join(f"{key} {v:.0f}" for key, v in rows[side][-1].items())
                 say(f"request/response latency {side} #{k + 1}: {figures}")
     return rows
 
 
-def _line(popen: subprocess.Popen[bytes], timeout: float) -> str:
-    assert popen.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(popen.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout):
-            raise TimeoutError(f"no word from client {popen.pid} within {timeout:g} s")
-    line = popen.stdout.readline().decode().strip()
-    if not line:
-        raise RuntimeError(f"client {popen.pid} exited with status {popen.wait()}")
-    return line
-
-
-def load_run(side: str, url: str, names: Names, procs: int, cfg: RRConfig, server: int) -> dict:
+def load_run(side: str, url: str, names: Names, procs: int, cfg: Config, pid: int) -> dict:
     """``procs`` client processes of ``side``, started together; requests per second."""
-    with Fleet() as clients:
+    with harness.Fleet() as clients:
         for k in range(procs):
-            argv = [sys.executable, RR_SCRIPT, "load", side, url, names.exchange, f"c{k}"]
-            argv += [str(cfg.seconds), str(cfg.window)]
-            clients.spawn("client", f"{side} client {k}", argv, pipes=True)
+            argv = [sys.executable, SCRIPT, "load", side, url, names.exchange, f"c{k}"]
+            clients.spawn("client", f"{side} client {k}",
+                          [*argv, str(cfg.seconds), str(cfg.window)], pipes=True)  # fmt: skip
         for proc in clients.procs:
-            if _line(proc.popen, READY_TIMEOUT) != "ready":
+            if proc.readline(harness.READY_TIMEOUT) != "ready":
                 raise RuntimeError(f"{proc.name} did not say ready")
-        cpu0 = cpu_seconds(server)
+        cpu0 = harness.cpu_seconds(pid)
         for proc in clients.procs:
-            proc.send("go")
-        rows = [json.loads(_line(proc.popen, cfg.seconds + 60)) for proc in clients.procs]
-        cpu1 = cpu_seconds(server)
+            assert proc.popen.stdin is not None
+            proc.popen.stdin.write(b"go\n")
+            proc.popen.stdin.flush()
+        rows = [json.loads(proc.readline(cfg.seconds + 60)) for proc in clients.procs]
+        server_cpu = harness.cpu_seconds(pid) - cpu0
     count = sum(row["count"] for row in rows)
-    return {
-        "per_s": sum(row["count"] / row["seconds"] for row in rows),
-        "count": count,
-        "server_cpu_us": (cpu1 - cpu0) / max(count, 1) * 1e6,
-        "client_cpu_us": sum(row["cpu_s"] for row in rows) / max(count, 1) * 1e6,
-        "errors": [error for row in rows for error in row["errors"]],
-    }
+    per = 1e6 / max(count, 1)
+    return {"per_s": sum(row["per_s"] for row in rows), "count": count,
+            "server_cpu_us": server_cpu * per, "client_cpu_us": sum(r["cpu_s"] for r in rows) * per,
+            "errors": [error for row in rows for error in row["errors"]]}  # fmt: skip
 
 
-def summarize(rows: list[dict[str, Any]], key: str, best: Callable[..., float]) -> dict:
-    values = [row[key] for row in rows]
-    return {"best": best(values), "median": statistics.median(values)}
-
-
-def run_rr(url: str, cfg: RRConfig, say: Callable[[str], None]) -> dict[str, Any]:
+def run_rr(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     """Latency rounds, then throughput rounds with 1 and 4 client processes, every side."""
     names = Names(f"bench-suite-{uuid.uuid4().hex[:8]}")
     load: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    clients = ["lat", *(f"c{k}" for k in range(max(cfg.procs)))]
-    fleet = Fleet(url, queues=names.queues(clients), exchanges=names.exchanges())
-    with fleet:
-        pids = start_servers(fleet, names, cfg.sides)
+    servers = sorted({SERVERS[side] for side in cfg.sides})
+    ids = {"agentbus": "rr-server", "agent": "rr-agent"}
+    with harness.Fleet(url) as fleet:
+        names.clean(fleet, ["lat", *(f"c{k}" for k in range(max(cfg.procs)))], list(ids.values()))
+        for server in servers:
+            argv = [sys.executable, SCRIPT, "serve", server, url, names.exchange]
+            argv += [ids.get(server, "rr-peer"), str(PREFETCH)]
+            fleet.spawn(server, f"{server} server", argv)
+        asyncio.run(fleet.consumed([names.queues[server] for server in servers]))
+        pids = {side: fleet.pids(SERVERS[side])[0] for side in cfg.sides}
         latency = asyncio.run(latency_rounds(url, names, cfg, pids, say))
         for procs in cfg.procs:
             load[str(procs)] = {side: [] for side in cfg.sides}
@@ -163,14 +214,22 @@ def run_rr(url: str, cfg: RRConfig, say: Callable[[str], None]) -> dict[str, Any
                     row = load_run(side, url, names, procs, cfg, pids[side])
                     load[str(procs)][side].append(row)
                     say(f"request/response throughput {side} x{procs} #{k + 1}: {row}")
-    summary: dict[str, dict[str, Any]] = {}
+    table: dict[str, dict[str, Any]] = {}
+    best = harness.best_median
     for side in cfg.sides:
-        summary[side] = {
-            key: summarize(latency[side], key, min)
-            for key in ("p50_us", "p99_us", "client_cpu_us", "server_cpu_us")
-        }
+        keys = ("p50_us", "p99_us", "client_cpu_us", "server_cpu_us")
+        table[side] = {key: best(row[key] for row in latency[side]) for key in keys}
         for procs, sides in load.items():
-            summary[side][f"per_s_x{procs}"] = summarize(sides[side], "per_s", max)
-            summary[side][f"server_cpu_us_x{procs}"] = summarize(sides[side], "server_cpu_us", min)
-    out = {"exchange": names.exchange, "params": asdict(cfg), "latency": latency}
-    return out | {"throughput": load, "summary": summary}
+            table[side][f"per_s_x{procs}"] = best((r["per_s"] for r in sides[side]), max)
+            table[side][f"server_cpu_us_x{procs}"] = best(r["server_cpu_us"] for r in sides[side])
+    out = {"exchange": names.exchange, "params": vars(cfg), "latency": latency}
+    return out | {"throughput": load, "summary": table}
+
+
+if __name__ == "__main__":
+    harness.quiet_logging()
+    command, side, url, exchange, *rest = sys.argv[1:]
+    if command == "serve":
+        asyncio.run(serve(side, url, Names(exchange), rest[0], int(rest[1])))
+    else:
+        asyncio.run(load(side, url, exchange, *rest))

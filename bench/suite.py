@@ -1,34 +1,30 @@
-"""Run every benchmark in one go: agentbus vs raw aio-pika vs FastStream, on one broker.
+"""Run the benchmarks in one go: agentbus vs raw aio-pika vs FastStream, on one broker.
 
 .venv/bin/python bench/suite.py [--quick] [--out bench/results] [--only rr,fanout,...]
     [--sides agentbus,aio-pika]
 
-Sections: request/response latency and throughput (rr), fan-out and fan-in of N subtasks
-through the leader with its memory (fanout), the registry under simulated agents (registry:
-50,000 beating every 5 s in the full run), the envelope codec (codec) and what starting
-costs (startup: import agentbus, an agent until ready). The report leads with issue 17's
-targets, each with its verdict. ``--sides`` limits request/response to some of its sides
-(agentbus, agent, agent-transient, aio-pika, raw-min, faststream, faststream-rq): ``--only
-rr --sides agent,aio-pika`` is the quick agent-against-raw check, latency and CPU per
-request. ``--quick`` runs smaller sizes: its targets rows say the size the target is for.
-Writes suite-<time>.json, .md and, with matplotlib installed (``pip install -e
-'.[bench]'``), .png to --out; prints the Markdown.
-Every process, queue and exchange a section starts is removed when it ends, also on Ctrl-C.
+Sections run by default: request/response (rr), fan-out and fan-in through the leader with
+its memory (fanout), the registry under simulated agents (registry), the envelope codec
+(codec) and what starting costs (startup); ``--only`` also takes what a feature costs:
+audit, queue-type, presence, durable, gateway, seams. ``--sides`` limits request/response
+to some sides (``--only rr --sides agent,aio-pika``: the quick check against raw);
+``--quick`` runs smaller sizes. The report leads with issue 17's targets and verdicts; it
+goes to --out as suite-<time>.json, .md and (with matplotlib) .png, and is printed. What a
+section starts and declares is removed when it ends, also on Ctrl-C.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import dataclasses
 import os
 import platform
 import sys
 import time
 from datetime import datetime
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from types import SimpleNamespace
+from types import SimpleNamespace as Config
 from typing import Any
 
 import aio_pika
@@ -38,87 +34,79 @@ try:
 except ImportError:
     sys.exit("bench/suite.py needs FastStream: .venv/bin/pip install -e '.[bench]'")
 
-from _harness import broker_version, quiet_logging, raise_on_sigterm, write_json
-from _harness import parser as cli
-from _rr_sides import SIDES as RR_SIDES
-from _suite_codec import run_codec
+import _harness as harness
+import _suite_costs as costs
+from _suite_codec import run_codec, run_seams
 from _suite_fanout import run_fanout
 from _suite_report import chart, markdown, targets
-from _suite_rr import RRConfig, run_rr
-from bench_registry import run_case
-from bench_startup import run_startup
+from _suite_rr import SIDES, run_rr
+from bench_registry import run_registry
 
-SECTIONS = ("rr", "fanout", "registry", "codec", "startup")
+# section: (results key, runner, run by default)
+SECTIONS = {
+    "codec": ("codec", run_codec, True), "rr": ("request_response", run_rr, True),
+    "fanout": ("fanout", run_fanout, True), "registry": ("registry", run_registry, True),
+    "startup": ("startup", costs.run_startup, True),
+    "audit": ("audit", partial(costs.bus_variants, field="audit",
+                               values={"off": False, "on": True}), False),
+    "queue-type": ("queue_type", partial(costs.bus_variants, field="queue_type",
+                                         values={"classic": "classic", "quorum": "quorum"}), False),
+    "presence": ("presence", costs.run_presence, False),
+    "durable": ("durable", costs.run_durable, False),
+    "gateway": ("gateway", costs.run_gateway, False), "seams": ("seams", run_seams, False),
+}  # fmt: skip
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
-
-FULL = SimpleNamespace(
-    rr=RRConfig(requests=400, rounds=6, load_rounds=3, seconds=5.0),
-    fanout=SimpleNamespace(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
-    # (agents, heartbeat interval s, sender processes, s over which they join): 50,000 every
-    # 5 s is issue 17's target, held once joined and joining all at once (a registry restart)
-    registry=SimpleNamespace(
-        cases=[(1000, 1.0, 0, 0.0), (50_000, 5.0, 3, 60.0), (50_000, 5.0, 3, 0.0)],
-        duration=15.0,
-    ),
-    startup=SimpleNamespace(runs=5),
-)
-QUICK = SimpleNamespace(
-    rr=RRConfig(requests=150, rounds=4, load_rounds=2, seconds=2.0),
-    fanout=SimpleNamespace(sizes=[10, 100, 1000], rounds=2, workers=3, concurrency=64),
-    registry=SimpleNamespace(cases=[(100, 1.0, 0, 0.0), (5000, 5.0, 0, 0.0)], duration=4.0),
-    startup=SimpleNamespace(runs=3),
-)
-
-
-def package_versions() -> list[str]:
-    found = []
-    for package in PACKAGES:
-        try:
-            found.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            found.append(f"{package} (not installed)")
-    return found
-
-
-async def broker_of(url: str) -> str:
-    async with await aio_pika.connect(url) as connection:
-        return broker_version(connection)
+BUS = Config(requests=1500, seconds=4.0, window=128, rounds=2)  # audit, queue-type, presence
+QUICK_BUS = Config(requests=300, seconds=2.0, window=128, rounds=2)
+# rr: sequential requests per side and latency round, latency rounds (the sides in turn),
+# throughput rounds of ``seconds`` with 1 and 4 client processes, ``window`` in flight each.
+# registry: (agents, heartbeat interval s, sender processes, s over which they join): 50,000
+# every 5 s is issue 17's target, held once joined and joining all at once (a restart)
+FULL = {
+    "rr": Config(requests=400, rounds=6, load_rounds=3, seconds=5.0, procs=(1, 4), window=64),
+    "fanout": Config(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
+    "registry": Config(cases=[(1000, 1.0, 0, 0.0), (50_000, 5.0, 3, 60.0),
+                              (50_000, 5.0, 3, 0.0)], duration=15.0),
+    "codec": Config(budget=50_000_000), "startup": Config(runs=5),
+    "audit": BUS, "queue-type": BUS, "presence": Config(**vars(BUS) | {"rounds": 4}),
+    "durable": Config(subtasks=2000, rounds=3), "seams": Config(messages=20_000),
+    "gateway": Config(count=300, workers=16, seconds=4.0),
+}  # fmt: skip
+QUICK = FULL | {
+    "rr": Config(requests=150, rounds=4, load_rounds=2, seconds=2.0, procs=(1, 4), window=64),
+    "fanout": Config(sizes=[10, 100, 1000], rounds=2, workers=3, concurrency=64),
+    "registry": Config(cases=[(100, 1.0, 0, 0.0), (5000, 5.0, 0, 0.0)], duration=4.0),
+    "codec": Config(budget=5_000_000), "startup": Config(runs=3),
+    "audit": QUICK_BUS, "queue-type": QUICK_BUS, "presence": QUICK_BUS,
+    "durable": Config(subtasks=300, rounds=2), "seams": Config(messages=5000),
+    "gateway": Config(count=100, workers=16, seconds=2.0),
+}  # fmt: skip
 
 
 def meta(url: str) -> dict[str, Any]:
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "broker": asyncio.run(broker_of(url)),
-        "packages": package_versions(),
-        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-    }
+    async def broker() -> str:
+        async with await aio_pika.connect(url) as connection:
+            server = connection.transport.connection if connection.transport else None
+            return str(server.server_properties.get("version", "?") if server else "?")
 
+    def installed(package: str) -> str:
+        try:
+            return f"{package} {version(package)}"
+        except PackageNotFoundError:
+            return f"{package} (not installed)"
 
-def run_registry(url: str, cfg: SimpleNamespace, say: Any) -> list[dict[str, Any]]:
-    cases = []
-    for agents, interval, senders, ramp in cfg.cases:
-        args = argparse.Namespace(
-            agents=agents, interval=interval, duration=cfg.duration, kill=min(20, agents)
-        )
-        args.url, args.senders, args.ramp = url, senders, ramp  # a sender: ~4,000 beats/s
-        cases.append(run_case(args))
-        f = cases[-1]
-        say(
-            f"registry {agents} agents every {interval:g} s: {f['beats_achieved_per_s']:.0f} "
-            f"beats/s sent, {f['beats_processed_per_s']:.0f} processed, CPU "
-            f"{f['registry_cpu_cores']:.2f} core ({f['cpu_per_heartbeat_us']:.0f} µs/beat), "
-            f"backlog {f['registry_backlog']}, keeps up: {f['keeps_up_pass']}"
-        )
-    return cases
+    packages = [installed(package) for package in PACKAGES]
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "broker": asyncio.run(broker()),
+            "packages": packages, "load_average": load}  # fmt: skip
 
 
 def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"suite-{results['mode']}-{results['started'].replace(':', '').replace(' ', '-')}"
     data, report = out / f"{stem}.json", out / f"{stem}.md"
-    write_json(data, results)
+    harness.write_json(data, results)
     image = chart(results, out / f"{stem}.png")
     text = markdown(results)
     if image is not None:
@@ -128,43 +116,36 @@ def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:
 
 
 def main() -> int:
-    parser = cli(__doc__, json_out=False)
+    parser = harness.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
-    parser.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
-    parser.add_argument("--sides", default=",".join(RR_SIDES), help="request/response sides")
+    default = ",".join(name for name, (_, _, on) in SECTIONS.items() if on)
+    parser.add_argument("--only", default=default, help=f"sections, of {', '.join(SECTIONS)}")
+    parser.add_argument("--sides", default=",".join(SIDES), help="request/response sides")
     args = parser.parse_args()
     sides = tuple(s.strip() for s in args.sides.split(",") if s.strip())
-    if not sides or set(sides) - set(RR_SIDES):
-        parser.error(f"--sides: some of {', '.join(RR_SIDES)}")
+    if not sides or set(sides) - set(SIDES):
+        parser.error(f"--sides: some of {', '.join(SIDES)}")
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if unknown := set(only) - set(SECTIONS):
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
-    quiet_logging()
-    raise_on_sigterm()  # clean up as on Ctrl-C
-    cfg = QUICK if args.quick else FULL
+    harness.quiet_logging()
+    harness.raise_on_sigterm()  # clean up as on Ctrl-C
+    mode = "quick" if args.quick else "full"
+    configs = QUICK if args.quick else FULL
+    configs["rr"].sides = sides
     t0 = time.monotonic()
 
     def say(text: str) -> None:
         print(f"[{time.monotonic() - t0:7.1f} s] {text}", file=sys.stderr, flush=True)
 
     started = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "started": started}
-    results["meta"] = meta(args.url)
+    results: dict[str, Any] = {"mode": mode, "started": started, "meta": meta(args.url)}
     try:
-        if "codec" in only:
-            say("codec")
-            results["codec"] = run_codec(args.quick)
-        if "rr" in only:
-            rr = dataclasses.replace(cfg.rr, sides=sides)
-            results["request_response"] = run_rr(args.url, rr, say)
-        if "fanout" in only:
-            results["fanout"] = run_fanout(args.url, cfg.fanout, say)
-        if "registry" in only:
-            results["registry"] = run_registry(args.url, cfg.registry, say)
-        if "startup" in only:
-            say("startup")
-            results["startup"] = run_startup(args.url, cfg.startup.runs)
+        for name, (key, run, _) in SECTIONS.items():
+            if name in only:
+                say(name)
+                results[key] = run(args.url, configs[name], say)
     except KeyboardInterrupt:
         print("interrupted: processes stopped, queues and exchanges deleted", file=sys.stderr)
         return 130
@@ -172,7 +153,7 @@ def main() -> int:
     results["targets"] = targets(results)
     data, report, image = write(results, args.out)
     print(report.read_text())
-    say(f"wrote {data}, {report}" + (f", {image}" if image else " (no matplotlib: no chart)"))
+    say(f"wrote {data}, {report}" + (f", {image}" if image else " (no chart)"))
     return 0
 
 

@@ -1,0 +1,279 @@
+"""What a feature costs, for suite.py; variants alternate round by round (medians).
+
+- ``startup``: ``import agentbus`` in a fresh interpreter (heaviest imports by ``-X
+  importtime``; its third-party dependencies alone), ``agentbus run`` until "agent started";
+- ``audit``, ``queue-type``, ``presence``: ``Bus.serve`` echo with the audit stream off and
+  on, classic and quorum queues, the presence check (0.5 s) and without: sequential p50/p99,
+  requests/s with a window in flight; for presence, how fast a request to a stopped service
+  fails (its queue stays), and how;
+- ``durable``: a plan of N ``echo`` subtasks through a leader without and with the journal
+  (registry, leader and two workers in this process): subtasks/s, heap peak;
+- ``gateway``: registry, ``Echo`` and ``agentbus gateway`` processes; direct bus requests
+  against A2A ``SendMessage`` over HTTP JSON-RPC and the a2a-sdk client, then throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import SimpleNamespace as Config
+from typing import Any
+
+import _harness as harness
+import agentbus
+from _bench_agents import Echo
+from agentbus import AgentBusError, Leader, PlanClient, RequestEnvelope, Settings
+from agentbus.registry import Registry
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPENDENCIES = """import sys, agentbus
+tops = {name for name in sys.modules if "." not in name and name != "agentbus"}
+files = {t: getattr(sys.modules[t], "__file__", None) or "" for t in tops}
+print(" ".join(sorted(t for t in tops if "site-packages" in files[t] and t[0] != "_")))"""
+PAYLOAD = {"text": "x" * 200}
+Variant = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def python(*argv: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """A fresh interpreter's wall time, and what it printed."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
+    return time.perf_counter() - start, done
+
+
+def import_seconds() -> tuple[float, list[tuple[int, str]]]:
+    """Wall time of ``python -c 'import agentbus'`` and its heaviest imports (µs, name)."""
+    elapsed, done = python("-X", "importtime", "-c", "import agentbus")
+    modules = []
+    for line in done.stderr.splitlines()[1:]:
+        _, cumulative, name = line.split("|")
+        if name.startswith("  ") and not name.startswith("    "):  # agentbus's direct imports
+            modules.append((int(cumulative), name.strip()))
+    return elapsed, sorted(modules, reverse=True)[:5]
+
+
+def ready_seconds(fleet: harness.Fleet, exchange: str, agent_id: str) -> float:
+    """Seconds from spawning ``agentbus run`` to its "agent started" log line."""
+    assert fleet.url is not None
+    argv = [*harness.agentbus_cli(fleet.url, exchange)[:-2], "--log-format", "json", "run",
+            "examples.greeter:Greeter", "--id", agent_id]  # fmt: skip
+    start = time.perf_counter()
+    proc = fleet.spawn("agent", agent_id, argv, pipes=True, stderr=subprocess.STDOUT, cwd=ROOT)
+    while '"agent started"' not in proc.readline(60):
+        pass
+    seconds = time.perf_counter() - start
+    harness.stop([proc])
+    return seconds
+
+
+def run_startup(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
+    imports = [import_seconds() for _ in range(cfg.runs)]
+    deps = python("-c", DEPENDENCIES)[1].stdout.split()
+    exchange = f"bench-startup-{uuid.uuid4().hex[:8]}"
+    ids = [f"greeter-{n}" for n in range(cfg.runs)]
+    with harness.Fleet(url) as fleet:
+        fleet.topology(exchange, ("greeter",), ids)
+        ready = [ready_seconds(fleet, exchange, agent_id) for agent_id in ids]
+    return {"import_s": [seconds for seconds, _ in imports], "deps": deps,
+            "deps_import_s": [python("-c", f"import {', '.join(deps)}")[0]
+                              for _ in range(cfg.runs)],
+            "heaviest": imports[-1][1], "ready_s": ready}  # fmt: skip
+
+
+async def echo(request: RequestEnvelope) -> Any:
+    return request.payload.parameters
+
+
+async def bus_echo(fleet: harness.Fleet, exchange: str, cfg: Config, **update: Any) -> dict:
+    """``Bus.serve`` echo and a client, ``update`` to their settings: latency and req/s."""
+    assert fleet.url is not None
+    settings = Settings(url=fleet.url, exchange=exchange, **update)
+    server = agentbus.Bus(settings, agent_id=f"{exchange}-srv")
+    client = agentbus.Bus(settings.model_copy(update={"audit": False}), agent_id=f"{exchange}-cli")
+    async with server, client:
+        await server.serve(echo, service="echo", prefetch=64)
+
+        async def call(i: int) -> Any:
+            return await client.request("echo", "ping", PAYLOAD, timeout=30)
+
+        latency = harness.summary(await harness.sequential(call, cfg.requests, warmup=100))
+        load = await harness.windowed(call, cfg.window, cfg.seconds)
+    return latency | {"requests_per_s": load["per_s"]}
+
+
+def bus_variants(url: str, cfg: Config, say: harness.Say, field: str, values: dict) -> dict:
+    """``bus_echo`` with ``field`` at each of ``values``, an exchange each, interleaved."""
+    base = f"bench-{field.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+    with harness.Fleet(url) as fleet:
+        variants: dict[str, Variant] = {}
+        for k, (name, value) in enumerate(values.items()):
+            exchange = f"{base}-{k}"
+            topology = fleet.topology(exchange, ("echo",), [f"{exchange}-srv", f"{exchange}-cli"])
+            fleet.queues.append(topology.audit_stream)
+            variants[name] = lambda x=exchange, v=value: bus_echo(fleet, x, cfg, **{field: v})
+        result = asyncio.run(harness.interleaved(variants, cfg.rounds))
+    a, b = (result["figures"][name] for name in values)
+    what = " / ".join(reversed(values))
+    keys = ("p50_us", "p99_us", "requests_per_s")
+    ratios = {f"{key.replace('_', ' ')}, {what}": b[key] / a[key] for key in keys}
+    return result | {"params": vars(cfg), "ratios": ratios}
+
+
+async def stopped(url: str, exchange: str, presence_check: float) -> dict[str, Any]:
+    """A request to a service whose server has stopped (its queue stays): how fast it fails."""
+    settings = Settings(url=url, exchange=exchange, presence_check=presence_check)
+    async with agentbus.Bus(settings, agent_id=f"{exchange}-srv") as server:
+        await server.serve(echo, service="echo")
+    async with agentbus.Bus(settings, agent_id=f"{exchange}-cli") as client:
+        start = time.perf_counter()
+        try:
+            await client.request("echo", "ping", PAYLOAD, timeout=5)
+        except AgentBusError as exc:
+            return {"to a stopped service, s": time.perf_counter() - start, "code": exc.code}
+    raise RuntimeError("a stopped service answered")
+
+
+def run_presence(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
+    checks = {"presence check 0.5 s": 0.5, "presence check off": 0.0}
+    result = bus_variants(url, cfg, say, "presence_check", checks)
+    for side, after in checks.items():
+        exchange = f"bench-stopped-{uuid.uuid4().hex[:8]}"
+        with harness.Fleet(url) as fleet:
+            fleet.topology(exchange, ("echo",), (f"{exchange}-srv", f"{exchange}-cli"))
+            result["figures"][side] |= asyncio.run(stopped(url, exchange, after))
+    on, off = (result["figures"][side]["p50_us"] for side in checks)
+    return result | {"ratios": {"p50 with / without the check": on / off}}
+
+
+async def plan_rate(fleet: harness.Fleet, durable: bool, subtasks: int, run: int) -> dict:
+    """A registry, a leader (``durable`` or not) and two ``Echo`` workers; one plan, timed."""
+    assert fleet.url is not None
+    exchange = f"bench-durable-{uuid.uuid4().hex[:6]}-{run}"
+    ids = [f"{exchange}-{role}" for role in ("registry", "leader", "echo-0", "echo-1", "client")]
+    topology = fleet.topology(exchange, ("registry", "leader", "echo"), ids)
+    fleet.queues.append(topology.journal_queue("plans"))
+    settings = Settings(url=fleet.url, exchange=exchange, max_message_size=16 * 1024 * 1024)
+    common: dict[str, Any] = {"settings": settings, "heartbeat_interval": 1}
+    leader = Leader(agent_id=ids[1], durable=durable, **common)
+    agents = [Registry(agent_id=ids[0], **common), leader]
+    agents += [Echo(agent_id=agent_id, **common) for agent_id in ids[2:4]]
+    bus = agentbus.Bus(settings, agent_id=ids[4])
+    async with contextlib.AsyncExitStack() as stack:
+        for resource in [*agents, bus]:
+            await stack.enter_async_context(resource)
+        client = PlanClient(bus)
+        echoes = [{"id": f"e{n}", "skill": "echo", "service": "echo", "parameters": {"n": n}}
+                  for n in range(subtasks)]  # fmt: skip
+        await client.run({"subtasks": echoes[:50], "max_parallel": 64}, timeout=120)
+        tracemalloc.start()
+        before, start = tracemalloc.get_traced_memory()[0], time.perf_counter()
+        aggregate = await client.run({"subtasks": echoes, "max_parallel": 64}, timeout=600)
+        elapsed = time.perf_counter() - start
+        grown = tracemalloc.get_traced_memory()[1] - before
+        tracemalloc.stop()
+    if aggregate.status.value != "completed":
+        raise RuntimeError(f"durable={durable}: {aggregate.status} {aggregate.error}")
+    return {"subtasks_per_s": subtasks / elapsed, "heap_peak_per_subtask_bytes": grown / subtasks}
+
+
+def run_durable(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
+    runs = itertools.count()
+    with harness.Fleet(url) as fleet:
+        variants: dict[str, Variant] = {
+            name: lambda durable=durable: plan_rate(fleet, durable, cfg.subtasks, next(runs))
+            for name, durable in (("plain", False), ("durable", True))
+        }
+        result = asyncio.run(harness.interleaved(variants, cfg.rounds))
+    best = {name: max(r["subtasks_per_s"] for r in rows) for name, rows in result["rounds"].items()}
+    median = {name: row["subtasks_per_s"] for name, row in result["figures"].items()}
+    ratios = {"durable / plain, best": best["durable"] / best["plain"],
+              "durable / plain, median": median["durable"] / median["plain"]}  # fmt: skip
+    return result | {"params": vars(cfg), "ratios": ratios}
+
+
+def rpc_body(n: int) -> dict[str, Any]:
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": {"n": n}}],
+               "metadata": {"skill": "echo"}}  # fmt: skip
+    return {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": message}}
+
+
+async def gateway(fleet: harness.Fleet, base: str, key: str, exchange: str, cfg: Config) -> dict:
+    import httpx
+    from a2a.client import ClientConfig, create_client
+    from a2a.helpers import new_data_part, new_message
+    from a2a.types import a2a_pb2 as a2a
+
+    assert fleet.url is not None
+    headers = {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}
+    limits = httpx.Limits(max_connections=cfg.workers + 4)
+    bus = agentbus.Bus(Settings(url=fleet.url, exchange=exchange), agent_id=f"{exchange}-cli")
+    async with bus, httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as http:
+
+        async def listed() -> bool:
+            with contextlib.suppress(httpx.HTTPError, json.JSONDecodeError, KeyError):
+                cards = (await http.get(f"{base}/agents")).json()["agents"]
+                return any(card["name"] == "echo" for card in cards)
+            return False
+
+        await fleet.wait(listed, "the gateway")
+
+        async def direct(n: int) -> None:
+            assert (await bus.request("echo", "echo", {"n": n}, timeout=30)).result == n
+
+        async def raw(n: int) -> None:
+            task = (await http.post(f"{base}/agents/echo/", json=rpc_body(n))).json()["result"]
+            assert task["task"]["status"]["state"] == "TASK_STATE_COMPLETED", task
+
+        config = ClientConfig(streaming=False, httpx_client=http)
+        client = await create_client(f"{base}/agents/echo", config)
+
+        async def sdk(n: int) -> None:
+            message = new_message([new_data_part({"n": n})], role=a2a.Role.ROLE_USER)
+            message.metadata.update({"skill": "echo"})
+            async for item in client.send_message(a2a.SendMessageRequest(message=message)):
+                assert item.task.status.state == a2a.TaskState.TASK_STATE_COMPLETED
+
+        paths = {"direct bus": direct, "gateway, raw HTTP": raw, "gateway, a2a-sdk client": sdk}
+        figures = {path: harness.summary(await harness.sequential(call, cfg.count, warmup=20))
+                   for path, call in paths.items()}  # fmt: skip
+        for path in list(paths)[:2]:
+            load = await harness.windowed(paths[path], cfg.workers, cfg.seconds)
+            figures[path]["calls_per_s"] = load["per_s"]
+        await client.close()
+    direct_p50 = figures["direct bus"]["p50_us"]
+    for row in figures.values():
+        row["p50 overhead µs"] = row["p50_us"] - direct_p50
+    ratios = {f"p50 {path} / direct": row["p50_us"] / direct_p50
+              for path, row in figures.items() if path != "direct bus"}  # fmt: skip
+    rates = [figures[path]["calls_per_s"] for path in ("gateway, raw HTTP", "direct bus")]
+    ratios["throughput, raw HTTP / direct"] = rates[0] / rates[1]
+    return {"params": vars(cfg), "figures": figures, "ratios": ratios}
+
+
+def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
+    exchange, key = f"bench-gw-{uuid.uuid4().hex[:8]}", f"bench-key-{uuid.uuid4().hex}"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
+        (keys := Path(tmp, "keys.json")).write_text(json.dumps({key: "bench"}))
+        fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
+        cli, env = harness.agentbus_cli(url, exchange), {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
+        for role, argv in (
+            ("registry", ["registry", "--id", "registry-b", "--heartbeat", "0.5"]),
+            ("agent", ["run", "_bench_agents:Echo", "--id", "echo-b", "--heartbeat", "0.5"]),
+            ("gateway", ["gateway", "--port", str(port), "--keys", str(keys)]),
+        ):
+            fleet.spawn(role, role, [*cli, *argv], env=env)
+        return asyncio.run(gateway(fleet, f"http://127.0.0.1:{port}", key, exchange, cfg))

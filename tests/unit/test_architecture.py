@@ -28,7 +28,7 @@ LAYERS: Final[dict[str, frozenset[str]]] = {
     "envelopes": frozenset(),
     "security": frozenset({"envelopes"}),
     "bus": frozenset({"envelopes", "security"}),
-    "agents": frozenset({"envelopes", "bus"}),
+    "agents": frozenset({"envelopes", "security", "bus"}),
     "registry": frozenset({"envelopes", "bus", "agents"}),
     "leader": frozenset({"envelopes", "bus", "agents", "registry"}),
     "testing": frozenset({"envelopes", "security", "bus", "agents", "registry", "leader"}),

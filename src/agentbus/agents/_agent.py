@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.agents._traffic import Traffic
 from agentbus.bus import Bus, Transport
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, is_valid_id, utcnow
+from agentbus.security import default_id
 
 __all__ = ["NOTIFY_START", "NOTIFY_START_AFTER", "Agent", "current_request"]
 
@@ -113,14 +113,14 @@ class Agent:
             raise ConfigurationError(
                 f"{type(self).__name__}.name must be a service name of [A-Za-z0-9_-]{{1,128}}"
             )
-        self.id = _instance_id(self.name, agent_id, bus)
+        self.settings = settings or Settings()
+        self.id = _instance_id(self.name, agent_id, bus, self.settings)
         self.capacity = concurrency or self.concurrency
         if self.capacity < 1:
             raise ConfigurationError("concurrency must be at least 1")
         if heartbeat_interval <= 0:
             raise ConfigurationError("the heartbeat interval must be positive")
         self.heartbeat_interval = heartbeat_interval
-        self.settings = settings or Settings()
         self._bus = bus
         self._owns_bus = bus is None
         self.metrics = metrics if metrics is not None else (bus.metrics if bus else None)
@@ -396,10 +396,12 @@ class Agent:
         return {"agent_id": self.id}
 
 
-def _instance_id(service: str, agent_id: str | None, bus: Transport | None) -> str:
+def _instance_id(
+    service: str, agent_id: str | None, bus: Transport | None, settings: Settings
+) -> str:
     # A bus handed in already has the id its agent answers to.
     chosen = agent_id or (bus.agent_id if bus is not None else None)
-    chosen = chosen or f"{service}-{secrets.token_hex(3)}"
+    chosen = chosen or default_id(settings, service)
     if not is_valid_id(chosen) or chosen == service:
         raise ConfigurationError(f"agent id {chosen!r} must be valid and differ from the name")
     if bus is not None and bus.agent_id != chosen:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Self
@@ -34,7 +33,7 @@ from agentbus.envelopes import (
     RequestEnvelope,
     is_valid_id,
 )
-from agentbus.security import AuditSink, verifies_sender
+from agentbus.security import AuditSink, default_id, verifies_sender
 
 __all__ = ["BaseBus"]
 
@@ -54,7 +53,7 @@ class BaseBus(Sending, BrokerHooks):
         dedup: DedupStore | None = None,
     ) -> None:
         self.settings = settings or Settings()
-        self.agent_id = agent_id or f"client-{uuid.uuid4().hex[:12]}"
+        self.agent_id = agent_id or default_id(self.settings, "client")
         if not is_valid_id(self.agent_id) or self.agent_id == BROADCAST:
             raise ConfigurationError(
                 f"agent id {self.agent_id!r} is not valid: use 1 to 128 of [A-Za-z0-9_-]"

@@ -56,7 +56,8 @@ def connect(
 
     Args:
         url: The broker URL; default ``AGENTBUS_URL`` or ``amqp://guest:guest@localhost:5672/``.
-        agent_id: This participant's id; default ``client-`` plus a random suffix.
+        agent_id: This participant's id; default one its broker user owns, with
+            ``client`` in it (``agentbus.security.default_id``).
         exchange: The topic exchange name; default ``AGENTBUS_EXCHANGE`` or ``agentbus``.
         settings: Settings to start from; ``url`` and ``exchange`` override them.
         metrics: Prometheus families to report to (see ``agentbus.Metrics``).

@@ -19,7 +19,11 @@ __all__ = ["team_asyncapi"]
 
 
 def team_asyncapi(
-    settings: Settings, targets: Sequence[str], registry: str, timeout: float
+    settings: Settings,
+    targets: Sequence[str],
+    registry: str,
+    timeout: float,
+    agent_id: str | None = None,
 ) -> dict[str, Any]:
     """The AsyncAPI document of the agent classes ``targets`` (``module:Class``).
 
@@ -29,7 +33,7 @@ def team_asyncapi(
     if targets:
         cards = [_card_of(target) for target in targets]
     else:
-        cards = asyncio.run(_registry_cards(settings, registry, timeout))
+        cards = asyncio.run(_registry_cards(settings, registry, timeout, agent_id))
     return asyncapi_document(cards, exchange=settings.exchange, url=settings.url)
 
 
@@ -41,8 +45,10 @@ def _card_of(target: str) -> AgentCard:
         raise click.BadParameter(f"cannot make the card of {target!r}: {exc}") from exc
 
 
-async def _registry_cards(settings: Settings, registry: str, timeout: float) -> list[AgentCard]:
-    async with Bus(settings) as bus:
+async def _registry_cards(
+    settings: Settings, registry: str, timeout: float, agent_id: str | None
+) -> list[AgentCard]:
+    async with Bus(settings, agent_id=agent_id) as bus:
         reply = await bus.request(registry, "list_agents", timeout=timeout)
         first: dict[str, str] = {}
         for row in sorted(reply.result, key=lambda row: row["agent_id"]):

@@ -12,8 +12,14 @@ import click
 from pydantic import TypeAdapter, ValidationError
 
 from agentbus._exceptions import AgentBusError, RemoteError
-from agentbus.bus import Bus
-from agentbus.cli._context import client_settings, load_json, print_json, read_bytes, run_async
+from agentbus.cli._context import (
+    client_bus,
+    client_id_option,
+    load_json,
+    print_json,
+    read_bytes,
+    run_async,
+)
 from agentbus.cli._render import (
     agents_table,
     aggregate_report,
@@ -49,6 +55,7 @@ def plan() -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
 @click.option("--leader", "leader_service", default="leader", show_default=True)
 @click.option("--quiet", "-q", is_flag=True, help="No live progress lines.")
+@client_id_option
 @click.pass_context
 @run_async
 async def plan_run(
@@ -72,7 +79,7 @@ async def plan_run(
     except ValidationError as exc:
         raise _CouldNotRun(f"invalid plan: {_first_error(exc)}") from exc
     try:
-        async with Bus(client_settings(ctx)) as bus:
+        async with client_bus(ctx) as bus:
             client = PlanClient(bus, leader=leader_service)
             progress = None if quiet else _show_progress
             aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
@@ -89,6 +96,7 @@ async def plan_run(
 @click.argument("plan_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 @click.option("--leader", "leader_service", default="leader", show_default=True)
+@client_id_option
 @click.pass_context
 @run_async
 async def plan_status(ctx: click.Context, plan_id: str, as_json: bool, leader_service: str) -> None:
@@ -108,6 +116,7 @@ async def plan_status(ctx: click.Context, plan_id: str, as_json: bool, leader_se
 @plan.command("watch")
 @click.argument("plan_id")
 @click.option("--leader", "leader_service", default="leader", show_default=True)
+@client_id_option
 @click.pass_context
 @run_async
 async def plan_watch(ctx: click.Context, plan_id: str, leader_service: str) -> None:
@@ -123,7 +132,7 @@ async def plan_watch(ctx: click.Context, plan_id: str, leader_service: str) -> N
         if progress.done == progress.total:
             ended.set()
 
-    async with Bus(client_settings(ctx)) as bus:
+    async with client_bus(ctx) as bus:
         client = PlanClient(bus, leader=leader_service)
         await client.watch(plan_id, show)  # first: nothing between the look and the watch
         state = await _look(client, plan_id)
@@ -139,7 +148,7 @@ async def plan_watch(ctx: click.Context, plan_id: str, leader_service: str) -> N
 
 
 async def _state_of(ctx: click.Context, plan_id: str, leader_service: str) -> PlanState:
-    async with Bus(client_settings(ctx)) as bus:
+    async with client_bus(ctx) as bus:
         return await _look(PlanClient(bus, leader=leader_service), plan_id)
 
 
@@ -183,7 +192,7 @@ async def _request_task(
 ) -> None:
     task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
     click.echo(f"task {task_id} (look it up: agentbus plan status {task_id})", err=True)
-    async with Bus(client_settings(ctx)) as bus:
+    async with client_bus(ctx) as bus:
         try:
             aggregate = await PlanClient(bus).run_task(
                 service,
@@ -224,6 +233,7 @@ def _first_error(exc: ValidationError) -> str:
 @click.option("--all", "include_offline", is_flag=True, help="Include agents gone offline.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
+@client_id_option
 @click.pass_context
 @run_async
 async def agents(
@@ -240,7 +250,7 @@ async def agents(
     parameters: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
     if include_offline or status == "offline":
         parameters["include_offline"] = True
-    async with Bus(client_settings(ctx)) as bus:
+    async with client_bus(ctx) as bus:
         reply = await bus.request("registry", "list_agents", parameters, timeout=timeout)
     rows: list[dict[str, Any]] = reply.result
     if as_json:
@@ -262,6 +272,7 @@ async def agents(
     help="Ask through a leader, as a task whose status `agentbus plan status ID` shows.",
 )
 @click.option("--task-id", help="The task's id (with --task; default: made up).")
+@client_id_option
 @click.pass_context
 @run_async
 async def request(
@@ -292,7 +303,7 @@ async def request(
     if as_task:
         await _request_task(ctx, receiver, action, parameters, timeout, result_only, task_id)
         return
-    async with Bus(client_settings(ctx)) as bus:
+    async with client_bus(ctx) as bus:
         try:
             reply = await bus.request(
                 receiver, action, parameters, timeout=timeout, on_progress=_show_update
@@ -317,6 +328,7 @@ async def request(
     is_flag=True,
     help="Fail (exit 2) when nobody subscribes to the event, instead of dropping it.",
 )
+@client_id_option
 @click.pass_context
 @run_async
 async def publish(
@@ -334,7 +346,7 @@ async def publish(
     """
     if (event_name is None) == (raw is None):
         raise click.UsageError("give either EVENT_NAME or --raw FILE")
-    async with Bus(client_settings(ctx)) as bus:
+    async with client_bus(ctx) as bus:
         if raw is not None:
             source = sys.stdin.buffer.read() if raw == "-" else read_bytes(raw)
             try:

@@ -8,17 +8,29 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import click
 import orjson
 
 from agentbus._config import Settings
+from agentbus.bus import Bus
 
-__all__ = ["client_settings", "load_json", "print_json", "read_bytes", "run_async", "settings_of"]
+__all__ = [
+    "client_bus",
+    "client_id",
+    "client_id_option",
+    "client_settings",
+    "load_json",
+    "print_json",
+    "read_bytes",
+    "run_async",
+    "settings_of",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+_CLIENT_ID: Final = "agentbus.client_id"  # where --id is kept, in the context's meta
 _EXPIRES_ENV = "AGENTBUS_INSTANCE_QUEUE_EXPIRES"
 _CLIENT_QUEUE_EXPIRES = 5.0
 
@@ -36,6 +48,34 @@ def client_settings(ctx: click.Context) -> Settings:
         return settings
     expires = min(settings.instance_queue_expires, _CLIENT_QUEUE_EXPIRES)
     return settings.model_copy(update={"instance_queue_expires": expires})
+
+
+def client_id_option(func: Callable[P, T]) -> Callable[P, T]:
+    """Give a command that opens a bus the ``--id`` option (its bus's id)."""
+
+    def remember(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.meta[_CLIENT_ID] = value
+
+    return click.option(
+        "--id",
+        "client_id",
+        metavar="ID",
+        expose_value=False,
+        callback=remember,
+        help="This command's id on the bus [one its broker user owns, with client in it].",
+    )(func)
+
+
+def client_id(ctx: click.Context) -> str | None:
+    """The ``--id`` a command was given, if any."""
+    value: str | None = ctx.meta.get(_CLIENT_ID)
+    return value
+
+
+def client_bus(ctx: click.Context) -> Bus:
+    """A bus for a one-shot command: ``--id`` if given, and a queue that goes soon after."""
+    return Bus(client_settings(ctx), agent_id=client_id(ctx))
 
 
 def run_async(func: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:

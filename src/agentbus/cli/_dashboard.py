@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -16,6 +15,7 @@ from agentbus._logging import get_logger
 from agentbus.bus import Bus
 from agentbus.cli._context import settings_of
 from agentbus.dashboard import Dashboard
+from agentbus.security import default_id
 
 __all__ = ["dashboard"]
 
@@ -37,7 +37,12 @@ _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="File holding the token that allows actions [AGENTBUS_DASHBOARD_TOKEN; none: read-only].",
 )
-@click.option("--id", "agent_id", metavar="ID", help="The dashboard's bus id [dashboard-<random>].")
+@click.option(
+    "--id",
+    "agent_id",
+    metavar="ID",
+    help="The dashboard's bus id [one its broker user owns, with dashboard in it].",
+)
 @click.pass_context
 def dashboard(
     ctx: click.Context,
@@ -66,7 +71,7 @@ def dashboard(
     if options.token is not None and not options.token.get_secret_value():
         raise click.UsageError("the dashboard token is empty")
     settings = settings_of(ctx)
-    bus = Bus(settings, agent_id=agent_id or f"dashboard-{uuid.uuid4().hex[:8]}")
+    bus = Bus(settings, agent_id=agent_id or default_id(settings, "dashboard"))
     board = Dashboard(
         bus, dead_letters=bus.dead_letters(), missed_intervals=options.missed_intervals
     )

@@ -26,6 +26,7 @@ from agentbus.cli._analysis import analyse, timings
 from agentbus.cli._local_rabbitmq import ensure_broker
 from agentbus.cli._team import Team
 from agentbus.leader import PlanClient
+from agentbus.security import default_id
 
 __all__ = ["run_demo"]
 
@@ -114,7 +115,7 @@ async def run_demo(
     log_dir = Path(tempfile.mkdtemp(prefix="agentbus-demo-"))
     team = _team(settings, root, log_dir, code_instances)
     say(f"broker {mask_url(url)}, exchange {exchange}; agent logs in {log_dir}")
-    client_id = f"demo-client-{secrets.token_hex(3)}"
+    client_id = default_id(settings, "demo-client")
     team.start()
     try:
         async with Bus(settings, agent_id=client_id) as bus:

@@ -104,7 +104,12 @@ async def _serve(
 @click.command("run-a2a")
 @click.argument("url")
 @click.option("--service", help="Service name on the bus [from the card's name].")
-@click.option("--id", "agent_id", metavar="ID", help="Instance id [service-<random>].")
+@click.option(
+    "--id",
+    "agent_id",
+    metavar="ID",
+    help="Instance id [one its broker user owns, with the service in it].",
+)
 @click.option(
     "--key", envvar="AGENTBUS_A2A_KEY", metavar="KEY",
     help="Bearer key for the A2A agent [env AGENTBUS_A2A_KEY].",

@@ -18,7 +18,13 @@ from agentbus._logging import configure_logging
 from agentbus.cli._asyncapi import team_asyncapi
 from agentbus.cli._audit import audit_command
 from agentbus.cli._calls import agents, plan, publish, request
-from agentbus.cli._context import client_settings, print_json, settings_of
+from agentbus.cli._context import (
+    client_id,
+    client_id_option,
+    client_settings,
+    print_json,
+    settings_of,
+)
 from agentbus.cli._dashboard import dashboard
 from agentbus.cli._definitions import definitions_command
 from agentbus.cli._demo import demo_command
@@ -85,6 +91,7 @@ def cli(
 @click.argument("agents", nargs=-1, metavar="[MODULE:CLASS]...")
 @click.option("--registry", "registry_service", default="registry", show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
+@client_id_option
 @click.pass_context
 def schema(
     ctx: click.Context, what: str, agents: tuple[str, ...], registry_service: str, timeout: float
@@ -95,7 +102,8 @@ def schema(
     classes MODULE:CLASS given, or else of the team the registry knows on the broker (--url).
     """
     if what == "asyncapi":
-        print_json(team_asyncapi(client_settings(ctx), agents, registry_service, timeout))
+        settings = client_settings(ctx)
+        print_json(team_asyncapi(settings, agents, registry_service, timeout, client_id(ctx)))
         return
     if agents:
         raise click.UsageError("MODULE:CLASS arguments go with asyncapi only")

@@ -37,7 +37,12 @@ def _load_agent_class(target: str) -> type[Agent]:
 
 
 def _agent_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    func = click.option("--id", "agent_id", metavar="ID", help="Instance id [name-<random>].")(func)
+    func = click.option(
+        "--id",
+        "agent_id",
+        metavar="ID",
+        help="Instance id [one its broker user owns, with the service in it].",
+    )(func)
     func = click.option(
         "--concurrency", type=click.IntRange(min=1), help="Requests worked on at once."
     )(func)

@@ -8,7 +8,6 @@ registry: a service that leaves is gone (404), a new one appears, without a rest
 
 from __future__ import annotations
 
-import uuid
 from types import TracebackType
 from typing import Self
 
@@ -40,7 +39,7 @@ from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
 from agentbus.gateway._settings import GatewaySettings
 from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
-from agentbus.security import connection_user, verifies_sender
+from agentbus.security import default_id
 
 __all__ = ["Gateway"]
 
@@ -64,7 +63,7 @@ class Gateway:
         )
         self.open_tasks = OpenTasks(gateway.max_open_tasks)
         self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
-        self._bus = Bus(settings, agent_id=_gateway_id(settings), app_id="gateway")
+        self._bus = Bus(settings, agent_id=default_id(settings, "gateway"), app_id="gateway")
         self.callers = Callers(settings, keys)
         self.directory = Directory(
             self._bus,
@@ -179,14 +178,6 @@ class Gateway:
     async def _listing(self, request: Request) -> JSONResponse:
         cards = [self.a2a_card(service) for service in sorted(self.directory.cards)]
         return JSONResponse({"agents": [agent_card_to_dict(card) for card in cards if card]})
-
-
-def _gateway_id(settings: Settings) -> str:
-    # With sender verification, an id must belong to the connection's broker user: the
-    # user, "-" and a suffix without "-" (the last "-" separates the instance).
-    if verifies_sender(settings):
-        return f"{connection_user(settings)}-gateway{uuid.uuid4().hex[:8]}"
-    return f"gateway-{uuid.uuid4().hex[:8]}"
 
 
 def _is_public(scope: Scope) -> bool:

@@ -21,6 +21,7 @@ Each check is a header or property lookup and a string comparison: cheap on the 
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Collection, Mapping
 from typing import Final, Protocol
 from urllib.parse import unquote, urlsplit
@@ -28,7 +29,7 @@ from urllib.parse import unquote, urlsplit
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus._topology import routing_key
-from agentbus.envelopes import BROADCAST, Envelope, RequestEnvelope
+from agentbus.envelopes import BROADCAST, Envelope, RequestEnvelope, is_valid_id
 from agentbus.security._tls import certificate_user, login_mechanism
 
 __all__ = [
@@ -232,3 +233,35 @@ def publisher_user_id(settings: Settings, agent_id: str) -> str | None:
             f"verification is on (verify_sender, or a user other than guest); use {form}"
         )
     return user
+
+
+def default_id(settings: Settings, role: str) -> str:
+    """Return a fresh id for an instance of ``role`` that its broker user owns.
+
+    ``role`` is what the process is: its service (``registry``, ``billing``), or
+    ``client``, ``gateway``, ``dashboard``. The id stays readable (the role shows in it)
+    and passes the sender check (``sent_by``) under any login:
+
+    - no sender verification (the shared ``guest``): ``<role>-<random>``;
+    - a user per service (the user is the role): ``<role>-<random>``;
+    - any other user (a shared ``ops``, a certificate's common name):
+      ``<user>-<role>_<random>``, a ``-`` in the role written ``_``, since the last ``-``
+      of an id separates its owner from the instance.
+
+    Raises:
+        ConfigurationError: senders are verified and the broker user's name cannot begin
+            an id (ids are 1 to 128 of ``[A-Za-z0-9_-]``): the id must be given.
+    """
+    suffix = secrets.token_hex(4)
+    if not verifies_sender(settings):
+        return f"{role}-{suffix}"
+    user = connection_user(settings)
+    if not is_valid_id(user):
+        raise ConfigurationError(
+            f"broker user {user!r} cannot own agent ids (1 to 128 of [A-Za-z0-9_-]) and "
+            "sender verification is on: give the id (--id) of a user that can, or log in "
+            "as another user"
+        )
+    if user == role:
+        return f"{role}-{suffix}"
+    return f"{user}-{role.replace('-', '_')}_{suffix}"

@@ -476,16 +476,16 @@ async def test_durable_plan_survives_its_leader_killed(
     open_bus: BusOpener,
     chaos_exchange: str,
     ledger: Ledger,
-    dedup_path: str,
     team: Team,
     shape: str,
     count: int,
 ) -> None:
     """Durable leader SIGKILLed mid-plan: another takes it over from the journal; every
-    subtask's effect happens once with no help from the worker (no apply_once), the
+    subtask's effect happens once with no help from the worker (no apply_once) and no
+    de-duplication window the workers share (each its own, as on two hosts), the
     requester gets one aggregate, and each subtask counts one attempt."""
     url = private_broker.url
-    await team.workers(2, _settings(url, chaos_exchange, dedup_path=dedup_path), ledger)
+    await team.workers(2, _settings(url, chaos_exchange), ledger)
     leader = "agentbus.leader:Leader"
     options = ("--heartbeat", "1")
     durable = {"AGENTBUS_DURABLE_PLANS": "1"}
@@ -535,6 +535,67 @@ async def test_durable_plan_survives_its_leader_killed(
     assert [o.attempts for o in aggregate.subtasks] == [1] * count
     _assert_whole(report)
     assert report.effects == count  # once each, though the workers apply every request
+
+
+@pytest.mark.parametrize("hit", [10, 30])
+async def test_leader_dying_between_an_answer_and_its_journal_asks_nothing_again(
+    private_broker: PrivateBroker,
+    agent_process: AgentLauncher,
+    open_bus: BusOpener,
+    chaos_exchange: str,
+    ledger: Ledger,
+    team: Team,
+    hit: int,
+) -> None:
+    """The worst moment for a durable leader to die: an answer is in, the journal does not
+    have its end yet (the fault point ``leader.settling``, not timing luck). The answer is still
+    on the plan's reply queue, so the next leader takes it: no step is asked again, none
+    runs twice, though the workers share no de-duplication window (as on two hosts)."""
+    url = private_broker.url
+    workers = await team.workers(2, _settings(url, chaos_exchange), ledger)
+    leader = "agentbus.leader:Leader"
+    options = ("--heartbeat", "1")
+    durable = {"AGENTBUS_DURABLE_PLANS": "1"}
+    first = agent_process.start(
+        leader, "--id", "leader-1", *options, url=url, exchange=chaos_exchange,
+        env={**durable, "AGENTBUS_FAULT_POINTS": f"leader.settling:{hit}"},
+    )  # fmt: skip
+    await first.started()
+    # No presence check: while no leader runs, the plan's request waits for the next.
+    client = await open_bus(url, **FAST, presence_check=0)
+    work = {"skill": "work", "service": SERVICE, "timeout": 20, "parameters": {"seconds": 0.05}}
+    count = 60
+    plan = Plan.model_validate(
+        {"subtasks": [{"id": f"s{n}", **work} for n in range(count)], "max_parallel": 8}
+    )
+    run = asyncio.create_task(PlanClient(client).run(plan, timeout=120))
+    assert await first.exited(60) == -signal.SIGKILL  # it died at its answer number ``hit``
+    done_before = len(ledger.effects())
+    second = agent_process.start(
+        leader, "--id", "leader-2", *options, url=url, exchange=chaos_exchange, env=durable
+    )
+    async with asyncio.timeout(120):
+        aggregate = await run
+    for outcome in aggregate.subtasks:
+        succeeded = outcome.status is SubtaskStatus.SUCCEEDED
+        ledger.record_send(
+            f"{plan.id}/{outcome.id}", SendOutcome.CONFIRMED if succeeded else SendOutcome.FAILED
+        )
+    report = await ledger.check(url=url, queues=[_service_queue(chaos_exchange)])
+    asked_again = sum(worker.bus.stats.duplicates for worker in workers)
+
+    _show(
+        f"durable leader dies at answer {hit}, fan-out of {count}",
+        report,
+        done_before_kill=done_before,
+        asked_again=asked_again,
+    )
+    assert second.is_running
+    assert aggregate.status is PlanStatus.COMPLETED
+    assert [o.attempts for o in aggregate.subtasks] == [1] * count
+    _assert_whole(report)
+    assert report.effects == count  # each step ran once
+    assert asked_again == 0  # and none was asked a second time, of either worker
 
 
 async def test_requester_gone_before_the_reply(

@@ -18,6 +18,7 @@ from agentbus import Settings
 from agentbus._topology import routing_key
 from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
+from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests
 from agentbus.bus._routes import Routes
 from agentbus.bus._stats import BusStats
@@ -138,6 +139,7 @@ def _dispatcher(
         pending=PendingRequests(),
         dedup=dedup if dedup is not None else DedupWindow(60.0, 100),
         stats=stats,
+        held=HeldAnswers(),
     )
     return dispatcher, replies, stats
 

@@ -19,6 +19,7 @@ from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
+from agentbus.bus._held import HeldAnswers
 from agentbus.bus._hooks import BrokerHooks
 from agentbus.bus._journal import Journal
 from agentbus.bus._pending import PendingRequests
@@ -67,6 +68,7 @@ class BaseBus(Sending, BrokerHooks):
         self._state = BusState.NEW
         self._pending = PendingRequests()
         self._routes = Routes()
+        self._held = HeldAnswers()
         # Backpressure: callers past the cap wait for a slot. Requests and publishes have
         # a cap each, so requests waiting on slow answers never hold up heartbeats.
         self._requests = Requester(
@@ -135,6 +137,7 @@ class BaseBus(Sending, BrokerHooks):
             pending=self._pending,
             dedup=self._dedup,
             stats=self.stats,
+            held=self._held,
             audit=audit,
         )
         return self._dispatcher
@@ -236,7 +239,7 @@ class BaseBus(Sending, BrokerHooks):
         return await self._open_journal(queue, max_age)
 
     async def reply_queue(
-        self, name: str, *, expect: Iterable[str] = ()
+        self, name: str, *, expect: Iterable[str] = (), hold: bool = False
     ) -> Callable[[bool], Awaitable[None]]:
         """Declare the durable reply queue ``name`` and take the replies that reach it.
 
@@ -244,6 +247,11 @@ class BaseBus(Sending, BrokerHooks):
         the same queue later (another process, after this one died) gets the answers that
         came meanwhile. ``expect``: ids of requests sent before whose answers may wait
         there already; each is kept for this bus's ``send_request`` under that id.
+        With ``hold``, an answer that a request of this bus waits for stays on the queue,
+        unacknowledged, until ``release`` lets it go: the requester makes it durable
+        elsewhere first (a journal), so a process that dies before that leaves the
+        answer to whoever opens the queue next. Answers not let go when the queue stops,
+        or the bus closes, go back to the queue.
         Returns what stops taking them: ``await stop(True)`` also deletes the queue.
 
         Raises:
@@ -254,7 +262,25 @@ class BaseBus(Sending, BrokerHooks):
         queue = self.topology.reply_queue(_checked(name, "name"))
         for message_id in expect:
             self._pending.add(message_id)
-        return await self._open_reply_queue(queue)
+        stop = await self._open_reply_queue(queue, hold=hold)
+        if not hold:
+            return stop
+
+        async def stop_held(delete: bool) -> None:
+            await self._held.acked(queue)
+            try:
+                await stop(delete)
+            finally:
+                self._held.abandon(queue)
+
+        return stop_held
+
+    def release(self, message_id: str) -> bool:
+        """Let the held answer to request ``message_id`` leave its reply queue (``hold``).
+
+        Returns whether an answer was held for it.
+        """
+        return self._held.release(message_id)
 
     async def drain(self, grace: float | None = None) -> None:
         """Stop taking work and let in-flight work finish; replies and events still flow.
@@ -286,6 +312,7 @@ class BaseBus(Sending, BrokerHooks):
             return
         self._state = BusState.CLOSED
         feeds, self._feeds = self._feeds, []
+        await self._held.acked()
         try:
             for feed in feeds:
                 await feed.aclose()
@@ -295,6 +322,7 @@ class BaseBus(Sending, BrokerHooks):
             try:
                 await self._close_transport()
             finally:
+                self._held.abandon()  # back on their queues with the connection
                 self._dedup.close()
                 if self.metrics is not None:
                     self.metrics.detach(self)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final, Self
 
 import aiormq.exceptions
@@ -290,20 +291,23 @@ class Bus(BaseBus):
         await journal.declare(max_age)
         return journal
 
-    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+    async def _open_reply_queue(
+        self, queue: str, *, hold: bool
+    ) -> Callable[[bool], Awaitable[None]]:
         assert self._dispatcher is not None
+        dispatcher = self._dispatcher
+        take = partial(dispatcher.on_held_reply, queue=queue) if hold else dispatcher.on_message
         quorum = (self.settings.instance_queue_type or self.settings.queue_type) == "quorum"
         arguments: dict[str, Any] = {"x-expires": int(_REPLY_QUEUE_EXPIRES * 1000)}
         if quorum:
             arguments["x-queue-type"] = "quorum"
 
         async def open_() -> tuple[AbstractRobustChannel, AbstractQueue, DeliveryConsumer]:
-            assert self._dispatcher is not None
             with map_transport_errors():
                 channel = await self._channel(prefetch=_REPLY_PREFETCH)
                 try:
                     declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
-                    consumer = DeliveryConsumer(channel, queue, self._dispatcher.on_message)
+                    consumer = DeliveryConsumer(channel, queue, take)
                     await consumer.start()
                 except BaseException:
                     await _bounded(channel.close())

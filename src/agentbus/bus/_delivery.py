@@ -52,10 +52,14 @@ class Settle(enum.Enum):
     """A bad message: rejected without requeue, to the dead-letter queue."""
     REQUEUE = "requeue"
     """Worth another try: back to its queue (for another instance, or after a fault)."""
+    LEFT = "left"
+    """Nothing to do: it went back to its queue with its channel (a held answer let go)."""
 
 
 async def settle(message: IncomingMessage, how: Settle, stats: BusStats) -> None:
     """Ack, dead-letter or requeue ``message``; a channel already gone is counted, not raised."""
+    if how is Settle.LEFT:
+        return
     try:
         if how is Settle.ACK:
             await message.ack()

@@ -10,6 +10,7 @@ from agentbus._exceptions import EnvelopeError
 from agentbus._logging import bind_delivery_ids, get_logger
 from agentbus.bus._dedup import DedupStore
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
+from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit
 from agentbus.bus._refusals import AMQP_MESSAGE_ID, Refusals
@@ -17,7 +18,14 @@ from agentbus.bus._replies import Replier, Reply, ReplyPublisher
 from agentbus.bus._routes import Routes
 from agentbus.bus._serving import Server
 from agentbus.bus._stats import BusStats
-from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, decode
+from agentbus.envelopes import (
+    Envelope,
+    ErrorEnvelope,
+    EventEnvelope,
+    RequestEnvelope,
+    ResponseEnvelope,
+    decode,
+)
 from agentbus.security import AuditSink, SenderRates, refusal, verifies_sender
 
 __all__ = ["Dispatcher", "dispatcher_for"]
@@ -46,6 +54,7 @@ class Dispatcher:
         verify_sender: bool,
         limit: DeliveryLimit | None,
         rates: SenderRates | None,
+        held: HeldAnswers,
     ) -> None:
         self.agent_id = agent_id
         self.inflight: set[asyncio.Task[Any]] = set()
@@ -58,6 +67,7 @@ class Dispatcher:
         self._verify_sender = verify_sender
         self._limit = limit
         self._rates = rates
+        self._held = held
 
     def __repr__(self) -> str:
         return f"<Dispatcher agent_id={self.agent_id!r} inflight={len(self.inflight)}>"
@@ -70,17 +80,25 @@ class Dispatcher:
         """Handle a delivery from a service queue shared with other instances."""
         await self._track(message, shared=True)
 
-    async def _track(self, message: IncomingMessage, *, shared: bool) -> None:
-        task = asyncio.current_task()
+    async def on_held_reply(self, message: IncomingMessage, *, queue: str) -> None:
+        """Handle a delivery from reply queue ``queue``, whose answers are held."""
+        await self._track(message, shared=False, holding=queue)
+
+    async def _track(
+        self, message: IncomingMessage, *, shared: bool, holding: str | None = None
+    ) -> None:
+        # A held answer is not work a drain waits for: it ends when let go, or with the
+        # connection (then back on its queue, so never requeued here, to come back to us).
+        task = asyncio.current_task() if holding is None else None
         if task is not None:
             self.inflight.add(task)
         # Each delivery runs in its own task: ids bound here are on every log line it makes.
         bind_delivery_ids(self.agent_id, message.message_id, message.correlation_id)
         try:
-            how = await self._dispatch(message, shared=shared)
+            how = await self._dispatch(message, shared=shared, holding=holding)
         except asyncio.CancelledError:
             # Cancelled mid-way (a drain past its grace, a close): back to the queue.
-            if not self._server.acked_early(message):
+            if holding is None and not self._server.acked_early(message):
                 await asyncio.shield(settle(message, Settle.REQUEUE, self._stats))
             raise
         else:
@@ -96,7 +114,9 @@ class Dispatcher:
             if task is not None:
                 self.inflight.discard(task)
 
-    async def _dispatch(self, message: IncomingMessage, *, shared: bool) -> Settle:
+    async def _dispatch(
+        self, message: IncomingMessage, *, shared: bool, holding: str | None
+    ) -> Settle:
         self._stats.consumed += 1
         if self._limit is not None:
             await self._limit.wait_for_original(message)
@@ -121,6 +141,8 @@ class Dispatcher:
             counted = await self._refusals.counted_return(message, envelope)
             if counted is not None:
                 return counted
+        if holding is not None and isinstance(envelope, ResponseEnvelope | ErrorEnvelope):
+            return await self._deliver_held(envelope, holding)
         return await self._route(message, envelope, shared=shared)
 
     async def _route(self, message: IncomingMessage, envelope: Envelope, *, shared: bool) -> Settle:
@@ -138,7 +160,19 @@ class Dispatcher:
         self._deliver_reply(envelope)
         return Settle.ACK
 
-    def _deliver_reply(self, reply: Reply) -> None:
+    async def _deliver_held(self, reply: Reply, queue: str) -> Settle:
+        # Held before the requester wakes, so its release always finds the gate.
+        message_id = reply.metadata.correlation_id
+        if message_id is None:
+            self._deliver_reply(reply)
+            return Settle.ACK
+        gate = self._held.hold(queue, message_id)
+        if self._deliver_reply(reply) is not ReplyOutcome.MATCHED:
+            self._held.drop(message_id)  # progress, or an answer nobody waits for
+            return Settle.ACK
+        return await gate
+
+    def _deliver_reply(self, reply: Reply) -> ReplyOutcome:
         outcome = self._pending.resolve(reply)
         self._stats.consumed_by[(reply.message_type, outcome.value)] += 1
         if outcome is ReplyOutcome.MATCHED:
@@ -151,6 +185,7 @@ class Dispatcher:
         else:
             self._stats.unknown_replies += 1
             _log.debug("reply to an unknown request dropped", correlation_id=reply.correlation_id)
+        return outcome
 
     async def _deliver_event(self, message: IncomingMessage, event: EventEnvelope) -> Settle:
         for handler in self._routes.event_handlers(message.routing_key or ""):
@@ -171,6 +206,7 @@ def dispatcher_for(
     pending: PendingRequests,
     dedup: DedupStore,
     stats: BusStats,
+    held: HeldAnswers,
     audit: AuditSink | None = None,
 ) -> Dispatcher:
     """Build a bus's dispatcher and the steps it hands deliveries to, as ``settings`` say."""
@@ -207,6 +243,7 @@ def dispatcher_for(
         verify_sender=verifies_sender(settings),
         limit=limit,
         rates=rates,
+        held=held,
     )
 
 

@@ -40,9 +40,11 @@ class BrokerHooks(abc.ABC):
         """Declare the journal's stream (or find it again) and return it."""
 
     @abc.abstractmethod
-    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
-        """Declare a durable reply queue and take its replies; return what stops that
-        (and deletes the queue, when told to)."""
+    async def _open_reply_queue(
+        self, queue: str, *, hold: bool
+    ) -> Callable[[bool], Awaitable[None]]:
+        """Declare a durable reply queue and take its replies (``hold``: by the dispatcher's
+        ``on_held_reply``); return what stops that (and deletes the queue, when told to)."""
 
     @abc.abstractmethod
     async def _unserved(self, receiver: str) -> bool:

@@ -162,7 +162,8 @@ class Leader(Agent):
         journal = PlanJournal(self._journal, plan_key(request.message_id))
         restored = await journal.restore(request.timestamp)
         expect = [sent.message_id for sent in (restored.in_flight if restored else {}).values()]
-        stop_replies = await self.bus.reply_queue(journal.reply_queue, expect=expect)
+        # Held: an answer leaves the queue once the journal has what came of it.
+        stop_replies = await self.bus.reply_queue(journal.reply_queue, expect=expect, hold=True)
         if restored is None:
             await journal.begun(self.id, plan.model_dump(mode="json"))
         else:

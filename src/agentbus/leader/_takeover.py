@@ -15,7 +15,9 @@ import time
 from collections.abc import Collection
 from typing import Final
 
-from agentbus._exceptions import RequestTimeout
+from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus._faults import fault_point
+from agentbus._logging import get_logger
 from agentbus.bus import ProgressCallback, Transport
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope
 from agentbus.leader._attempt import Flight
@@ -23,6 +25,8 @@ from agentbus.leader._durable import PlanJournal, Restored, Sent, restore_record
 from agentbus.leader._record import SubtaskRecord
 
 __all__ = ["TakeOver"]
+
+_log = get_logger("agentbus.leader")
 
 # Seconds a leader going on with a plan waits for the answer to a request the last leader
 # had in flight before it sends that request again: over the agents' NOTIFY_START_AFTER.
@@ -54,6 +58,10 @@ class TakeOver:
         """Whether the plan went to another leader (``hand_over``): its work runs on."""
         self._bus = bus
         self._restored = restored or Restored(leader="")
+        # The answer each subtask got last, held on the reply queue until the journal has
+        # what came of it: the subtask's end, or its next attempt.
+        self._answered: dict[str, str] = {}
+        self._releasing: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         restored = self._restored
@@ -83,11 +91,19 @@ class TakeOver:
         message_id = self.journal.message_id(subtask_id, attempt)
         if not sent_before:
             await self.journal.sent(subtask_id, attempt, message_id=message_id, receiver=receiver)
+            self._release(subtask_id)  # the last attempt's answer: the journal has what followed
         return message_id
 
     def settled(self, record: SubtaskRecord) -> None:
-        """Journal a subtask's end (``flush`` waits for it)."""
+        """Journal a subtask's end (``flush`` waits for it); its answer leaves the reply
+        queue once the journal has it."""
+        # The worst moment to die: the answer is in, its end not journaled yet.
+        fault_point("leader.settling")
         self.journal.settled(record)
+        if record.id in self._answered:
+            task = asyncio.create_task(self._release_when_journaled(record.id))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
 
     async def flush(self) -> None:
         """Wait until the journal has every record so far."""
@@ -104,14 +120,39 @@ class TakeOver:
     ) -> ResponseEnvelope:
         """Send an attempt's request and return its answer, from the plan's reply queue;
         one another leader sent before is first waited for (``_earlier_answer``)."""
-        reply = None
-        if sent_before:
-            reply = await self._earlier_answer(request, timeout, on_progress, flight)
-        if reply is None:
-            reply = await self._bus.send_request(
-                request, timeout=timeout, on_progress=on_progress, reply_to=self.reply_to
-            )
+        subtask_id = str((request.metadata.model_extra or {})["subtask_id"])
+        try:
+            reply = None
+            if sent_before:
+                reply = await self._earlier_answer(request, timeout, on_progress, flight)
+            if reply is None:
+                reply = await self._bus.send_request(
+                    request, timeout=timeout, on_progress=on_progress, reply_to=self.reply_to
+                )
+        except RemoteError:
+            self._answered_by(subtask_id, request.message_id)
+            raise
+        self._answered_by(subtask_id, request.message_id)
         return reply
+
+    def _answered_by(self, subtask_id: str, message_id: str) -> None:
+        # The answer is in, its reply not acknowledged: a leader that dies before the
+        # journal has what came of it leaves the answer to the next, who asks nothing again.
+        self._answered[subtask_id] = message_id
+
+    def _release(self, subtask_id: str) -> None:
+        message_id = self._answered.pop(subtask_id, None)
+        if message_id is not None:
+            self._bus.release(message_id)
+
+    async def _release_when_journaled(self, subtask_id: str) -> None:
+        try:
+            await self.journal.flush()
+        except AgentBusError as exc:
+            # Not journaled: the answer stays on the queue, for the leader that goes on.
+            _log.info("answer kept on the reply queue", subtask_id=subtask_id, error=str(exc))
+            return
+        self._release(subtask_id)
 
     async def hand_over(self, tasks: Collection[asyncio.Task[None]]) -> None:
         """Stop waiting on the plan's work, not the work: cancel the attempts' ``tasks``.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final, Self
 
 from agentbus._config import Settings
@@ -59,6 +60,7 @@ class MemoryBus(BaseBus):
         self._instance_consumer: MemoryConsumer | None = None
         self._service_consumers: list[MemoryConsumer] = []
         self._closed_consumers: list[MemoryConsumer] = []
+        self._reply_consumers: set[MemoryConsumer] = set()  # of reply queues, as channels
 
     async def open(self) -> Self:
         """Declare this instance's queue and binding on the broker and start consuming it."""
@@ -121,12 +123,18 @@ class MemoryBus(BaseBus):
     async def _open_journal(self, queue: str, max_age: str) -> Journal:
         return MemoryJournal(self.broker.journals.setdefault(queue, []), utcnow)
 
-    async def _open_reply_queue(self, queue: str) -> Callable[[bool], Awaitable[None]]:
+    async def _open_reply_queue(
+        self, queue: str, *, hold: bool
+    ) -> Callable[[bool], Awaitable[None]]:
         assert self._dispatcher is not None
+        dispatcher = self._dispatcher
+        take = partial(dispatcher.on_held_reply, queue=queue) if hold else dispatcher.on_message
         self.broker.declare_queue(queue, dead_letter=False, expires=_REPLY_QUEUE_EXPIRES)
-        consumer = self.broker.consume(queue, self._dispatcher.on_message, prefetch=_REPLY_PREFETCH)
+        consumer = self.broker.consume(queue, take, prefetch=_REPLY_PREFETCH)
+        self._reply_consumers.add(consumer)
 
         async def stop(delete: bool) -> None:
+            self._reply_consumers.discard(consumer)
             consumer.close()
             if delete:
                 self.broker.delete_queue(queue)
@@ -166,7 +174,8 @@ class MemoryBus(BaseBus):
 
     async def _close_transport(self) -> None:
         # Closing the channels: whatever is still unacked goes back to its queue.
-        for consumer in self._closed_consumers:
+        for consumer in [*self._closed_consumers, *self._reply_consumers]:
             consumer.close()
         self._closed_consumers.clear()
+        self._reply_consumers.clear()
         _log.debug("bus closed", agent_id=self.agent_id, broker="memory")

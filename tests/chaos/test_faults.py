@@ -569,7 +569,8 @@ async def test_leader_dying_between_an_answer_and_its_journal_asks_nothing_again
         {"subtasks": [{"id": f"s{n}", **work} for n in range(count)], "max_parallel": 8}
     )
     run = asyncio.create_task(PlanClient(client).run(plan, timeout=120))
-    assert await first.exited(60) == -signal.SIGKILL  # it died at its answer number ``hit``
+    assert await first.exited(60) == -signal.SIGKILL  # it died at its subtask end ``hit``
+    killed = time.monotonic()
     done_before = len(ledger.effects())
     second = agent_process.start(
         leader, "--id", "leader-2", *options, url=url, exchange=chaos_exchange, env=durable
@@ -581,13 +582,15 @@ async def test_leader_dying_between_an_answer_and_its_journal_asks_nothing_again
         ledger.record_send(
             f"{plan.id}/{outcome.id}", SendOutcome.CONFIRMED if succeeded else SendOutcome.FAILED
         )
+    finished_after = time.monotonic() - killed
     report = await ledger.check(url=url, queues=[_service_queue(chaos_exchange)])
     asked_again = sum(worker.bus.stats.duplicates for worker in workers)
 
     _show(
-        f"durable leader dies at answer {hit}, fan-out of {count}",
+        f"durable leader dies at subtask end {hit}, fan-out of {count}",
         report,
         done_before_kill=done_before,
+        finished_after_kill=finished_after,
         asked_again=asked_again,
     )
     assert second.is_running

@@ -165,7 +165,12 @@ class AttemptSender:
             # Awaited in this task, no second one: agent_offline cancels this task.
             if self._takeover is not None:
                 reply = await self._takeover.send(
-                    request, timeout, on_progress, flight, sent_before=asked_before
+                    request,
+                    timeout,
+                    on_progress,
+                    flight,
+                    subtask_id=record.id,
+                    sent_before=asked_before,
                 )
             else:
                 reply = await self._bus.send_request(

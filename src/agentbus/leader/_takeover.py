@@ -116,11 +116,12 @@ class TakeOver:
         on_progress: ProgressCallback,
         flight: Flight,
         *,
+        subtask_id: str,
         sent_before: bool,
     ) -> ResponseEnvelope:
-        """Send an attempt's request and return its answer, from the plan's reply queue;
-        one another leader sent before is first waited for (``_earlier_answer``)."""
-        subtask_id = str((request.metadata.model_extra or {})["subtask_id"])
+        """Send an attempt at ``subtask_id`` and return its answer, from the plan's reply
+        queue (held there until the journal has what came of it); one another leader sent
+        before is first waited for (``_earlier_answer``)."""
         try:
             reply = None
             if sent_before:

@@ -445,7 +445,8 @@ async def test_cli_looks_up_and_watches_a_plan_by_id(procs: Processes) -> None:
     plan = {
         "id": "looked-up",
         "subtasks": [
-            {"id": "wait", "skill": "slow", "parameters": {"seconds": 2}},
+            # Long enough that a CLI started on a loaded host still finds it running.
+            {"id": "wait", "skill": "slow", "parameters": {"seconds": 6}},
             {"id": "then", "skill": "double", "depends_on": ["wait"], "parameters": {"n": 21}},
         ],
     }
@@ -488,7 +489,7 @@ async def test_cli_request_as_a_task_is_looked_up_after_its_requester_went(
     still ends and `plan status ID` gives its result; a second task answers in line."""
     await team(procs, {"alpha-1": ("Alpha",)})
     argv = procs.command(
-        *("request", "alpha", "slow", "-p", '{"seconds": 2}', "--task", "--task-id", "t-gone")
+        *("request", "alpha", "slow", "-p", '{"seconds": 6}', "--task", "--task-id", "t-gone")
     )
     requester = await asyncio.create_subprocess_exec(
         *argv, env=procs.env, cwd=procs.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -508,14 +509,14 @@ async def test_cli_request_as_a_task_is_looked_up_after_its_requester_went(
         after = await procs.cli("plan", "status", "t-gone", "--json")
         return after if after.returncode != 4 else None
 
-    after = await poll(ended, 10, "the task to end")
+    after = await poll(ended, 20, "the task to end")
     in_line = await procs.cli("request", "alpha", "double", "-p", '{"n": 21}', "--task")
 
     assert "task t-gone (look it up: agentbus plan status t-gone)" in said.decode()
     assert after.returncode == 0, after.stderr
     (outcome,) = json.loads(after.stdout)["aggregate"]["subtasks"]
     assert (outcome["id"], outcome["status"], outcome["attempts"]) == ("task", "succeeded", 1)
-    assert outcome["result"] == "slept 2s"
+    assert outcome["result"] == "slept 6s"
     assert in_line.returncode == 0, in_line.stderr
     assert json.loads(in_line.stdout)["result"] == 42
     assert "task task-" in in_line.stderr

@@ -6,6 +6,7 @@ on the queue: whoever opens the queue next gets it, and nothing is asked twice.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 from agentbus import Agent, Settings, skill
@@ -83,3 +84,26 @@ async def test_a_released_answer_leaves_the_queue_and_an_unheld_queue_acks_at_on
         not_held = plain.release(unheld.message_id)
     assert (released, again, not_held) == (True, False, False)
     assert broker.message_count(held_to) == 0
+
+
+async def test_a_copy_of_a_held_answer_waits_for_the_same_release() -> None:
+    """The broker redelivers a held answer after a reconnect: the copy is not acked as an
+    answer nobody waits for, it waits for the release the first one waited for."""
+    broker = MemoryBroker()
+    async with (
+        Echo(bus=MemoryBus(broker, SETTINGS, agent_id="echo-1")),
+        MemoryBus(broker, SETTINGS, agent_id="leader-1") as held,
+    ):
+        await held.reply_queue(QUEUE, hold=True)
+        reply_to = held.topology.reply_queue(QUEUE)
+        request = _request("leader-1", "twice")
+        answer = await held.send_request(request, reply_to=reply_to, timeout=5)
+        # The same answer once more on the queue, as a redelivery after a reconnect.
+        await held._require_publisher().publish_reply(answer, reply_to)
+        for _ in range(10):  # let the copy reach the dispatcher
+            await asyncio.sleep(0)
+        dropped_as_unknown = held.stats.unknown_replies
+        released = held.release(request.message_id)
+    assert dropped_as_unknown == 0
+    assert released
+    assert broker.message_count(reply_to) == 0  # both acked with the release

@@ -166,6 +166,9 @@ class Dispatcher:
         if message_id is None:
             self._deliver_reply(reply)
             return Settle.ACK
+        earlier = self._held.held(message_id)
+        if earlier is not None:  # its first delivery went with its channel: this one waits
+            return await earlier
         gate = self._held.hold(queue, message_id)
         if self._deliver_reply(reply) is not ReplyOutcome.MATCHED:
             self._held.drop(message_id)  # progress, or an answer nobody waits for

@@ -41,6 +41,12 @@ class HeldAnswers:
         self._gates[message_id] = (queue, gate, asyncio.current_task())
         return gate
 
+    def held(self, message_id: str) -> asyncio.Future[Settle] | None:
+        """The gate of an answer held already: a copy of it came again (after a reconnect
+        the broker redelivers what the closed channel held), to be settled with it."""
+        entry = self._gates.get(message_id)
+        return None if entry is None else entry[1]
+
     def drop(self, message_id: str) -> None:
         """Forget the gate of an answer that was not held after all."""
         self._gates.pop(message_id, None)

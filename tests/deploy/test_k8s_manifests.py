@@ -3,11 +3,13 @@
 ``kubectl kustomize`` renders the base and the production overlay; ``kubernetes-validate
 --strict`` checks every built-in kind (Deployments, PodDisruptionBudgets, ConfigMap,
 Namespace) against the API schemas, rejecting unknown fields. The custom resources
-(RabbitmqCluster, the topology operator's Policy, the Prometheus Operator's PodMonitor and
-PrometheusRule) have no schema there, so their meaning is checked here instead: the
-policies are those of deploy/rabbitmq/definitions.json, the rules those of
-deploy/prometheus/alerts.yml, the PodMonitor selects every agent pod's ``metrics`` port,
-the agents read the Secret and Service the cluster operator creates.
+(RabbitmqCluster, the topology operator's Policy, User, Permission and TopicPermission, the
+Prometheus Operator's PodMonitor and PrometheusRule) are checked against the operators'
+published CRD schemas (``crd_schemas.py``), strictly, and their meaning here: the policies
+are those of deploy/rabbitmq/definitions.json, the users those ``agentbus definitions``
+generates, the rules those of deploy/prometheus/alerts.yml, the PodMonitor selects every
+agent pod's ``metrics`` port, each agent reads its own user's Secret and the cluster
+operator's Service.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
+from crd_schemas import custom_kinds, schema_errors
 from deploy_support import DEPLOY, run, tool
+
+from agentbus.cli import cli
 
 K8S = DEPLOY / "k8s"
 AGENTS = {"registry", "leader", "files", "code", "text", "report"}
@@ -56,7 +62,75 @@ def test_kubernetes_validate_strict_passes(rendered: Path) -> None:
         assert f"passed for resource {doc['kind'].lower()}/{doc['metadata']['name']}" in output
     skipped = [line for line in output.splitlines() if "Couldn't find schema" in line]
     unvalidated = {line.split("kind ")[1].split(" ")[0] for line in skipped}
-    assert unvalidated <= {"RabbitmqCluster", "Policy", "PodMonitor", "PrometheusRule"}
+    custom = {"RabbitmqCluster", "Policy", "User", "Permission", "TopicPermission"}
+    assert unvalidated <= custom | {"PodMonitor", "PrometheusRule"}
+
+
+def test_custom_resources_match_the_operators_published_schemas(rendered: Path) -> None:
+    """Every custom resource validates, strictly, against its operator's CRD schema."""
+    docs = [d for d in _docs(rendered) if "." in d["apiVersion"].split("/")[0]]
+    kinds = {(d["apiVersion"], d["kind"]) for d in docs}
+    assert kinds == custom_kinds(), "a custom kind without its schema in tests/deploy/crds"
+    for doc in docs:
+        assert schema_errors(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value"),
+    [
+        ("User", ("spec", "importCredentialSecret"), {"name": "x"}),  # misspelt
+        ("TopicPermission", ("spec", "permissions", "exchange"), None),  # required
+        ("RabbitmqCluster", ("spec", "replicas"), "three"),
+        ("PodMonitor", ("spec", "podMetricsEndpoints", 0, "portt"), "metrics"),
+    ],
+)
+def test_the_crd_check_has_teeth(
+    rendered: Path, kind: str, path: tuple[str | int, ...], value: object
+) -> None:
+    """A misspelt field, a missing required one, a wrong type: each is refused."""
+    doc = next(d for d in _docs(rendered) if d["kind"] == kind)
+    node: Any = doc
+    for key in path[:-1]:
+        node = node[key]
+    if value is None:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    assert schema_errors(doc) != []
+
+
+_USERS_COMMAND = (
+    "registry leader agentbus.agents.builtin:FilesAgent agentbus.agents.builtin:CodeAgent "
+    "agentbus.agents.builtin:TextAgent agentbus.agents.builtin:ReportAgent "
+    "--client operator=registry,leader --auditor operator"
+)
+
+
+def test_the_users_are_those_agentbus_definitions_generates() -> None:
+    """deploy/k8s/base/users.yaml is the output of the command its header names."""
+    text = (K8S / "base" / "users.yaml").read_text(encoding="utf-8")
+    header = " ".join(line.strip("# \\") for line in text.splitlines() if line.startswith("#"))
+    assert " ".join(_USERS_COMMAND.split()) in " ".join(header.split())
+    done = CliRunner().invoke(cli, ["definitions", *_USERS_COMMAND.split(), "--format", "k8s"])
+    assert done.exit_code == 0, done.output
+    expected = [d for d in yaml.safe_load_all(done.output) if d]
+    assert [d for d in yaml.safe_load_all(text) if d] == expected
+
+
+def test_each_deployment_logs_in_as_its_own_user(rendered: Path) -> None:
+    """A Deployment reads the Secret its service's User imports; no pod shares a user."""
+    docs = _docs(rendered)
+    users = _of(docs, "User")
+    imported = {u["spec"]["importCredentialsSecret"]["name"]: n for n, u in users.items()}
+    for name, deployment in _of(docs, "Deployment").items():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        refs = [i["valueFrom"]["secretKeyRef"] for i in container["env"] if "valueFrom" in i]
+        assert {ref["name"] for ref in refs} == {f"agentbus-user-{name}"}
+        assert {ref["key"] for ref in refs} == {"username", "password"}
+        assert f"agentbus-user-{name}" in imported
+    for kind in ("Permission", "TopicPermission"):
+        for resource in _of(docs, kind).values():
+            assert resource["spec"]["userReference"]["name"] in users
 
 
 def test_kubernetes_validate_rejects_an_unknown_field(rendered: Path, tmp_path: Path) -> None:
@@ -92,7 +166,7 @@ def test_every_agent_is_probed_bounded_unprivileged_and_budgeted(rendered: Path)
 
 
 def test_agents_reach_the_cluster_the_operator_makes(rendered: Path) -> None:
-    """3 quorum-default replicas; the agents use its Service and default-user Secret."""
+    """3 quorum-default replicas; the agents use its Service, each with its own user."""
     docs = _docs(rendered)
     [(cluster_name, cluster)] = _of(docs, "RabbitmqCluster").items()
     assert cluster["spec"]["replicas"] == 3
@@ -105,8 +179,7 @@ def test_agents_reach_the_cluster_the_operator_makes(rendered: Path) -> None:
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         env = {item["name"]: item for item in container["env"]}
         refs = [item["valueFrom"]["secretKeyRef"] for item in env.values() if "valueFrom" in item]
-        secrets = {ref["name"] for ref in refs}
-        assert secrets == {f"{cluster_name}-default-user"}
+        assert {ref["name"] for ref in refs} == {f"agentbus-user-{deployment['metadata']['name']}"}
         assert f"@{cluster_name}:5672/" in env["AGENTBUS_URL"]["value"]
         assert container["envFrom"] == [{"configMapRef": {"name": settings["metadata"]["name"]}}]
 

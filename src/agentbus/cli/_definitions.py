@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 from pydantic import ValidationError
 
 from agentbus._exceptions import ConfigurationError
 from agentbus.agents import AgentCard
 from agentbus.cli._context import load_json, print_json, settings_of
 from agentbus.cli._serve import _load_agent_class
-from agentbus.security import definitions, team_grants
+from agentbus.security import credential_secrets, definitions, team_grants, topology_resources
 
 __all__ = ["definitions_command"]
 
@@ -72,6 +73,22 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
 )
 @click.option("--delivery-limit", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--topology-only", is_flag=True, help="Leave out the users and their permissions.")
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["rabbitmq", "k8s", "k8s-secrets"]),
+    default="rabbitmq",
+    show_default=True,
+    help="rabbitmq: a definitions document; k8s: the messaging topology operator's User, "
+    "Permission and TopicPermission of each user; k8s-secrets: a Secret per user with a "
+    "new random password (apply once, keep out of git).",
+)
+@click.option(
+    "--cluster",
+    default="agentbus-rabbitmq",
+    show_default=True,
+    help="The RabbitmqCluster the k8s resources are for.",
+)
 @click.pass_context
 def definitions_command(
     ctx: click.Context,
@@ -85,13 +102,16 @@ def definitions_command(
     queue_type: str,
     delivery_limit: int,
     topology_only: bool,
+    output: str,
+    cluster: str,
 ) -> None:
     """Print the RabbitMQ definitions of a team whose MEMBERs are services.
 
     Each MEMBER is an agent class (MODULE:CLASS), an agent card (a JSON file) or a
     service name (registry, leader). Each service gets a broker user of its name that
     may publish only what the wire contract lets it and read only its own queues; load
-    the output with 'rabbitmqctl import_definitions' or the management plugin.
+    the output with 'rabbitmqctl import_definitions' or the management plugin, or
+    with --format k8s apply it as the messaging topology operator's resources.
     """
     extra: Any = load_json(merge, "--merge")
     if extra is not None and not isinstance(extra, dict):
@@ -105,9 +125,18 @@ def definitions_command(
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
+    exchange = settings_of(ctx).exchange
+    if output == "k8s":
+        _print_documents(
+            topology_resources(grants, cluster=cluster, exchange=exchange, vhost=vhost)
+        )
+        return
+    if output == "k8s-secrets":
+        _print_documents(credential_secrets(grants))
+        return
     document = definitions(
         grants,
-        exchange=settings_of(ctx).exchange,
+        exchange=exchange,
         vhost=vhost,
         queue_type=queue_type,
         delivery_limit=delivery_limit,
@@ -116,3 +145,10 @@ def definitions_command(
         extra=extra,
     )
     print_json(document)
+
+
+def _print_documents(documents: list[dict[str, Any]]) -> None:
+    """A YAML stream of JSON documents (JSON is YAML): what kubectl and kustomize read."""
+    for document in documents:
+        click.echo("---")
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())

@@ -6,7 +6,8 @@ limits (``SenderRates``), the audit trail (``AuditTrail`` writing records built 
 ``audit_record`` to an ``AuditStream`` the bus gives), and the TLS context and login
 mechanism a connection uses (``tls_context``, ``login_mechanism``, ``tls_failure``).
 Operators generate the broker's definitions for a team (``team_grants``,
-``definitions``) and read the audit trail (``agentbus.bus.read_audit`` yields
+``definitions``; as the messaging topology operator's resources, ``topology_resources``
+and ``credential_secrets``) and read the audit trail (``agentbus.bus.read_audit`` yields
 ``AuditEntry``).
 
 It imports only the envelopes and agentbus's internal modules (settings, exceptions,
@@ -36,6 +37,7 @@ from agentbus.security._audit import (
 )
 from agentbus.security._audit_trail import AuditSink, AuditStream, AuditTrail
 from agentbus.security._definitions import Grant, definitions, team_grants
+from agentbus.security._k8s import credential_secrets, secret_name, topology_resources
 from agentbus.security._rates import SenderRates
 from agentbus.security._tls import login_mechanism, tls_context, tls_failure
 
@@ -54,6 +56,7 @@ __all__ = [
     "audit_entries",
     "audit_record",
     "connection_user",
+    "credential_secrets",
     "default_id",
     "definitions",
     "envelope_fields",
@@ -62,9 +65,11 @@ __all__ = [
     "publisher_user_id",
     "raw_fields",
     "refusal",
+    "secret_name",
     "sent_by",
     "team_grants",
     "tls_context",
     "tls_failure",
+    "topology_resources",
     "verifies_sender",
 ]

@@ -28,7 +28,13 @@ from agentbus._exceptions import ConfigurationError
 from agentbus._topology import Topology
 from agentbus.envelopes import is_valid_id
 
-__all__ = ["Grant", "definitions", "team_grants"]
+__all__ = [
+    "Grant",
+    "definitions",
+    "permissions_of",
+    "team_grants",
+    "topic_permissions_of",
+]
 
 REGISTRY: Final = "registry"
 LEADER: Final = "leader"
@@ -213,15 +219,13 @@ def definitions(
         ],
     }
     if users:
-        callers = _callers(grants)
-        team = frozenset(services)
         document["users"] = [
             {"name": g.user, "password_hash": "", "hashing_algorithm": _HASHING, "tags": []}
             for g in grants
         ]
-        document["permissions"] = [_permissions(g, topology, vhost) for g in grants]
+        document["permissions"] = [permissions_of(g, topology, vhost) for g in grants]
         document["topic_permissions"] = [
-            _topic_permissions(g, topology, vhost, callers.get(g.user, set()), team) for g in grants
+            topic_permissions_of(g, topology, vhost, grants) for g in grants
         ]
     for key, entries in (extra or {}).items():
         document.setdefault(key, [])
@@ -261,7 +265,8 @@ def _ids(names: Iterable[str], *, bare: bool = True) -> str:
     return f"({'|'.join(forms)})"
 
 
-def _permissions(grant: Grant, topology: Topology, vhost: str) -> dict[str, str]:
+def permissions_of(grant: Grant, topology: Topology, vhost: str) -> dict[str, str]:
+    """The vhost permissions of ``grant``'s user (a definitions document's entry)."""
     e = _escape
     own = _ids([grant.user])
     queues = [
@@ -287,6 +292,15 @@ def _permissions(grant: Grant, topology: Topology, vhost: str) -> dict[str, str]
         "write": f"^({'|'.join([*declared, _DEFAULT_EXCHANGE])})$",
         "read": f"^({'|'.join(readable)})$",
     }
+
+
+def topic_permissions_of(
+    grant: Grant, topology: Topology, vhost: str, grants: Sequence[Grant]
+) -> dict[str, str]:
+    """The topic permissions of ``grant``'s user in a team of ``grants``."""
+    callers = _callers(grants).get(grant.user, set())
+    team = frozenset(g.service for g in grants if g.service is not None)
+    return _topic_permissions(grant, topology, vhost, callers, team)
 
 
 def _topic_permissions(

@@ -102,9 +102,8 @@ def screens(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-async def dashboard(procs: Processes, tmp_path: Path) -> DashboardProcess:
-    """``agentbus dashboard`` on this test's exchange, with an action token; ready to serve."""
+async def start_dashboard(procs: Processes, tmp_path: Path, *options: str) -> DashboardProcess:
+    """``agentbus dashboard`` on this test's exchange, with a token and ``options``; serving."""
     token = secrets.token_urlsafe(16)
     token_file = tmp_path / "dashboard.token"
     token_file.write_text(token, encoding="utf-8")
@@ -113,7 +112,7 @@ async def dashboard(procs: Processes, tmp_path: Path) -> DashboardProcess:
     process = procs._spawn(
         agent_id,
         "dashboard",
-        *("--id", agent_id, "--port", str(port), "--token-file", str(token_file)),
+        *("--id", agent_id, "--port", str(port), "--token-file", str(token_file), *options),
     )
     board = DashboardProcess(process, f"http://127.0.0.1:{port}/", token)
 
@@ -124,3 +123,15 @@ async def dashboard(procs: Processes, tmp_path: Path) -> DashboardProcess:
 
     await eventually(ready, STARTUP, "the dashboard to serve /api/state")
     return board
+
+
+@pytest.fixture
+async def dashboard(procs: Processes, tmp_path: Path) -> DashboardProcess:
+    """``agentbus dashboard`` on localhost, with a token (for actions); ready to serve."""
+    return await start_dashboard(procs, tmp_path)
+
+
+@pytest.fixture
+async def exposed_dashboard(procs: Processes, tmp_path: Path) -> DashboardProcess:
+    """``agentbus dashboard`` listening on every address: reading needs its token too."""
+    return await start_dashboard(procs, tmp_path, "--host", "0.0.0.0")

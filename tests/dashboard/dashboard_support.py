@@ -50,7 +50,10 @@ class DashboardProcess:
             return exc.code, exc.read()
 
     def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"{self.url}api/state", timeout=5) as response:
+        """The boards, asked with the token (beyond localhost, reading needs it)."""
+        request = urllib.request.Request(f"{self.url}api/state")
+        request.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(request, timeout=5) as response:
             body: dict[str, Any] = json.load(response)
             return body
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import click
 from pydantic import ValidationError
@@ -20,7 +20,6 @@ from agentbus.security import default_id
 __all__ = ["dashboard"]
 
 _log = get_logger("agentbus.dashboard")
-_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 @click.command()
@@ -35,7 +34,19 @@ _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 @click.option(
     "--token-file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="File holding the token that allows actions [AGENTBUS_DASHBOARD_TOKEN; none: read-only].",
+    help=(
+        "File holding the token: it allows actions and, beyond localhost, reading "
+        "[AGENTBUS_DASHBOARD_TOKEN; none: read-only, on localhost only]."
+    ),
+)
+@click.option(
+    "--public-read",
+    is_flag=True,
+    default=None,
+    help=(
+        "Beyond localhost, show the team to whoever reaches the page, without the token "
+        "[AGENTBUS_DASHBOARD_PUBLIC_READ; off]."
+    ),
 )
 @click.option(
     "--id",
@@ -49,6 +60,7 @@ def dashboard(
     host: str | None,
     port: int | None,
     token_file: Path | None,
+    public_read: bool | None,
     agent_id: str | None,
 ) -> None:
     """Serve the live web dashboard: agents, plans, traffic and dead letters."""
@@ -60,7 +72,7 @@ def dashboard(
             f"the dashboard needs its extra: pip install 'agentbus[dashboard]' ({exc.name} missing)"
         ) from exc
     try:
-        overrides: dict[str, object] = {"host": host, "port": port}
+        overrides: dict[str, object] = {"host": host, "port": port, "public_read": public_read}
         if token_file is not None:
             overrides["token"] = token_file.read_text(encoding="utf-8").strip()
         options = DashboardSettings.model_validate(
@@ -68,8 +80,7 @@ def dashboard(
         )
     except (ValidationError, OSError) as exc:
         raise click.UsageError(f"invalid dashboard setting: {exc}") from exc
-    if options.token is not None and not options.token.get_secret_value():
-        raise click.UsageError("the dashboard token is empty")
+    options.check_exposure()  # ConfigurationError: one line, exit status 2, before the bus
     settings = settings_of(ctx)
     bus = Bus(settings, agent_id=agent_id or default_id(settings, "dashboard"))
     board = Dashboard(
@@ -78,9 +89,10 @@ def dashboard(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
-        if options.host not in _LOOPBACK:
+        if options.public_read and not options.loopback:
             _log.warning(
-                "the dashboard listens beyond this machine: whoever reaches it sees the team",
+                "the dashboard listens beyond this machine with --public-read: "
+                "whoever reaches it sees the team",
                 host=options.host,
                 actions=options.token is not None,
             )
@@ -90,6 +102,7 @@ def dashboard(
                 url=f"http://{options.host}:{options.port}/",
                 exchange=settings.exchange,
                 actions=options.token is not None,
+                reading="open" if options.reading_open else "token",
             )
             yield
         _log.info("dashboard stopped")

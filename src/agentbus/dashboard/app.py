@@ -1,14 +1,14 @@
 """The HTTP face: the static page, the boards as JSON, server-sent events, token-gated actions.
 
 Thin by design: every answer is a board's snapshot or a board's action; nothing here
-decides anything about the team.
+decides anything about the team. Who may read and act is ``_access``'s: on localhost
+reading is open; beyond it every read needs the token too, unless told ``public_read``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -24,35 +24,22 @@ from starlette.types import Lifespan
 
 from agentbus._exceptions import AgentBusError, InvalidParameters, UsageError
 from agentbus._logging import get_logger
+from agentbus.dashboard._access import REALM, Access, ReadGate, login_routes
 from agentbus.dashboard._changes import TOPICS
 from agentbus.dashboard._dashboard import Dashboard
+from agentbus.dashboard._http import HEADERS, JSON, STATIC, error
 from agentbus.dashboard._settings import DashboardSettings
 
 __all__ = ["create_app"]
 
-STATIC: Final = Path(__file__).resolve().parent / "static"
 _KEEPALIVE: Final = 15.0  # s: an SSE comment line when nothing changed
 _COALESCE: Final = 0.05  # s: changes closer together than this go out as one update
-_HEADERS: Final = {
-    # Everything the page needs is served from here: no CDN, no inline script.
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
 
-_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 _LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 _log = get_logger("agentbus.dashboard")
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-class _JSON(Response):
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
 
 
 def create_app(
@@ -61,10 +48,17 @@ def create_app(
     *,
     lifespan: Lifespan[Starlette] | None = None,
 ) -> Starlette:
-    """Return the dashboard's ASGI app over the dashboard ``get_dashboard`` returns."""
+    """Return the dashboard's ASGI app over the dashboard ``get_dashboard`` returns.
+
+    Raises ``ConfigurationError`` for settings that would show the team beyond localhost
+    to anyone by default (no token, not ``public_read``).
+    """
+    settings.check_exposure()
+    access = Access(settings)
 
     async def page(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers=_HEADERS)
+        # Not cached: after logout, the page is asked for again (and the gate answers).
+        return FileResponse(STATIC / "index.html", headers=HEADERS | {"Cache-Control": "no-store"})
 
     async def state(request: Request) -> Response:
         dashboard = get_dashboard()
@@ -74,7 +68,9 @@ def create_app(
         body: dict[str, Any] = {topic: dashboard.snapshot(topic) for topic in TOPICS}
         body["versions"] = versions
         body["actions"] = settings.token is not None
-        return _JSON(body, headers={"Cache-Control": "no-store"})
+        body["session"] = access.holds_token(request)  # the token given: actions allowed
+        body["reading_open"] = settings.reading_open
+        return JSON(body, headers={"Cache-Control": "no-store"})
 
     async def events(request: Request) -> Response:
         dashboard = get_dashboard()
@@ -83,6 +79,8 @@ def create_app(
             seen: dict[str, int] = {}
             while True:
                 changed = await dashboard.changes.wait(seen, timeout=_KEEPALIVE)
+                if not access.may_read(request):
+                    return  # its session ended (logout, expiry): so does the stream
                 if not changed:
                     continue  # sse-starlette's ping keeps the connection alive
                 seen = dashboard.changes.versions()
@@ -91,30 +89,25 @@ def create_app(
                     yield {"event": topic, "id": str(seen[topic]), "data": data}
                 await asyncio.sleep(_COALESCE)  # a rate bound, not a wait for a condition
 
-        return EventSourceResponse(stream(), ping=int(_KEEPALIVE), headers=_HEADERS)
+        return EventSourceResponse(stream(), ping=int(_KEEPALIVE), headers=HEADERS)
 
     def guarded(action: Callable[[Request], Awaitable[Any]]) -> Handler:
         async def endpoint(request: Request) -> Response:
             if settings.token is None:
-                return _error(403, "actions are off: the dashboard was started without a token")
-            header = request.headers.get("authorization", "")
-            scheme, _, presented = header.partition(" ")
-            if scheme.lower() != "bearer" or not settings.allows(presented.strip()):
-                _log.warning("action refused", path=request.url.path, reason="bad token")
-                return _error(401, "a valid token is needed for this action")
+                return error(403, "actions are off: the dashboard was started without a token")
+            if not access.may_act(request):
+                _log.warning("action refused", path=request.url.path, reason="no valid token")
+                return error(401, "a valid token is needed for this action", headers=REALM)
             try:
-                return _JSON(await action(request))
+                return JSON(await action(request))
             except InvalidParameters as exc:
-                return _error(400, str(exc))
+                return error(400, str(exc))
             except UsageError as exc:
-                return _error(409, str(exc))
+                return error(409, str(exc))
             except AgentBusError as exc:
-                return _error(502, f"{type(exc).__name__}: {exc}")
+                return error(502, f"{type(exc).__name__}: {exc}")
 
         return endpoint
-
-    async def whoami(request: Request) -> dict[str, Any]:
-        return {"actions": True}
 
     async def cancel_plan(request: Request) -> dict[str, Any]:
         plan_id = request.path_params["plan_id"]
@@ -128,9 +121,9 @@ def create_app(
         try:
             await dashboard.dead_letters.refresh()
         except AgentBusError as exc:
-            return _error(409, str(exc))
+            return error(409, str(exc))
         version = str(dashboard.changes.versions()["dead_letters"])
-        return _JSON(
+        return JSON(
             dashboard.dead_letters.snapshot(),
             headers={"Cache-Control": "no-store", "X-Board-Version": version},
         )
@@ -159,19 +152,18 @@ def create_app(
         Route("/", page),
         Route("/api/state", state),
         Route("/api/events", events),
-        Route("/api/auth", guarded(whoami), methods=["POST"]),
         Route("/api/plans/{plan_id}/cancel", guarded(cancel_plan), methods=["POST"]),
         Route("/api/dead-letters", dead_letters),
         Route("/api/dead-letters/replay", guarded(replay), methods=["POST"]),
         Route("/api/dead-letters/discard", guarded(discard), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        *login_routes(access),
     ]
     # Bound to this machine, answer only to this machine's names: a page elsewhere
     # whose name is made to point here (DNS rebinding) gets a 400, not the team.
-    hosts = list(_LOOPBACK_NAMES) if settings.host in _LOOPBACK else ["*"]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
+    hosts = [*_LOOPBACK_NAMES, settings.host] if settings.loopback else ["*"]
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
+        Middleware(ReadGate, access=access),
+    ]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
-
-
-def _error(status: int, message: str) -> Response:
-    return _JSON({"error": message}, status_code=status)

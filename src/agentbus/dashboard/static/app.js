@@ -2,7 +2,8 @@
 // No framework, no build step: DOM built with textContent only (no HTML from data).
 "use strict";
 
-const state = { token: sessionStorage.getItem("agentbus-token") || "", skew: 0, agents: null };
+// The token is never kept here: logging in starts a session held in an HttpOnly cookie.
+const state = { allowed: false, skew: 0, agents: null };
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -143,7 +144,7 @@ function renderPlan(plan) {
   } else if (plan.cancellable) {
     parts.push(el("div", { class: "actions" },
       el("button", {
-        class: "danger", "data-action": "cancel", disabled: !state.token || plan.cancel_requested,
+        class: "danger", "data-action": "cancel", disabled: !state.allowed || plan.cancel_requested,
         onclick: () => cancelPlan(plan.plan_id),
       }, plan.cancel_requested ? "Cancel sent" : "Cancel plan")));
   }
@@ -223,9 +224,9 @@ function renderDeadLetters(board) {
   if (board.error) parts.push(el("p", { class: "muted" }, `cannot read the queue: ${board.error}`));
   parts.push(el("div", { class: "actions" },
     el("button", { "data-action": "refresh-dlq", onclick: refreshDeadLetters }, "Refresh"),
-    el("button", { "data-action": "replay-selected", disabled: !state.token,
+    el("button", { "data-action": "replay-selected", disabled: !state.allowed,
       onclick: () => settle("replay", [...selected]) }, "Replay selected"),
-    el("button", { class: "danger", "data-action": "discard-selected", disabled: !state.token,
+    el("button", { class: "danger", "data-action": "discard-selected", disabled: !state.allowed,
       onclick: () => settle("discard", [...selected]) }, "Discard selected")));
   if (!board.letters.length) {
     parts.push(el("p", { class: "muted" }, "the dead-letter queue is empty"));
@@ -247,9 +248,9 @@ function renderDeadLetters(board) {
       el("summary", {}, `${letter.id} · ${letter.size} bytes`),
       el("pre", {}, letter.body + (letter.truncated ? "\n… (cut)" : "")))),
     cell("", el("span", { class: "actions" },
-      el("button", { "data-action": "replay", disabled: !state.token,
+      el("button", { "data-action": "replay", disabled: !state.allowed,
         onclick: () => settle("replay", [letter.id]) }, "Replay"),
-      el("button", { class: "danger", "data-action": "discard", disabled: !state.token,
+      el("button", { class: "danger", "data-action": "discard", disabled: !state.allowed,
         onclick: () => settle("discard", [letter.id]) }, "Discard"))),
   ));
   parts.push(el("table", {},
@@ -261,6 +262,7 @@ function renderDeadLetters(board) {
 
 async function refreshDeadLetters() {
   const response = await fetch("/api/dead-letters", { cache: "no-store" });
+  if (response.status === 401) return toLogin();
   const body = await response.json();
   if (!response.ok) notice(`dead letters: ${body.error}`, "error");
   else render("dead_letters", body, versionOf(response.headers.get("X-Board-Version")));
@@ -286,10 +288,11 @@ async function settle(how, ids) {
 
 // ---- actions ---------------------------------------------------------------
 
+// Actions go with the session cookie (same origin); the server checks both.
 async function act(path, body) {
   const response = await fetch(path, {
     method: "POST",
-    headers: { "Content-Type": "application/json", Authorization: `Bearer ${state.token}` },
+    headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body || {}),
   });
   const answer = await response.json().catch(() => ({ error: response.statusText }));
@@ -306,26 +309,38 @@ async function cancelPlan(planId) {
   }
 }
 
-function setAuth(text, ok) {
+function setAuth(allowed, actions) {
+  state.allowed = allowed;
   const label = document.getElementById("auth-state");
-  label.textContent = text;
-  label.dataset.ok = ok ? "true" : "false";
+  label.textContent = allowed ? "actions allowed" : "read-only";
+  label.dataset.ok = allowed ? "true" : "false";
+  document.getElementById("auth").hidden = allowed || !actions;
+  document.getElementById("logout").hidden = !allowed;
+  refresh();
 }
 
-async function unlock(event) {
-  if (event) event.preventDefault();
-  state.token = document.getElementById("token").value.trim() || state.token;
-  try {
-    await act("/api/auth");
-    sessionStorage.setItem("agentbus-token", state.token);
-    setAuth("actions allowed", true);
-  } catch (error) {
-    state.token = "";
-    sessionStorage.removeItem("agentbus-token");
-    setAuth("read-only", false);
-    if (event) notice(`token refused: ${error.message}`, "error");
+// The header form: the token goes once, by header; the answer sets the session cookie.
+async function logIn(event) {
+  event.preventDefault();
+  const input = document.getElementById("token");
+  const response = await fetch("/api/auth", {
+    method: "POST",
+    headers: { Authorization: `Bearer ${input.value.trim()}` },
+  });
+  input.value = "";
+  if (response.ok) {
+    notice("");
+    setAuth(true, true);
+    return;
   }
-  refresh();
+  const answer = await response.json().catch(() => ({ error: response.statusText }));
+  notice(`token refused: ${answer.error || `HTTP ${response.status}`}`, "error");
+  setAuth(false, true);
+}
+
+function toLogin() {
+  window.location.assign("/login");
+  return false;
 }
 
 // ---- wiring ----------------------------------------------------------------
@@ -362,12 +377,17 @@ function refresh() {
   for (const [topic, data] of Object.entries(latest)) render(topic, data);
 }
 
+// Beyond localhost, reading needs the token: without a session the APIs answer 401
+// and the page goes to the login page.
 async function load() {
   const response = await fetch("/api/state", { cache: "no-store" });
+  if (response.status === 401) return toLogin();
   const body = await response.json();
   for (const topic of Object.keys(renderers)) {
     if (body[topic]) render(topic, body[topic], body.versions?.[topic]);
   }
+  setAuth(body.session && body.actions, body.actions);
+  return true;
 }
 
 function follow() {
@@ -378,15 +398,26 @@ function follow() {
     live.textContent = "live";
     live.dataset.state = "live";
   };
-  source.onerror = () => { live.textContent = "reconnecting"; live.dataset.state = "down"; };
+  source.onerror = () => {
+    live.textContent = "reconnecting";
+    live.dataset.state = "down";
+    // Refused (the session ended): the browser gives up; see whether reading needs a login.
+    if (source.readyState === EventSource.CLOSED) {
+      load().then((ok) => ok && follow()).catch(() => setTimeout(follow, 5000));
+    }
+  };
   for (const topic of Object.keys(renderers)) {
     source.addEventListener(topic,
       (event) => render(topic, JSON.parse(event.data), versionOf(event.lastEventId)));
   }
 }
 
-document.getElementById("auth").addEventListener("submit", unlock);
-load().catch((error) => notice(`could not load the boards: ${error.message}`, "error"));
-follow();
-if (state.token) unlock();
+document.getElementById("auth").addEventListener("submit", logIn);
+load().then(
+  (ok) => ok && follow(),
+  (error) => {
+    notice(`could not load the boards: ${error.message}`, "error");
+    follow();
+  },
+);
 setInterval(tickAges, 1000);

@@ -2,7 +2,8 @@
 
 - ``Operators.apply``: the messaging topology operator's work: each ``User`` made with the
   credentials of the Secret it imports, each ``Permission``, ``TopicPermission`` and
-  ``Policy`` set on the cluster (``rabbitmqctl``).
+  ``Policy`` set on the cluster (``rabbitmqctl``), each ``Queue`` declared (as the
+  operator does, with the cluster's admin user).
 - ``ServiceProxy``: the cluster operator's Service: one address, each new connection sent
   to a node that accepts it, in turn (a killed node's connections drop with it).
 - ``Pod``: a kubelet's work for one replica of a Deployment: the image's entrypoint with
@@ -30,6 +31,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import aio_pika
 
 from agentbus.testing.chaos import PrivateCluster
 
@@ -67,6 +70,7 @@ class Operators:
         self._cluster = cluster
         self._docs = docs
         self.users: dict[str, str] = {}  # User resource name -> broker user
+        self.queues: list[str] = []
 
     async def apply(self, secrets: Mapping[str, Mapping[str, str]]) -> None:
         """Create what the resources say, with the credentials in ``secrets`` (by name)."""
@@ -94,6 +98,7 @@ class Operators:
                 "set_topic_permissions", "-p", spec["vhost"], login,
                 rights["exchange"], rights["write"], rights["read"],
             )  # fmt: skip
+        await self._declare_queues()
         for policy in of_kind(self._docs, "Policy").values():
             spec = policy["spec"]
             await ctl(
@@ -101,6 +106,18 @@ class Operators:
                 "--priority", str(spec["priority"]),
                 spec["name"], spec["pattern"], json.dumps(spec["definition"]),
             )  # fmt: skip
+
+    async def _declare_queues(self) -> None:
+        connection = await aio_pika.connect(self._cluster.urls[0])
+        async with connection:
+            channel = await connection.channel()
+            for queue in of_kind(self._docs, "Queue").values():
+                spec = queue["spec"]
+                arguments = {**spec.get("arguments", {}), "x-queue-type": spec["type"]}
+                await channel.declare_queue(
+                    spec["name"], durable=spec["durable"], arguments=arguments
+                )
+                self.queues.append(spec["name"])
 
     async def remove(self) -> None:
         """Delete what ``apply`` made (the cluster is the session's, shared by other tests)."""
@@ -111,6 +128,9 @@ class Operators:
             spec = policy["spec"]
             with contextlib.suppress(Exception):
                 await self._cluster.rabbitmqctl("clear_policy", "-p", spec["vhost"], spec["name"])
+        for name in self.queues:
+            with contextlib.suppress(Exception):
+                await self._cluster.rabbitmqctl("delete_queue", name)
 
 
 class ServiceProxy:

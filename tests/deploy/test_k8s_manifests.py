@@ -62,7 +62,7 @@ def test_kubernetes_validate_strict_passes(rendered: Path) -> None:
         assert f"passed for resource {doc['kind'].lower()}/{doc['metadata']['name']}" in output
     skipped = [line for line in output.splitlines() if "Couldn't find schema" in line]
     unvalidated = {line.split("kind ")[1].split(" ")[0] for line in skipped}
-    custom = {"RabbitmqCluster", "Policy", "User", "Permission", "TopicPermission"}
+    custom = {"RabbitmqCluster", "Policy", "User", "Permission", "TopicPermission", "Queue"}
     assert unvalidated <= custom | {"PodMonitor", "PrometheusRule"}
 
 

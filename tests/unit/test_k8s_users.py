@@ -15,6 +15,8 @@ def test_each_user_gets_a_user_a_permission_and_a_topic_permission() -> None:
     grants = team_grants(["leader", "my_agent"], clients={"Ops": ["leader"]})
     resources = topology_resources(grants, cluster="rmq", exchange="bus")
     by_kind = {(r["kind"], r["metadata"]["name"]): r for r in resources}
+    audit = by_kind.pop(("Queue", "agentbus-audit"))["spec"]
+    assert (audit["name"], audit["type"], audit["durable"]) == ("bus.audit", "stream", True)
     names = {"agentbus-user-leader", "agentbus-user-my-agent", "agentbus-user-ops"}
     for kind in ("User", "Permission", "TopicPermission"):
         assert {n for k, n in by_kind if k == kind} == names
@@ -57,7 +59,8 @@ def test_the_cli_prints_a_yaml_stream_of_the_resources() -> None:
     )
     assert done.exit_code == 0, done.output
     docs = _documents(done.output)
-    assert [d["kind"] for d in docs] == ["User", "Permission", "TopicPermission"] * 2
+    kinds = ["User", "Permission", "TopicPermission"] * 2
+    assert [d["kind"] for d in docs] == [*kinds, "Queue"]
     assert all(d["spec"]["rabbitmqClusterReference"] == {"name": "rmq"} for d in docs)
     secrets = CliRunner().invoke(cli, ["definitions", "registry", "--format", "k8s-secrets"])
     [secret] = _documents(secrets.output)

@@ -55,6 +55,10 @@ def topology_resources(
 ) -> list[dict[str, Any]]:
     """Return the ``User``, ``Permission`` and ``TopicPermission`` of each grant's user.
 
+    And the audit stream, as a ``Queue``: agents write to it but no service user may
+    declare it (in a definitions document it is one of the queues). It is kept if the
+    resource is deleted (``deletionPolicy: retain``): it is the record.
+
     Args:
         grants: The team's users (``team_grants``).
         cluster: The ``RabbitmqCluster`` the resources are for (its name).
@@ -99,7 +103,25 @@ def topology_resources(
                 },
             ),
         ]
-    return resources
+    audit = {
+        "name": topology.audit_stream,
+        "vhost": vhost,
+        "type": "stream",
+        "durable": True,
+        "autoDelete": False,
+        "deletionPolicy": "retain",
+        "rabbitmqClusterReference": reference,
+    }
+    return [*resources, _queue(f"{prefix}-audit", audit)]
+
+
+def _queue(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": _API,
+        "kind": "Queue",
+        "metadata": {"name": name, "labels": dict(_PART_OF)},
+        "spec": spec,
+    }
 
 
 def _permission_fields(entry: dict[str, str]) -> dict[str, str]:

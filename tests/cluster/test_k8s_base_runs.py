@@ -127,7 +127,8 @@ async def _run_plan_killing_a_node(
         AGENTBUS, "plan", "run", "-", "--json", "--timeout", "300", env=env,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    assert process.stdin is not None and process.stderr is not None
+    assert process.stdin is not None
+    assert process.stderr is not None
     process.stdin.write(plan.model_dump_json().encode())
     process.stdin.close()
     killed = -1
@@ -145,7 +146,7 @@ async def _run_plan_killing_a_node(
 
 async def _listed(url: str, pods: list[Pod]) -> Counter[str] | None:
     """The registry's listing as the operator sees it: agents by service, once all are in."""
-    code, out, err = await _cli(url, "agents", "--json")
+    code, out, _err = await _cli(url, "agents", "--json")
     if code != 0:
         return None
     services = Counter(row["service"] for row in json.loads(out))

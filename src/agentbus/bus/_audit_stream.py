@@ -55,20 +55,24 @@ class RabbitAuditStream:
 
     async def open(self) -> bool:
         """Find the stream (with ``create``, declare it), then open a channel to write on."""
+        # Passive first: that needs no configure permission, which a service's broker user
+        # has not on the stream an operator made. A missing stream closes only the probe.
+        found = await self._declare(passive=True)
+        if not found and not (self._create and await self._declare(passive=False)):
+            return False
+        self._channel = await self._connection.channel(publisher_confirms=False)
+        return True
+
+    async def _declare(self, *, passive: bool) -> bool:
         try:
-            # Passive unless asked to make it: a missing stream closes only this channel.
             async with scratch_channel(self._connection) as probe:
                 await probe.declare_queue(
-                    self.name,
-                    durable=True,
-                    passive=not self._create,
-                    arguments={"x-queue-type": "stream"},
+                    self.name, durable=True, passive=passive, arguments={"x-queue-type": "stream"}
                 )
         except aiormq.exceptions.ChannelNotFoundEntity:
             return False
         except aiormq.exceptions.ChannelPreconditionFailed:
             pass  # there, declared otherwise (its own retention arguments): write to it
-        self._channel = await self._connection.channel(publisher_confirms=False)
         return True
 
     async def write(self, batch: list[dict[str, Any]]) -> None:

@@ -117,6 +117,13 @@ def test_the_users_are_those_agentbus_definitions_generates() -> None:
     assert [d for d in yaml.safe_load_all(text) if d] == expected
 
 
+def test_the_readme_makes_the_secrets_of_those_users() -> None:
+    """deploy/README.md's Secrets command names the same team as users.yaml."""
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    line = next(ln for ln in readme.splitlines() if "--format k8s-secrets | kubectl" in ln)
+    assert " ".join(_USERS_COMMAND.split()) in " ".join(line.split())
+
+
 def test_each_deployment_logs_in_as_its_own_user(rendered: Path) -> None:
     """A Deployment reads the Secret its service's User imports; no pod shares a user."""
     docs = _docs(rendered)

@@ -80,14 +80,22 @@ class Team:
         """Stop the agent ``agent_id`` (it says goodbye: offline at once)."""
         await self.agents.pop(agent_id).stop()
 
-    async def serve(self, keys: ApiKeys | None = None, **options: Any) -> Gateway:
-        """Start a gateway on a free port; ``url`` is its base URL."""
+    async def serve(
+        self, keys: ApiKeys | None = None, *, public_host: str | None = None, **options: Any
+    ) -> Gateway:
+        """Start a gateway on a free port; ``url`` is its base URL.
+
+        ``public_host``: the host name its cards (and ``url``) name instead of 127.0.0.1.
+        """
         port = free_port()
+        if public_host is not None:
+            options["public_url"] = f"http://{public_host}:{port}"
         config = GatewaySettings(host="127.0.0.1", port=port, refresh_interval=HEARTBEAT, **options)
-        keys = keys or ApiKeys.from_mapping({KEY: "alice", OTHER_KEY: "bob"})
+        if keys is None:  # not ``or``: anonymous keys are empty, hence falsy
+            keys = ApiKeys.from_mapping({KEY: "alice", OTHER_KEY: "bob"})
         self.gateway = await Gateway(self.settings, config, keys).open()
         self._server, self._serving = await start_uvicorn(self.gateway.app, port)
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://{public_host or '127.0.0.1'}:{port}"
         return self.gateway
 
     async def close_gateway(self) -> None:

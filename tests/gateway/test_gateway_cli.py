@@ -71,6 +71,35 @@ async def test_the_gateway_command_serves_the_bus_agents(team: Team, tmp_path: P
     assert status == 0
 
 
+async def test_an_anonymous_gateway_serves_its_root_service_by_host(team: Team) -> None:
+    """``gateway --anonymous --root-service calc``: a client given only the host calls calc."""
+    await team.add(Calc(agent_id="calc-1", settings=team.settings, heartbeat_interval=HEARTBEAT))
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        AGENTBUS, "--url", team.settings.url, "--exchange", team.settings.exchange,
+        "gateway", "--anonymous", "--root-service", "calc", "--port", str(port),
+        env=ENV, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_listed(url, "calc")
+        async with httpx.AsyncClient() as http:
+            card = await A2ACardResolver(http, url).get_agent_card()
+        assert (card.name, len(card.security_requirements), len(card.security_schemes)) == (
+            "calc",
+            0,
+            0,
+        )
+        async with sdk_client(url, None) as client:
+            (response,) = await send(client, user_message({"n": 3}, skill="double"))
+        assert data_of(response.task.artifacts[0].parts[0]) == 6
+    finally:
+        process.terminate()
+        _, err = await process.communicate()
+    assert process.returncode == 0
+    assert f"calc served at {url}/" in err.decode()
+
+
 async def test_the_gateway_serves_tls_with_uvicorns_options(team: Team, tmp_path: Path) -> None:
     """--ssl-certfile/--ssl-keyfile: cards and calls over https, their URLs the public one."""
     openssl = shutil.which("openssl")

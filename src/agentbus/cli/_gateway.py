@@ -36,6 +36,11 @@ __all__ = ["gateway", "run_a2a"]
     help="No keys: every caller is 'anonymous' (local use only).",
 )  # fmt: skip
 @click.option("--public-url", metavar="URL", help="Base URL callers use (named in the cards).")
+@click.option(
+    "--root-service", metavar="NAME",
+    help="Serve this service at the root too: its card at /.well-known/agent-card.json, "
+    "calls at / (discovery by host) [AGENTBUS_GATEWAY_ROOT_SERVICE].",
+)  # fmt: skip
 @click.option("--max-open-tasks", type=click.IntRange(min=1), help="Tasks running at once [256].")
 @click.option("--retention", "task_retention", type=click.FloatRange(min=1), help="Seconds [3600].")
 @click.option("--max-body", "max_body_size", type=click.IntRange(min=1), help="Bytes [1 MiB].")
@@ -48,7 +53,8 @@ def gateway(
     """Serve every live agent on the bus as an A2A agent over HTTP (JSON-RPC, SSE).
 
     Cards: GET /agents (the list) and /agents/SERVICE/.well-known/agent-card.json;
-    calls: POST /agents/SERVICE/ with Authorization: Bearer KEY.
+    calls: POST /agents/SERVICE/ with Authorization: Bearer KEY. With --root-service NAME,
+    NAME is served at the root too (/.well-known/agent-card.json, POST /).
     """
     try:
         from agentbus.gateway import ApiKeys, GatewaySettings
@@ -98,6 +104,8 @@ async def _serve(
             )
         )
         click.echo(f"agentbus gateway on {served.public_url}/agents", err=True)
+        if config.root_service is not None:
+            click.echo(f"{config.root_service} served at {served.public_url}/", err=True)
         await server.serve()
 
 
@@ -134,6 +142,9 @@ def run_a2a(
     wait: float,
 ) -> None:
     """Put the A2A agent at URL on the bus: its card's skills, forwarded over HTTP.
+
+    URL is the agent's base URL (its card at URL/.well-known/agent-card.json), or just its
+    host for an agent served at the root (a gateway's --root-service).
 
     The agent heartbeats like any other; requests become A2A messages, their tasks' artifacts
     the results, failed tasks error envelopes, and a bus cancel cancels the A2A task.

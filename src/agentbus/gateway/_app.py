@@ -2,8 +2,12 @@
 
 Paths: ``/agents`` lists the agent cards; ``/agents/<service>/.well-known/agent-card.json``
 is a service's card; ``/agents/<service>/`` takes its JSON-RPC calls, and
-``/agents/<service>/rest/...`` the same calls in the HTTP+JSON (REST) binding. The routes follow the
-registry: a service that leaves is gone (404), a new one appears, without a restart.
+``/agents/<service>/rest/...`` the same calls in the HTTP+JSON (REST) binding. One service
+(``root_service``) can also be served at the root, so that a client discovering an agent by
+its host finds it: its card at ``/.well-known/agent-card.json``, JSON-RPC at ``POST /``, and
+HTTP+JSON at the root too (``/message:send``, ``/tasks/{id}``, ...), where clients that
+discover by host look for it. The routes follow the registry: a service that leaves is gone
+(404), a new one appears, without a restart.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from agentbus._config import Settings
 from agentbus.bus import Bus
 from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
+from agentbus.gateway._checks import checked_jsonrpc, checked_rest
 from agentbus.gateway._directory import Directory
 from agentbus.gateway._executor import BusExecutor
 from agentbus.gateway._follow import PlanProgress
@@ -61,6 +66,8 @@ class Gateway:
         self.public_url = (gateway.public_url or f"http://{gateway.host}:{gateway.port}").rstrip(
             "/"
         )
+        self.root_service = gateway.root_service
+        self._secured = not keys.allow_anonymous
         self.open_tasks = OpenTasks(gateway.max_open_tasks)
         self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
         self._bus = Bus(settings, agent_id=default_id(settings, "gateway"), app_id="gateway")
@@ -79,6 +86,7 @@ class Gateway:
         )
         self._handlers: dict[str, GatewayHandler] = {}
         self._mounts: dict[str, Mount] = {}
+        self._root: dict[str, list[BaseRoute]] = {}
         self.app = Starlette(
             routes=self._routes(),
             middleware=[
@@ -90,7 +98,7 @@ class Gateway:
                 Middleware(_BodyLimit, max_size=gateway.max_body_size),
             ],
         )
-        self.app.router.default = _no_such_agent
+        self.app.router.default = self._no_such_agent
 
     def __repr__(self) -> str:
         state = self._bus.state.value
@@ -130,18 +138,31 @@ class Gateway:
         await self.callers.aclose()
         await self._bus.aclose()
 
-    def card_url(self, service: str) -> str:
-        """Return the URL of ``service``'s A2A endpoint (its card is under it)."""
-        return f"{self.public_url}{_PREFIX}/{service}/"
+    def card_url(self, service: str, *, root: bool = False) -> str:
+        """Return the URL of ``service``'s A2A endpoint (its card is under it).
 
-    def a2a_card(self, service: str) -> a2a.AgentCard | None:
-        """Return ``service``'s A2A card, or None when it is not live."""
+        ``root``: the URL of the root, where the ``root_service`` is served too.
+        """
+        return f"{self.public_url}/" if root else f"{self.public_url}{_PREFIX}/{service}/"
+
+    def a2a_card(self, service: str, *, root: bool = False) -> a2a.AgentCard | None:
+        """Return ``service``'s A2A card (served at the root: ``root``), or None when not live.
+
+        Without keys (anonymous) the card declares no security scheme and requires none.
+        """
         card = self.directory.cards.get(service)
-        return None if card is None else a2a_card(card, self.card_url(service))
+        if card is None:
+            return None
+        url = self.card_url(service, root=root)
+        rest_url = self.public_url if root else None  # at the root, HTTP+JSON is there too
+        return a2a_card(card, url, secured=self._secured, rest_url=rest_url)
 
     def _routes(self) -> list[BaseRoute]:
         routes: list[BaseRoute] = [Route(_PREFIX, self._listing, methods=["GET"])]
-        return routes + [self._mount(service) for service in sorted(self.directory.cards)]
+        routes += [self._mount(service) for service in sorted(self.directory.cards)]
+        if self.root_service is not None and self.root_service in self.directory.cards:
+            routes += self._root_routes(self.root_service)
+        return routes
 
     def _reroute(self) -> None:
         # In place: the app's router keeps the list object.
@@ -161,23 +182,54 @@ class Gateway:
             store=self.store,
             open_tasks=self.open_tasks,
         )
-
-        async def current(served: a2a.AgentCard) -> a2a.AgentCard:
-            return self.a2a_card(service) or served
-
-        # v0.3 compatibility too: clients without the A2A-Version header, message/send.
-        routes = [
-            *create_agent_card_routes(card, card_modifier=current),
-            *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
-            *create_rest_routes(handler, path_prefix=REST_PREFIX),
-        ]
         self._handlers[service] = handler
+        routes = self._service_routes(service, root=False)
         mount = self._mounts[service] = Mount(f"{_PREFIX}/{service}", routes=routes)
         return mount
+
+    def _root_routes(self, service: str) -> list[BaseRoute]:
+        # The SDK's tenant paths (/{tenant}/rest/...) are left out at the root: they would
+        # take every other path, /agents/<a service that left>/ included.
+        routes = self._root.get(service)
+        if routes is None:
+            routes = self._root[service] = [
+                route
+                for route in self._service_routes(service, root=True)
+                if not isinstance(route, Mount)
+            ]
+        return routes
+
+    def _service_routes(self, service: str, *, root: bool) -> list[BaseRoute]:
+        card = self.a2a_card(service, root=root)
+        assert card is not None
+        handler = self._handlers[service]
+
+        async def current(served: a2a.AgentCard) -> a2a.AgentCard:
+            return self.a2a_card(service, root=root) or served
+
+        rest = "" if root else REST_PREFIX
+        # v0.3 compatibility too: clients without the A2A-Version header, message/send.
+        return [
+            *create_agent_card_routes(card, card_modifier=current),
+            *checked_jsonrpc(create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)),
+            *checked_rest(create_rest_routes(handler, path_prefix=rest), rest),
+        ]
 
     async def _listing(self, request: Request) -> JSONResponse:
         cards = [self.a2a_card(service) for service in sorted(self.directory.cards)]
         return JSONResponse({"agents": [agent_card_to_dict(card) for card in cards if card]})
+
+    async def _no_such_agent(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if path.startswith(_PREFIX + "/"):
+            service = path.removeprefix(_PREFIX + "/").split("/", 1)[0]
+        elif self.root_service is not None and self.root_service not in self.directory.cards:
+            service = self.root_service  # served at the root when it is live
+        else:
+            service = ""
+        message = f"no agent {service!r} on this gateway" if service else f"no such path {path!r}"
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32601, "message": message}}
+        await JSONResponse(body, status_code=404)(scope, receive, send)
 
 
 def _is_public(scope: Scope) -> bool:
@@ -186,14 +238,6 @@ def _is_public(scope: Scope) -> bool:
     return scope.get("method") == "GET" and (
         path == _PREFIX or path.endswith(AGENT_CARD_WELL_KNOWN_PATH)
     )
-
-
-async def _no_such_agent(scope: Scope, receive: Receive, send: Send) -> None:
-    path: str = scope.get("path", "")
-    service = path.removeprefix(_PREFIX + "/").split("/", 1)[0] if path.startswith(_PREFIX) else ""
-    message = f"no agent {service!r} on this gateway" if service else f"no such path {path!r}"
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32601, "message": message}}
-    await JSONResponse(body, status_code=404)(scope, receive, send)
 
 
 class _BodyLimit:
@@ -212,7 +256,8 @@ class _BodyLimit:
 
         async def limited() -> Message:
             nonlocal seen
-            if declared is not None and declared > self.max_size:
+            # Once over, over on every later read too (a second reader gets the same answer).
+            if (declared is not None and declared > self.max_size) or seen > self.max_size:
                 raise HTTPException(413, f"the body is over {self.max_size} bytes")
             message = await receive()
             seen += len(message.get("body", b""))

@@ -19,10 +19,20 @@ REST_PREFIX = "/rest"
 """Where, under an agent's URL, the HTTP+JSON (REST) binding is served."""
 
 
-def a2a_card(card: AgentCard, url: str, *, streaming: bool = True) -> a2a.AgentCard:
+def a2a_card(
+    card: AgentCard,
+    url: str,
+    *,
+    streaming: bool = True,
+    secured: bool = True,
+    rest_url: str | None = None,
+) -> a2a.AgentCard:
     """Return the A2A card of the bus service ``card`` describes, served at ``url``.
 
-    The card names two interfaces: JSON-RPC at ``url``, HTTP+JSON under ``url`` + ``/rest``.
+    The card names two interfaces: JSON-RPC at ``url``, HTTP+JSON at ``rest_url`` (by default
+    ``url`` + ``/rest``).
+    ``secured``: it declares the bearer scheme and requires it; else (a gateway without
+    keys) it declares no scheme and no requirement.
     """
     schemas = Struct()
     schemas.update(
@@ -31,14 +41,14 @@ def a2a_card(card: AgentCard, url: str, *, streaming: bool = True) -> a2a.AgentC
             for skill in card.skills
         }
     )
-    return a2a.AgentCard(
+    found = a2a.AgentCard(
         name=card.name,
         description=card.description or f"the {card.name} agent on the bus",
         version=card.version,
         supported_interfaces=[
             a2a.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             a2a.AgentInterface(
-                url=url.rstrip("/") + REST_PREFIX,
+                url=rest_url if rest_url is not None else url.rstrip("/") + REST_PREFIX,
                 protocol_binding="HTTP+JSON",
                 protocol_version="1.0",
             ),
@@ -53,18 +63,22 @@ def a2a_card(card: AgentCard, url: str, *, streaming: bool = True) -> a2a.AgentC
                 )
             ],
         ),
-        security_schemes={
-            BEARER: a2a.SecurityScheme(
-                http_auth_security_scheme=a2a.HTTPAuthSecurityScheme(
-                    scheme="Bearer", description="an API key given by the gateway's operator"
-                )
-            )
-        },
-        security_requirements=[ParseDict({"schemes": {BEARER: {}}}, a2a.SecurityRequirement())],
         default_input_modes=["application/json", "text/plain"],
         default_output_modes=["application/json", "text/plain"],
         skills=[_skill(card.name, skill) for skill in card.skills],
     )
+    if secured:
+        found.security_schemes[BEARER].CopyFrom(
+            a2a.SecurityScheme(
+                http_auth_security_scheme=a2a.HTTPAuthSecurityScheme(
+                    scheme="Bearer", description="an API key given by the gateway's operator"
+                )
+            )
+        )
+        found.security_requirements.append(
+            ParseDict({"schemes": {BEARER: {}}}, a2a.SecurityRequirement())
+        )
+    return found
 
 
 def _skill(service: str, skill: SkillCard) -> a2a.AgentSkill:

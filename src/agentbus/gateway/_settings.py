@@ -21,6 +21,9 @@ class GatewaySettings(BaseSettings):
     """A JSON object: API key -> bus identity (or {"identity": ..., "url": ...})."""
     allow_anonymous: bool = False
     """Without keys: every caller is the identity ``anonymous`` (for local use only)."""
+    root_service: str | None = None
+    """A service served at the root too (its card at ``/.well-known/agent-card.json``, JSON-RPC
+    at ``/``, HTTP+JSON at ``/rest``): for clients that discover an agent by its host."""
     registry: str = "registry"
     leader: str = "leader"
     """The leader service: its ``run_plan`` tasks stream the plan's progress."""

@@ -17,6 +17,7 @@ from agentbus.bus._journal import Journal
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
+from agentbus.bus._redelivery import redelivered
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
@@ -51,6 +52,7 @@ __all__ = [
     "current_trace",
     "open_connection",
     "read_audit",
+    "redelivered",
     "reply_routing_key",
     "routing_key",
     "topic_matches",

@@ -12,7 +12,7 @@ import structlog
 
 from agentbus._exceptions import AgentBusError, InvalidParameters
 from agentbus.agents import AGENT_OFFLINE, Agent, current_request, skill
-from agentbus.bus import Journal, Topology
+from agentbus.bus import Journal, Topology, redelivered
 from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope, utcnow
 from agentbus.leader._aggregate import (
     PLAN_PROGRESS,
@@ -160,7 +160,9 @@ class Leader(Agent):
             runner = PlanRunner(self.bus, plan, directory=self._directory, progress=progress)
             return runner, None, None
         journal = PlanJournal(self._journal, plan_key(request.message_id))
-        restored = await journal.restore(request.timestamp)
+        # A first delivery (never handed to a leader before) has nothing in the journal:
+        # reading it back, every plan's records of the last minutes, is skipped.
+        restored = None if redelivered() is False else await journal.restore(request.timestamp)
         expect = [sent.message_id for sent in (restored.in_flight if restored else {}).values()]
         # Held: an answer leaves the queue once the journal has what came of it.
         stop_replies = await self.bus.reply_queue(journal.reply_queue, expect=expect, hold=True)

@@ -1,0 +1,174 @@
+"""A nemesis for the cluster tier: faults drawn from a seeded schedule, each timed until work flows.
+
+Jepsen's shape: a workload writes to a ledger (every request sent and how it ended, every
+effect a worker executed), while a nemesis injects one fault at a time, drawn by a seeded
+``random.Random`` so that a failing run replays with its seed. Each fault is healed
+before the next; for each, the time from its healing until the ledger records a new
+effect is "until work flowed again".
+
+The faults (``FAULTS``): kill -9 of a broker node and its restart; a restart of all three
+nodes (stopped together, started together); kill -9 of a durable leader and a new one
+started; kill -9 of a worker mid-step and a new one started; every connection of a node
+force-closed; the client partitioned from the broker (its proxy cuts every link and
+refuses new ones) and healed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from agentbus.testing.chaos import AgentProcess, ChaosProxy, Ledger, PrivateCluster
+
+FAULTS: Final = (
+    "node kill -9 and restart",
+    "all three nodes restarted",
+    "leader kill -9",
+    "worker kill -9 mid-step",
+    "connections force-closed",
+    "client partitioned",
+)
+PARTITION: Final = 5.0  # seconds the client stays cut off
+NODE_DOWN: Final = 3.0  # seconds a killed node stays down
+
+
+@dataclass
+class FaultRow:
+    """What one kind of fault did over a run: how often, and how long until work flowed."""
+
+    name: str
+    count: int = 0
+    flowed_after: list[float] = field(default_factory=list)
+
+    def cells(self) -> str:
+        if not self.flowed_after:
+            return f"| {self.name} | {self.count} | - | - |"
+        median, worst = statistics.median(self.flowed_after), max(self.flowed_after)
+        return f"| {self.name} | {self.count} | {median:.1f} s | {worst:.1f} s |"
+
+
+@dataclass
+class Crew:
+    """The processes the nemesis may kill, and how to start a replacement."""
+
+    leaders: list[AgentProcess]
+    workers: list[AgentProcess]
+    start_leader: Callable[[], AgentProcess]
+    start_worker: Callable[[], AgentProcess]
+
+
+class Nemesis:
+    """Injects the faults of ``FAULTS`` in a seeded order and times each recovery."""
+
+    def __init__(
+        self,
+        seed: int,
+        cluster: PrivateCluster,
+        proxy: ChaosProxy,
+        crew: Crew,
+        ledger: Ledger,
+    ) -> None:
+        self.seed = seed
+        self.rows = {name: FaultRow(name) for name in FAULTS}
+        self.log: list[str] = []
+        self._rng = random.Random(seed)
+        self._cluster = cluster
+        self._proxy = proxy
+        self._crew = crew
+        self._ledger = ledger
+
+    def table(self) -> str:
+        head = "| fault | count | until work flowed, median | worst |\n| --- | --- | --- | --- |"
+        return "\n".join([head, *(row.cells() for row in self.rows.values())])
+
+    async def run(self, seconds: float, pause: tuple[float, float] = (2.0, 6.0)) -> None:
+        """Inject faults for ``seconds``, a random pause between them; every kind at least once."""
+        deadline = time.monotonic() + seconds
+        pending = list(FAULTS)
+        self._rng.shuffle(pending)
+        while time.monotonic() < deadline or pending:
+            name = pending.pop() if pending else self._rng.choice(FAULTS)
+            await self.inject(name)
+            await asyncio.sleep(self._rng.uniform(*pause))
+
+    async def inject(self, name: str) -> None:
+        """Inject fault ``name``, heal it, and wait until an effect is recorded again."""
+        began = time.monotonic()
+        await _FAULT_ACTIONS[name](self)
+        healed = time.monotonic()
+        flowed = await self._work_flows(timeout=120.0)
+        row = self.rows[name]
+        row.count += 1
+        row.flowed_after.append(flowed)
+        self.log.append(
+            f"{began:.1f} {name}: healed after {healed - began:.1f} s, work flowed {flowed:.1f} s later"
+        )
+
+    async def _work_flows(self, timeout: float) -> float:
+        began, before = time.monotonic(), len(self._ledger.effects())
+        while len(self._ledger.effects()) <= before:
+            if time.monotonic() - began > timeout:
+                raise AssertionError(f"seed {self.seed}: no work for {timeout} s after a fault")
+            await asyncio.sleep(0.05)
+        return time.monotonic() - began
+
+    async def _node_kill(self) -> None:
+        victim = self._rng.randrange(len(self._cluster.nodes))
+        await self._cluster.kill(victim)
+        await asyncio.sleep(NODE_DOWN)  # the fault's length: the node stays down this long
+        await self._cluster.start(victim)
+        await self._cluster.ensure_running()
+
+    async def _all_nodes(self) -> None:
+        nodes = range(len(self._cluster.nodes))
+        await asyncio.gather(*(self._cluster.stop(i) for i in nodes))
+        await asyncio.gather(*(self._cluster.start(i) for i in nodes))
+        await self._cluster.ensure_running()
+
+    async def _leader_kill(self) -> None:
+        crew = self._crew
+        victim = crew.leaders.pop(self._rng.randrange(len(crew.leaders)))
+        victim.kill()
+        replacement = crew.start_leader()
+        await replacement.started()
+        crew.leaders.append(replacement)
+
+    async def _worker_kill(self) -> None:
+        crew = self._crew
+        victim = crew.workers.pop(self._rng.randrange(len(crew.workers)))
+        victim.kill()
+        replacement = crew.start_worker()
+        await replacement.started()
+        crew.workers.append(replacement)
+
+    async def _close_connections(self) -> None:
+        victim = self._rng.randrange(len(self._cluster.nodes))
+        await asyncio.to_thread(self._cluster.nodes[victim].close_connections)
+
+    async def _partition(self) -> None:
+        self._proxy.refuse()
+        self._proxy.cut()
+        await asyncio.sleep(PARTITION)  # the fault's length: the client is cut off this long
+        self._proxy.heal()
+
+
+_FAULT_ACTIONS: Final = dict(
+    zip(
+        FAULTS,
+        (
+            Nemesis._node_kill,
+            Nemesis._all_nodes,
+            Nemesis._leader_kill,
+            Nemesis._worker_kill,
+            Nemesis._close_connections,
+            Nemesis._partition,
+        ),
+        strict=True,
+    )
+)
+

@@ -46,9 +46,10 @@ class Settings(BaseSettings):
     """The instance queue's type (replies and direct requests); None: as ``queue_type``.
     Quorum survives the loss of the node that holds it: replies are not dropped meanwhile."""
     delivery_limit: int = Field(default=5, ge=1)
-    durable_plans: bool = False
+    durable_plans: bool = True
     """Leaders journal each plan on the broker, so another leader finishes a plan whose
-    leader died (``Leader(durable=...)``, ``agentbus leader --durable``)."""
+    leader died (``Leader(durable=...)``, ``agentbus leader --no-durable`` to turn it off).
+    On by default: it costs a plan tens of milliseconds (docs/reliability.md)."""
     plan_retention: float = Field(default=3600.0, ge=0)
     """Seconds a leader keeps a plan's aggregate after it ended, for ``plan_status``."""
     tracing: bool = False

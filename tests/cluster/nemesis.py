@@ -106,7 +106,7 @@ class Nemesis:
         row.count += 1
         row.flowed_after.append(flowed)
         self.log.append(
-            f"{began:.1f} {name}: healed after {healed - began:.1f} s, work flowed {flowed:.1f} s later"
+            f"{name}: healed after {healed - began:.1f} s, work flowed {flowed:.1f} s later"
         )
 
     async def _work_flows(self, timeout: float) -> float:
@@ -171,4 +171,3 @@ _FAULT_ACTIONS: Final = dict(
         strict=True,
     )
 )
-

@@ -76,7 +76,7 @@ class Plans:
             self.answers[plan.id] = []
             try:
                 aggregate = await self.client.run(plan, timeout=300)
-            except Exception as exc:  # noqa: BLE001 - recorded, and the run fails on it below
+            except Exception as exc:  # recorded; the run fails on it below
                 self.failures[plan.id] = f"{type(exc).__name__}: {exc}"
                 for n in range(STEPS):
                     self.ledger.record_send(f"{plan.id}/s{n}", SendOutcome.UNKNOWN)
@@ -145,7 +145,9 @@ async def test_nemesis(
     print(
         f"[nemesis] seed={SEED} {elapsed:.0f} s: {report.summary()} requests={producer.calls} "
         f"plans={len(answered)} ({sum(answered.values())} answers)\n"
-        + nemesis.table() + "\n" + "\n".join(nemesis.log)
+        + nemesis.table()
+        + "\n"
+        + "\n".join(nemesis.log)
     )
     assert planner.done(), f"seed {SEED}: a plan never ended"
     assert plans.failures == {}, f"seed {SEED}: {plans.failures}"

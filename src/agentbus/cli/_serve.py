@@ -128,7 +128,7 @@ def registry(ctx: click.Context, /, missed: int, **options: Any) -> None:
     "--durable/--no-durable",
     default=None,
     help="Journal each plan on the broker: another leader finishes it if this one dies "
-    "[env AGENTBUS_DURABLE_PLANS; off].",
+    "(needs RabbitMQ 3.9+, streams) [env AGENTBUS_DURABLE_PLANS; on].",
 )
 @click.pass_context
 def leader(

@@ -119,6 +119,43 @@ async def test_progress_comes_back_and_a_bus_cancel_cancels_the_call(
     assert [(p["fraction"], p["message"]) for p in progress] == [(0.5, "waiting 60s")]
 
 
+async def test_a_server_gone_mid_call_fails_it_at_once(team: Team) -> None:
+    """The HTTP server's process dies while it holds a call: the requester gets
+    agent_unavailable at once (not at its timeout), and the next call too."""
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(*WORDSMITH, "--http", str(port))
+    try:
+        agent = await RemoteMcpAgent.connect(
+            McpTarget(url=f"http://127.0.0.1:{port}/mcp"),
+            agent_id="words-1",
+            settings=team.settings,
+            heartbeat_interval=HEARTBEAT,
+            wait=30,
+        )
+        await team.add(agent)
+        working = asyncio.Event()
+        request = RequestEnvelope(
+            sender_id=team.client.agent_id,
+            receiver_id=agent.name,
+            payload=RequestPayload(action="slow-wait", parameters={"seconds": 60}),
+        )
+        waiting = asyncio.create_task(
+            team.client.send_request(request, timeout=30, on_progress=lambda _: working.set())
+        )
+        await asyncio.wait_for(working.wait(), 15)  # the server said it is waiting
+        server.kill()
+        with pytest.raises(RemoteError) as gone:
+            await asyncio.wait_for(waiting, 15)
+        assert gone.value.code == "agent_unavailable"
+        with pytest.raises(RemoteError) as again:
+            await team.client.request(agent.name, "reverse", {"text": "a b"}, timeout=15)
+        assert again.value.code == "agent_unavailable"
+    finally:
+        if server.returncode is None:
+            server.kill()
+        await server.wait()
+
+
 async def test_agentbus_mcp_behind_run_mcp_keeps_results_and_wire_codes(team: Team) -> None:
     """run-mcp in front of agentbus mcp: a team's skills as another service's, unchanged."""
     await team.add(

@@ -21,10 +21,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from agentbus._exceptions import AgentBusError
+from agentbus._logging import get_logger
 from agentbus.envelopes import ErrorCode
 
 __all__ = ["McpLink", "McpTarget"]
 
+_log = get_logger("agentbus.mcp")
 _FIRST_PAUSE: Final = 0.2  # seconds between tries to connect, doubling
 _MAX_PAUSE: Final = 2.0
 _HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
@@ -148,6 +150,8 @@ class McpLink:
                         code=ErrorCode.AGENT_UNAVAILABLE,
                     )
                 )
+            else:
+                _log.warning("MCP session lost", target=str(self.target), error=_reason(exc))
         finally:
             self._client = None
 

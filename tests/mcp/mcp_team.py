@@ -118,13 +118,19 @@ class Team:
         await self.agents.pop(agent_id).stop()
 
     def stdio(self) -> StdioServerParameters:
-        """``agentbus mcp`` over stdio on this team's bus, as a client starts it."""
+        """``agentbus mcp`` over stdio on this team's bus, as a client starts it (wait until
+        ``registered("registry")`` first for a server that sees the registry at once)."""
         return StdioServerParameters(
             command=sys.executable, args=["-m", "agentbus", "mcp"], env=self.env(), cwd=str(ROOT)
         )
 
     async def serve_http(self, keys: ApiKeys | None = None) -> TeamServer:
-        """Serve the team over Streamable HTTP, in this process; ``url`` is its endpoint."""
+        """Serve the team over Streamable HTTP, in this process; ``url`` is its endpoint.
+
+        Once the registry lists itself: the server's first look sees it, so a change the
+        server tells of later is a test's own.
+        """
+        await self.registered("registry")
         port = free_port()
         keys = keys or ApiKeys.from_mapping({KEY: "alice", OTHER_KEY: "bob"})
         config = McpSettings(transport="http", port=port, refresh_interval=HEARTBEAT)

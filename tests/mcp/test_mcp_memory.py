@@ -65,7 +65,8 @@ async def memory() -> AsyncIterator[Memory]:
         )
         server = TeamServer(bus("mcp-1"), McpSettings(refresh_interval=BEAT))
         await stack.enter_async_context(server)
-        await wait_until(lambda: {"scribe__echo", "run_plan"} <= server.tools.keys())
+        every = {"registry__list_agents", "run_plan", "scribe__echo"}
+        await wait_until(lambda: every <= server.tools.keys())  # no change to tell from here on
         yield Memory(broker, server, scribe, stack)
 
 

@@ -7,6 +7,9 @@ through ``StdioServerParameters``; both protocol eras.
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+from asyncio.subprocess import PIPE
 from typing import Any
 
 import mcp_types as types
@@ -17,6 +20,12 @@ from mcp_team import ERAS, HEARTBEAT, Team
 
 from agentbus.mcp import ERROR_META
 from waiting import wait_until
+
+INITIALIZE = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "clientInfo": {"name": "a-desktop-client", "version": "1"},
+}
 
 
 async def listed(client: Client) -> set[str]:
@@ -70,8 +79,9 @@ async def test_the_tool_list_follows_the_agents_and_a_cancel_reaches_one(
         if isinstance(message, types.ToolListChangedNotification):
             changes.set()
 
+    await team.registered("registry")  # the server's first look sees it: no change to tell
     async with Client(team.stdio(), mode=era, message_handler=on_message) as client:
-        await until_listed(client, "registry__list_agents")
+        assert "registry__list_agents" in await listed(client)
         if era == "legacy":
             await team.add(
                 Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
@@ -97,3 +107,40 @@ async def test_the_tool_list_follows_the_agents_and_a_cancel_reaches_one(
         await wait_until(lambda: scribe.ended == ["cancelled"], 15)
         await team.remove("shouter-1")
         await until_listed(client, "shouter__shout", present=False)
+
+
+async def test_sigterm_cancels_the_calls_running_and_exits_0(team: Team) -> None:
+    """A client that stops the server with SIGTERM mid-call: the skill is cancelled on the
+    bus, and the server exits 0 (its standard input still open)."""
+    scribe = await team.add(
+        Scribe(agent_id="scribe-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    )
+    await team.registered("scribe")
+    server = team.stdio()
+    process = await asyncio.create_subprocess_exec(
+        server.command, *server.args, env=server.env, stdin=PIPE, stdout=PIPE
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        for message in (
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "scribe__wait", "arguments": {"seconds": 60}},
+            },
+        ):
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+        await process.stdin.drain()
+        assert json.loads(await process.stdout.readline())["id"] == 1
+        await asyncio.wait_for(scribe.waiting.wait(), 15)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    await wait_until(lambda: scribe.ended == ["cancelled"], 15)

@@ -47,9 +47,8 @@ def _extra(command: str) -> click.UsageError:
     "--anonymous", "allow_anonymous", is_flag=True, default=None,
     help="HTTP without keys: every caller is 'anonymous' (local use only).",
 )  # fmt: skip
-@click.option("--public-url", metavar="URL", help="HTTP: the base URL callers use.")
 @click.pass_context
-def mcp(ctx: click.Context, /, public_url: str | None, **options: Any) -> None:
+def mcp(ctx: click.Context, /, **options: Any) -> None:
     """Serve the team as one MCP server: every live skill a tool, every card a resource.
 
     Tools are named SERVICE__ACTION (the leader's plans: run_plan) and follow the registry.
@@ -70,7 +69,7 @@ def mcp(ctx: click.Context, /, public_url: str | None, **options: Any) -> None:
         return
     if config.keys_file is None and not config.allow_anonymous:
         raise click.UsageError("over HTTP give --keys FILE (API keys), or --anonymous")
-    asyncio.run(_serve_http(settings, config, _keys(config), public_url))
+    asyncio.run(_serve_http(settings, config, _keys(config)))
 
 
 def _keys(config: McpSettings) -> ApiKeys:
@@ -96,9 +95,7 @@ async def _serve_stdio(settings: Settings, config: McpSettings) -> None:
             await team.serve_stdio()
 
 
-async def _serve_http(
-    settings: Settings, config: McpSettings, keys: ApiKeys, public_url: str | None
-) -> None:
+async def _serve_http(settings: Settings, config: McpSettings, keys: ApiKeys) -> None:
     import uvicorn
 
     from agentbus.mcp import Callers, PlanWatch, TeamServer, http_app
@@ -107,7 +104,7 @@ async def _serve_http(
     callers = Callers(settings, keys, plans)
     team: TeamServer
     async with TeamServer(_own_bus(settings), config, callers=callers, plans=plans) as team:
-        app = http_app(team, keys, public_url=public_url)
+        app = http_app(team, keys)
         server = _server_class()(
             uvicorn.Config(
                 app,

@@ -12,21 +12,20 @@ from agentbus.mcp._server import TeamServer
 __all__ = ["http_app"]
 
 
-def http_app(team: TeamServer, keys: ApiKeys, *, public_url: str | None = None) -> Starlette:
+def http_app(team: TeamServer, keys: ApiKeys) -> Starlette:
     """Return the ASGI app serving ``team`` at its settings' ``path`` (serve it with uvicorn,
     lifespan on: the app's lifespan runs the SDK's session manager).
 
     Every request needs ``Authorization: Bearer <key>`` of ``keys`` (the SDK's bearer
     middleware answers 401 otherwise), unless ``keys`` allows anonymous callers.
-    ``public_url``: the URL callers reach the server at (default from host and port).
     """
     config = team.config
-    base = public_url or f"http://{config.host}:{config.port}"
     if keys.allow_anonymous:
         return team.server.streamable_http_app(streamable_http_path=config.path, host=config.host)
-    # A resource server only: the issuer is the server itself, and no OAuth routes are
-    # served (no provider); the keys are checked as bearer tokens.
-    auth = AuthSettings(issuer_url=base, resource_server_url=None)  # type: ignore[arg-type]
+    # The SDK's bearer middleware, with no OAuth routes (no provider) and no resource
+    # metadata: the keys are checked as bearer tokens. The issuer it requires is unused.
+    issuer = f"http://{config.host}:{config.port}"
+    auth = AuthSettings(issuer_url=issuer, resource_server_url=None)  # type: ignore[arg-type]
     return team.server.streamable_http_app(
         streamable_http_path=config.path,
         host=config.host,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, cast
 
+import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
@@ -31,6 +32,7 @@ from agentbus.mcp._directory import Directory
 from agentbus.mcp._notify import Notifier
 from agentbus.mcp._plans import PlanWatch
 from agentbus.mcp._settings import McpSettings
+from agentbus.mcp._stdio import loop_stdin
 from agentbus.mcp._tools import Tool, team_tools, tool_error
 
 __all__ = ["CARD_URI", "TeamServer"]
@@ -148,11 +150,12 @@ class TeamServer:
         await self._bus.aclose()
 
     async def serve_stdio(self) -> None:
-        """Serve one client over standard input and output until it goes."""
-        async with stdio_server() as (read_stream, write_stream):
-            await self.server.run(
-                read_stream, write_stream, self.server.create_initialization_options()
-            )
+        """Serve one client over standard input and output until it goes (or a cancel)."""
+        async with (
+            loop_stdin() as lines,
+            stdio_server(stdin=cast("anyio.AsyncFile[str] | None", lines)) as (reader, writer),
+        ):
+            await self.server.run(reader, writer, self.server.create_initialization_options())
 
     def _retool(self) -> None:
         self.tools = team_tools(self.directory.cards, leader=self.config.leader)

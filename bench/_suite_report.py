@@ -40,6 +40,9 @@ STUDIES = {  # the cost sections, by results key: their title
     "rounds, registry, leader and two workers in one process; medians)",
     "gateway": "The A2A gateway against a direct bus request ({count} sequential calls a "
     "path; throughput: {workers} concurrent callers for {seconds:g} s)",
+    "mcp": "MCP tool calls against a direct bus request ({count} sequential calls a path, "
+    "the SDK's client, both protocol eras; throughput: {workers} concurrent callers for "
+    "{seconds:g} s)",
     "seams": "Seams: each fast path against the library's public way (µs per call)",
 }  # fmt: skip
 COLORS = {"agentbus": "tab:blue", "aio-pika": "tab:green", "faststream": "tab:red",

@@ -34,6 +34,7 @@ LAYERS: Final[dict[str, frozenset[str]]] = {
     "testing": frozenset({"envelopes", "security", "bus", "agents", "registry", "leader"}),
     "gateway": frozenset({"envelopes", "security", "bus", "agents", "registry", "leader"}),
     "dashboard": frozenset({"envelopes", "bus", "agents", "registry", "leader"}),
+    "mcp": frozenset({"envelopes", "security", "bus", "agents", "registry", "leader", "gateway"}),
     "cli": frozenset(
         {
             "envelopes",
@@ -45,6 +46,7 @@ LAYERS: Final[dict[str, frozenset[str]]] = {
             "testing",
             "gateway",
             "dashboard",
+            "mcp",
         }
     ),
 }

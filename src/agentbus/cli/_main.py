@@ -29,6 +29,7 @@ from agentbus.cli._dashboard import dashboard
 from agentbus.cli._definitions import definitions_command
 from agentbus.cli._demo import demo_command
 from agentbus.cli._gateway import gateway, run_a2a
+from agentbus.cli._mcp import mcp, run_mcp
 from agentbus.cli._security import security_options, security_overrides
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
@@ -36,7 +37,9 @@ from agentbus.leader import Plan
 
 __all__ = ["cli", "main"]
 
-_SERVING_COMMANDS = frozenset({"run", "registry", "leader", "demo", "gateway", "run-a2a"})
+_SERVING_COMMANDS = frozenset(
+    {"run", "registry", "leader", "demo", "gateway", "run-a2a", "mcp", "run-mcp"}
+)
 
 
 def plan_schema() -> dict[str, Any]:
@@ -148,6 +151,8 @@ cli.add_command(definitions_command)
 cli.add_command(audit_command)
 cli.add_command(gateway)
 cli.add_command(run_a2a)
+cli.add_command(mcp)
+cli.add_command(run_mcp)
 cli.add_command(dashboard)
 
 

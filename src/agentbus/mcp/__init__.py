@@ -1,0 +1,32 @@
+"""The team over the Model Context Protocol, both ways (needs the ``mcp`` extra).
+
+``TeamServer`` serves every live skill on the bus as an MCP tool (stdio or Streamable
+HTTP, with the gateway's bearer keys); ``RemoteMcpAgent`` puts an MCP server on the bus
+as an agent whose skills are its tools.
+"""
+
+from agentbus.mcp._callers import Callers
+from agentbus.mcp._http import http_app
+from agentbus.mcp._link import McpLink, McpTarget
+from agentbus.mcp._plans import PlanWatch
+from agentbus.mcp._remote import RemoteMcpAgent
+from agentbus.mcp._server import CARD_URI, TeamServer
+from agentbus.mcp._settings import McpSettings
+from agentbus.mcp._tools import ERROR_META, RUN_PLAN, SEPARATOR, UPDATE_META, tool_name
+
+__all__ = [
+    "CARD_URI",
+    "ERROR_META",
+    "RUN_PLAN",
+    "SEPARATOR",
+    "UPDATE_META",
+    "Callers",
+    "McpLink",
+    "McpSettings",
+    "McpTarget",
+    "PlanWatch",
+    "RemoteMcpAgent",
+    "TeamServer",
+    "http_app",
+    "tool_name",
+]

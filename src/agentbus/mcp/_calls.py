@@ -1,0 +1,175 @@
+"""A tool call is one bus request: its replies are progress notifications, its answer the result.
+
+The request goes from the caller's bus with a deadline and ``notify_start`` (so the server
+learns which instance holds it). Each ``in_progress`` reply (started, progress, a partial
+result) and, for ``run_plan``, each transition of the plan is a progress notification, in
+the order they came. The response is the tool's result; an error envelope or a bus error
+(timeout, no instance, unroutable) a tool error carrying the wire code. A client's
+cancellation (``notifications/cancelled``) cancels the bus request: the ``cancel`` goes to
+the instance holding it, or on broadcast before one is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import mcp_types as types
+import orjson
+
+from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus._logging import get_logger
+from agentbus.agents import NOTIFY_START, send_cancel
+from agentbus.bus import Transport
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
+from agentbus.leader import Leader, Progress
+from agentbus.mcp._notify import Notifier
+from agentbus.mcp._plans import PlanWatch
+from agentbus.mcp._tools import Tool, tool_error, tool_result
+
+__all__ = ["Calls"]
+
+_log = get_logger("agentbus.mcp")
+
+Update = tuple[str, dict[str, Any]]
+"""One progress notification: its message, and the bus update it tells."""
+
+
+@dataclass(slots=True)
+class _Flight:
+    bus: Transport
+    message_id: str
+    holder: str | None = None
+
+
+class Calls:
+    """Runs tool calls as bus requests; ``aclose`` cancels those still running on the bus."""
+
+    def __init__(self, plans: PlanWatch, *, timeout: float) -> None:
+        self._plans = plans
+        self._timeout = timeout
+        self._flights: dict[str, _Flight] = {}
+        self._cancels: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"<Calls flights={len(self._flights)}>"
+
+    async def call(
+        self, bus: Transport, tool: Tool, arguments: dict[str, Any], notifier: Notifier
+    ) -> types.CallToolResult:
+        """Send ``arguments`` to ``tool``'s skill from ``bus``; return the tool's result."""
+        route = tool.route
+        envelope = self._envelope(bus, tool, arguments)
+        flight = self._flights[envelope.message_id] = _Flight(bus, envelope.message_id)
+        updates: asyncio.Queue[Update | None] = asyncio.Queue()
+        pump = asyncio.create_task(_pump(updates, notifier))
+        try:
+            reply = await self._request(flight, envelope, updates)
+            outcome = tool_result(route, reply.payload.result)
+        except AgentBusError as exc:
+            outcome = self._failed(exc, flight)
+        except asyncio.CancelledError:
+            pump.cancel()
+            self._cancel(flight)  # the client cancelled the call: so is the bus request
+            raise
+        finally:
+            self._flights.pop(envelope.message_id, None)
+        updates.put_nowait(None)
+        await pump  # every notification goes out before the result
+        return outcome
+
+    def _failed(self, exc: AgentBusError, flight: _Flight) -> types.CallToolResult:
+        if isinstance(exc, RemoteError):  # the agent's own error envelope
+            error = exc.envelope.payload
+            return tool_error(error.code, error.message, error.details)
+        if isinstance(exc, RequestTimeout):
+            self._cancel(flight)  # the answer would come to nobody: stop the work
+        return tool_error(exc.code, exc.message, exc.details)
+
+    def _envelope(self, bus: Transport, tool: Tool, arguments: dict[str, Any]) -> RequestEnvelope:
+        route = tool.route
+        plan = Leader.plan_of(route.action, arguments) if route.plans else None
+        if plan is not None and "id" not in plan:
+            # A plan needs an id to follow its progress.
+            arguments = {**arguments, "plan": {**plan, "id": f"mcp-{uuid.uuid4().hex[:12]}"}}
+        return RequestEnvelope.model_validate(
+            {
+                "sender_id": bus.agent_id,
+                "receiver_id": route.service,
+                "payload": {"action": route.action, "parameters": arguments},
+                "metadata": {
+                    "deadline": utcnow() + timedelta(seconds=self._timeout),
+                    NOTIFY_START: True,
+                },
+            }
+        )
+
+    async def _request(
+        self, flight: _Flight, envelope: RequestEnvelope, updates: asyncio.Queue[Update | None]
+    ) -> ResponseEnvelope:
+        def on_reply(reply: ResponseEnvelope) -> None:
+            flight.holder = reply.sender_id
+            report = reply.payload.result
+            if isinstance(report, dict):
+                updates.put_nowait((_report_message(report), {"in_progress": report}))
+
+        def on_plan(progress: Progress) -> None:
+            transition = progress.model_dump(mode="json")
+            updates.put_nowait((_transition_message(progress), {"plan_progress": transition}))
+
+        plan = Leader.plan_of(envelope.payload.action, envelope.payload.parameters)
+        if plan is None:
+            return await flight.bus.send_request(
+                envelope, timeout=self._timeout, on_progress=on_reply
+            )
+        with self._plans.watching(flight.bus, str(plan["id"]), on_plan):
+            return await flight.bus.send_request(
+                envelope, timeout=self._timeout, on_progress=on_reply
+            )
+
+    def _cancel(self, flight: _Flight) -> None:
+        # In a task of its own: the caller's task is being cancelled, and every await in it
+        # would be. ``aclose`` waits for the cancels still being sent.
+        task = asyncio.create_task(
+            send_cancel(flight.bus, flight.message_id, holder=flight.holder, log=_log)
+        )
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+
+    async def aclose(self) -> None:
+        """Send the bus cancel for every call still running: the server is going away."""
+        for flight in list(self._flights.values()):
+            self._cancel(flight)
+        await asyncio.gather(*self._cancels, return_exceptions=True)
+
+
+async def _pump(updates: asyncio.Queue[Update | None], notifier: Notifier) -> None:
+    while (update := await updates.get()) is not None:
+        await notifier.send(*update)
+
+
+def _report_message(report: dict[str, Any]) -> str:
+    # For people: what the agent said; a partial result is the chunk itself (JSON unless text).
+    state = report.get("state")
+    if state == "partial":
+        chunk = report.get("chunk")
+        return chunk if isinstance(chunk, str) else orjson.dumps(chunk).decode()
+    if state == "progress":
+        fraction = report.get("fraction")
+        message = str(report.get("message") or "working")
+        return f"{message} ({fraction:.0%})" if isinstance(fraction, int | float) else message
+    return f"{state} on {report.get('agent_id')}"
+
+
+def _transition_message(progress: Progress) -> str:
+    # A subtask's transition; a progress report's words or a partial result's chunk with it.
+    said = ""
+    if progress.detail is not None and progress.transition in ("progress", "partial"):
+        said = " " + _report_message({"state": progress.transition, **progress.detail})
+    return (
+        f"{progress.subtask_id} ({progress.skill}): {progress.transition}{said}"
+        f" [{progress.done}/{progress.total}]"
+    )

@@ -1,0 +1,57 @@
+"""Fixtures of the MCP tier: a team on the real broker; the MCP server in front of it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+for _path in (str(_HERE), str(_HERE.parent / "integration")):  # the helpers, however run
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from helpers import queues_with_prefix  # noqa: E402
+from mcp_team import HEARTBEAT, MISSING, Team, delete_topology  # noqa: E402
+
+from agentbus import Bus, Settings  # noqa: E402
+
+# Without the mcp extra these tests are not collected locally; under CI they are, and fail.
+collect_ignore_glob = (
+    ["test_*.py"] if MISSING and os.environ.get("CI") in (None, "", "0", "false") else []
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test here ``mcp``; those on the broker ``integration`` too."""
+    for item in items:
+        if f"{os.sep}mcp{os.sep}" in str(item.path):
+            item.add_marker(pytest.mark.mcp)
+            if "broker_url" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+async def team(broker_url: str) -> AsyncIterator[Team]:
+    """A registry on a fresh exchange, a client bus; agents and servers added by the test."""
+    from agentbus.registry import Registry
+
+    exchange = f"test-mcp-{uuid.uuid4().hex[:10]}"
+    settings = Settings(url=broker_url, exchange=exchange, instance_queue_expires=30)
+    client = await Bus(settings).open()
+    built = Team(settings, client)
+    try:
+        await built.add(
+            Registry(agent_id="registry-1", settings=settings, heartbeat_interval=HEARTBEAT)
+        )
+        yield built
+    finally:
+        await built.aclose()
+        # The queues of the processes too (an `agentbus mcp`, its callers): found by name.
+        found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{exchange}.")
+        await delete_topology(broker_url, exchange, built.queues | set(found))

@@ -144,7 +144,8 @@ def credential_secrets(
             "type": "Opaque",
             "stringData": {
                 "username": grant.user,
-                "password": secrets.token_urlsafe(password_bytes),
+                # Hex: safe in a URL as it is, and never a leading "-" for rabbitmqctl.
+                "password": secrets.token_hex(password_bytes),
             },
         }
         for grant in grants

@@ -419,7 +419,8 @@ async def test_leader_restarted_mid_plan(
     dedup_path: str,
     team: Team,
 ) -> None:
-    """Leader SIGKILLed mid-plan, another started: the plan completes, each subtask applied once."""
+    """Leader SIGKILLed mid-plan, another started, without durable plans (--no-durable): the
+    plan completes, each subtask applied once."""
     # What is asserted, precisely: the one run_plan request ends once, with the aggregate
     # of the new leader, which got the request redelivered and ran the plan again; every
     # subtask in it succeeded. Effects are keyed by plan_id/subtask_id (the leader puts
@@ -431,8 +432,9 @@ async def test_leader_restarted_mid_plan(
     await team.workers(2, _settings(url, chaos_exchange, dedup_path=dedup_path), ledger)
     leader = "agentbus.leader:Leader"
     options = ("--heartbeat", "1")
+    plain = {"AGENTBUS_DURABLE_PLANS": "0"}  # the row without the journal
     first = agent_process.start(
-        leader, "--id", "leader-1", *options, url=url, exchange=chaos_exchange
+        leader, "--id", "leader-1", *options, url=url, exchange=chaos_exchange, env=plain
     )
     await first.started()
     client = await open_bus(url, **FAST)
@@ -448,7 +450,7 @@ async def test_leader_restarted_mid_plan(
     assert await first.exited(5) == -signal.SIGKILL
     done_before = len(ledger.effects())
     second = agent_process.start(
-        leader, "--id", "leader-2", *options, url=url, exchange=chaos_exchange
+        leader, "--id", "leader-2", *options, url=url, exchange=chaos_exchange, env=plain
     )
     async with asyncio.timeout(60):
         aggregate = await run

@@ -8,10 +8,13 @@ cached by recipe under ~/.cache/agentbus/deploy) and the wheels built on the hos
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from deploy_support import CONTAINERS_CONF, FIGURES, run, timed, tool
+from deploy_support import CONTAINERS_CONF, FIGURES, ROOT, run, timed, tool
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -41,16 +44,52 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def agentbus_image(podman_env: dict[str, str]) -> str:
-    """The agentbus image, built with podman from a debootstrap base; its name."""
+def base_image(podman_env: dict[str, str]) -> str:
+    """The Debian base the images are built on (debootstrap, cached by recipe); its name."""
     tool("debootstrap")
     with timed("base image (debootstrap, or the cache)"):
-        base = run(["scripts/ensure-base-image"], timeout=1500, env=podman_env).stdout.strip()
+        return run(["scripts/ensure-base-image"], timeout=1500, env=podman_env).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def agentbus_image(podman_env: dict[str, str], base_image: str) -> str:
+    """The agentbus image, built with podman from a debootstrap base; its name."""
     tag = "localhost/agentbus:deploy-test"
     with timed("agentbus image (host wheels + podman build)"):
         run(
-            ["scripts/build-image", "--base", base, "--tag", tag, "--engine", "podman"],
+            ["scripts/build-image", "--base", base_image, "--tag", tag, "--engine", "podman"],
             timeout=1500,
             env=podman_env,
         )
     return tag
+
+
+@pytest.fixture(scope="session")
+def compose_images(podman_env: dict[str, str], base_image: str) -> dict[str, str]:
+    """RabbitMQ and Prometheus built here (scripts/build-compose-images): the compose
+    environment that selects them (deploy/compose.local-images.yaml)."""
+    with timed("rabbitmq + prometheus images (Debian packages, podman build)"):
+        done = run(
+            ["scripts/build-compose-images", "--base", base_image, "--tag", "deploy-test"],
+            timeout=1500,
+            env=podman_env,
+        )
+    rabbitmq, prometheus = done.stdout.split()
+    return {"AGENTBUS_RABBITMQ_IMAGE": rabbitmq, "AGENTBUS_PROMETHEUS_IMAGE": prometheus}
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """What compose's files and code agents serve (AGENTBUS_FILES_DIR): a few of agentbus's
+    modules, in a directory their container's user can read (pytest's tmp_path is root's)."""
+    from compose_stack import SOURCES
+
+    directory = Path(tempfile.mkdtemp(prefix="agentbus-compose-data-"))
+    try:
+        directory.chmod(0o755)
+        for name in SOURCES:
+            shutil.copy(ROOT / "src" / "agentbus" / name, directory / name)
+            (directory / name).chmod(0o644)
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,51 +1,67 @@
-"""deploy/compose.yaml: valid for podman-compose, and its agent services serve a plan.
+"""deploy/compose.yaml: valid for podman-compose, and the demo team brought up as a whole.
 
-``podman-compose config`` must accept the file and resolve the team. With the image
-built, the registry, leader and text services are brought up by podman-compose against
-the real broker (the only image available offline is agentbus's own, so RabbitMQ,
-Prometheus and Grafana stay down, ``--no-deps``): the broker is reached on the host
-network, so an override file gives each service its own metrics port there. A plan
-submitted to the leader is then run on the text agent and answered.
+``podman-compose config`` must accept the file (alone and with the files that go on top of
+it) and resolve the team. No registry is reachable here, so RabbitMQ and Prometheus are the
+images built from Debian's packages (deploy/compose.local-images.yaml); the demo stack
+(the broker with the definitions and the demo's guest, Prometheus and every agent, two
+``code`` replicas; not Grafana, which has no Debian package) is brought up with
+podman-compose on host ports of the test's choosing. From the host, as ``guest``: the
+management API answers, ``agentbus agents`` lists the agent of every container, and a plan
+runs (the files agent serves a directory of the test's). The production profile has its
+own test (test_compose_production.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import os
 import time
-import uuid
-from collections.abc import Iterator
+import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from deploy_support import DEPLOY, FIGURES, delete_topology, free_ports, run, tool
+from compose_stack import (
+    AGENTS,
+    COMPOSE,
+    LOCAL_IMAGES,
+    PRODUCTION,
+    analysis_plan,
+    check_analysis,
+    cli,
+    cli_env,
+    compose_env,
+    compose_stack,
+    load_compose,
+    record,
+)
+from deploy_support import DEPLOY, FIGURES, free_ports, run, tool
 
-import agentbus
-from agentbus import PlanClient, Settings, Unroutable
-from agentbus.bus import Topology
+from waiting import eventually
 
-COMPOSE = DEPLOY / "compose.yaml"
-AGENTS = ("registry", "leader", "files", "code", "text", "report")
-STARTUP = 60.0
+# The first test to ask for the images builds them (conftest.py): on a cold machine that is
+# a debootstrap of the base (about 1-2 min) and the builds, beyond the default per-test limit.
+pytestmark = pytest.mark.timeout(1500)
 
 
-def _config(env: dict[str, str] | None = None) -> dict[str, Any]:
-    done = run([tool("podman-compose"), "-f", str(COMPOSE), "config"], env=env)
+def _config(*files: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    command = [tool("podman-compose")]
+    for file in files or (COMPOSE,):
+        command += ["-f", str(file)]
+    done = run([*command, "config"], env=env)
     config: dict[str, Any] = yaml.safe_load(done.stdout)
     return config
 
 
-# The first test to ask for the image builds it (conftest.py): on a cold machine that is a
-# debootstrap of the base (about 1-2 min) and the build, beyond the default per-test limit.
-pytestmark = pytest.mark.timeout(1200)
-
-
 def test_podman_compose_accepts_the_file_and_resolves_the_team() -> None:
     """`podman-compose config` resolves RabbitMQ, Prometheus, Grafana and the agents."""
-    services = _config()["services"]
+    services = _config(env=compose_env(dict(os.environ)))["services"]
     assert set(services) == {"rabbitmq", "prometheus", "grafana", *AGENTS}
-    assert services["code"]["deploy"]["replicas"] == 2
+    assert services["code"]["deploy"] == {"mode": "replicated", "replicas": 2}
     for name in AGENTS:
         service = services[name]
         assert service["image"] == "localhost/agentbus:latest"
@@ -53,19 +69,46 @@ def test_podman_compose_accepts_the_file_and_resolves_the_team() -> None:
         assert service["environment"]["AGENTBUS_QUEUE_TYPE"] == "quorum"
         assert service["environment"]["AGENTBUS_URL"] == "amqp://guest:guest@rabbitmq:5672/"
         assert service["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+    assert services["rabbitmq"]["image"] == "rabbitmq:3.13-management"  # the public image
+    assert services["rabbitmq"]["ports"] == ["5672:5672", "15672:15672"]
     rabbit_mounts = " ".join(services["rabbitmq"]["volumes"])
     for path in ("definitions.json", "compose-users.json", "rabbitmq.conf", "enabled_plugins"):
         assert f"rabbitmq/{path}:" in rabbit_mounts
 
 
-def test_every_file_compose_mounts_exists() -> None:
-    """The configs, definitions and dashboards compose mounts are in deploy/."""
-    services = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]
-    for service in services.values():
-        for volume in service.get("volumes", []):
-            source = volume.split(":")[0]
-            if source.startswith("./"):
-                assert (DEPLOY / source).exists(), f"{source} is mounted but missing"
+def test_local_images_are_built_here_and_named_apart_from_the_public_ones() -> None:
+    """compose.local-images.yaml: RabbitMQ and Prometheus from deploy/'s Dockerfiles, under
+    the names scripts/build-compose-images gives them by default."""
+    services = _config(COMPOSE, LOCAL_IMAGES, env=compose_env(dict(os.environ)))["services"]
+    for name in ("rabbitmq", "prometheus"):
+        assert services[name]["image"] == f"localhost/agentbus-{name}:latest"
+        context = Path(services[name]["build"]["context"])
+        assert context == DEPLOY / name
+        assert (context / "Dockerfile").is_file()
+    script = (DEPLOY.parent / "scripts" / "build-compose-images").read_text(encoding="utf-8")
+    assert "prefix=localhost/agentbus tag=latest" in script
+
+
+@pytest.mark.parametrize("service", ["rabbitmq", "prometheus"])
+def test_hadolint_passes_the_service_dockerfiles(service: str) -> None:
+    """hadolint finds nothing to say about the RabbitMQ and Prometheus Dockerfiles."""
+    done = run([tool("hadolint"), str(DEPLOY / service / "Dockerfile")], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("file", [COMPOSE, LOCAL_IMAGES, PRODUCTION], ids=lambda f: f.name)
+def test_every_file_compose_mounts_exists(file: Path) -> None:
+    """The configs, definitions and dashboards the compose files mount are in deploy/."""
+    services = load_compose(file)["services"]
+    mounted = [
+        volume.split(":")[0]
+        for service in services.values()
+        for volume in service.get("volumes", [])
+        if volume.startswith("./")
+    ]
+    assert mounted or file == LOCAL_IMAGES
+    for source in mounted:
+        assert (DEPLOY / source).exists(), f"{source} is mounted but missing"
 
 
 def test_promtool_accepts_the_compose_prometheus_config() -> None:
@@ -74,72 +117,57 @@ def test_promtool_accepts_the_compose_prometheus_config() -> None:
     assert "SUCCESS" in done.stdout + done.stderr
 
 
-@pytest.fixture
-def project(
-    agentbus_image: str, podman_env: dict[str, str], broker_url: str, tmp_path: Path
-) -> Iterator[tuple[list[str], dict[str, str], str]]:
-    """A compose project of this test on a unique exchange: its command and env; downed after."""
-    exchange = f"compose-{uuid.uuid4().hex[:10]}"
-    ports = free_ports(3)
-    override: dict[str, Any] = {"services": {}}
-    commands = {
-        "registry": ["registry"],
-        "leader": ["leader"],
-        "text": ["run", "agentbus.agents.builtin:TextAgent"],
-    }
-    for (name, command), port in zip(commands.items(), ports, strict=True):
-        override["services"][name] = {
-            "network_mode": "host",
-            "command": [*command, "--metrics-port", str(port), "--heartbeat", "1"],
-        }
-    (tmp_path / "host.yaml").write_text(yaml.safe_dump(override), encoding="utf-8")
-    env = {**podman_env, "AGENTBUS_IMAGE": agentbus_image, "AGENTBUS_URL": broker_url}
-    env["AGENTBUS_EXCHANGE"] = exchange
-    name = f"agentbus-test-{uuid.uuid4().hex[:8]}"
-    compose = [tool("podman-compose"), "-p", name, "-f", str(COMPOSE)]
-    compose += ["-f", str(tmp_path / "host.yaml")]
-    try:
-        yield compose, env, exchange
-    finally:
-        run([*compose, "down"], env=env, check=False, timeout=120)
-        ps = run([tool("podman"), "ps", "-a", "--format", "{{.Names}}"], env=podman_env)
-        assert not [line for line in ps.stdout.splitlines() if line.startswith(name)]
+def _management(port: int) -> dict[str, Any] | None:
+    """The management API's overview, as guest."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/overview")
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        overview: dict[str, Any] = json.load(response)
+    return overview
 
 
-async def test_compose_brings_up_agents_that_run_a_plan(
-    project: tuple[list[str], dict[str, str], str], broker_url: str
+async def test_the_demo_stack_runs_as_a_whole(
+    agentbus_image: str, compose_images: dict[str, str], podman_env: dict[str, str], data_dir: Path
 ) -> None:
-    """registry, leader and text from compose.yaml run a plan submitted to the leader."""
-    compose, env, exchange = project
-    began = time.monotonic()
-    run([*compose, "up", "-d", "--no-deps", "registry", "leader", "text"], env=env, timeout=180)
-    settings = Settings(url=broker_url, exchange=exchange)
-    try:
-        async with agentbus.Bus(settings, agent_id="client-compose") as client:
-            deadline = time.monotonic() + STARTUP
-            while True:
-                try:
-                    found = await client.request("registry", "list_agents", timeout=10)
-                except Unroutable:  # the registry's container is still starting
-                    services: set[str] = set()
-                else:
-                    services = {row["service"] for row in found.result}
-                if {"leader", "text"} <= services:
-                    break
-                if time.monotonic() > deadline:
-                    logs = run([*compose, "logs"], env=env, check=False)
-                    pytest.fail(f"the registry knows {services}:\n{logs.stdout[-3000:]}")
-                await asyncio.sleep(0.2)
-            FIGURES["compose: registry, leader, text up and registered"] = (
-                f"{time.monotonic() - began:.1f} s"
-            )
-            plan = {"subtasks": [{"id": "k", "skill": "keywords", "parameters": {"text": "a b a"}}]}
-            aggregate = await PlanClient(client).run(plan, timeout=30)
-        assert aggregate.status == "completed", aggregate.model_dump_json()
-        assert aggregate.subtask("k").agents[0].startswith("text-")
-    finally:
-        topology = Topology(exchange)
-        queues = [topology.service_queue(s) for s in ("registry", "leader", "text")]
-        await delete_topology(
-            broker_url, exchange, [*queues, topology.instance_queue("client-compose")]
+    """The demo stack up with the broker built here; a plan from the host, as guest."""
+    amqp, management, prometheus = free_ports(3)
+    env = compose_env(
+        podman_env,
+        AGENTBUS_IMAGE=agentbus_image,
+        AGENTBUS_AMQP_PORT=str(amqp),
+        AGENTBUS_MANAGEMENT_PORT=str(management),
+        AGENTBUS_PROMETHEUS_PORT=str(prometheus),
+        AGENTBUS_FILES_DIR=str(data_dir),
+        **compose_images,
+    )
+    guest = cli_env(f"amqp://guest:guest@127.0.0.1:{amqp}/")
+    with compose_stack([COMPOSE, LOCAL_IMAGES], env, "demo") as stack:
+        began = time.monotonic()
+        # Broker first, then the team: what depends_on's service_healthy does (podman-compose
+        # ignores it before podman 4.6).
+        stack.up(["rabbitmq", "prometheus"])
+        [broker] = stack.of("rabbitmq")
+        await eventually(lambda: stack.healthy(broker) or None, 180, "the broker's health check")
+        stack.up(AGENTS, no_deps=True)
+        agents = [c for c in stack.containers() if c.service in AGENTS]
+        assert Counter(c.service for c in agents) == Counter(
+            {**dict.fromkeys(AGENTS, 1), "code": 2}
         )
+        overview = await eventually(lambda: _management(management), 60, "the management API")
+        assert overview["rabbitmq_version"].startswith("3.")
+
+        def listed() -> dict[str, str] | None:
+            ids = {stack.agent_id(c): c.service for c in agents}
+            done = cli(guest, "agents", "--json")
+            if done.returncode != 0:
+                return None
+            found = {row["agent_id"]: row["service"] for row in json.loads(done.stdout)}
+            return found if found == ids else None
+
+        await eventually(listed, 120, "agentbus agents to list the agent of every container")
+        record("demo: up -d to every agent listed", began, time.monotonic())
+        plan = json.dumps(analysis_plan("compose demo"))
+        done = await asyncio.to_thread(cli, guest, "plan", "run", "-", "--json", "-q", stdin=plan)
+        assert done.returncode == 0, done.stdout + done.stderr
+        check_analysis(json.loads(done.stdout))
+        FIGURES["demo: whole test, up to plan done"] = f"{time.monotonic() - began:.1f} s"

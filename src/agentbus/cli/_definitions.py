@@ -63,6 +63,13 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
 @click.option(
     "--auditor", multiple=True, metavar="USER", help="A user that may read the audit stream."
 )
+@click.option(
+    "--dashboard",
+    multiple=True,
+    metavar="USER",
+    help="A user that may watch the whole team (agentbus dashboard): announce, describe "
+    "any instance, browse the dead-letter queue, cancel plans.",
+)
 @click.option("--audit-max-age", default="7D", show_default=True, help="Audit retention.")
 @click.option(
     "--merge", metavar="JSON", help="Definitions to add (users, permissions...): inline or @file."
@@ -96,6 +103,7 @@ def definitions_command(
     calls: tuple[str, ...],
     client: tuple[str, ...],
     auditor: tuple[str, ...],
+    dashboard: tuple[str, ...],
     audit_max_age: str,
     merge: str | None,
     vhost: str,
@@ -122,6 +130,7 @@ def definitions_command(
             calls=_pairs(calls, "--calls"),
             clients=_pairs(client, "--client"),
             auditors=auditor,
+            dashboards=dashboard,
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc

@@ -58,6 +58,9 @@ class Grant:
         audits: Whether it may read the audit stream.
         keeps_plans: Whether it keeps plan journals and their durable reply queues (the
             leader's durable plans: ``<exchange>.journal.*``, ``<exchange>.replies.*``).
+        watches: Whether it watches the whole team, as ``agentbus dashboard`` does: it
+            broadcasts ``announce`` (and ``cancel``, the dashboard's one action on plans),
+            asks any instance to ``describe`` itself, and browses the dead-letter queue.
     """
 
     user: str
@@ -67,6 +70,7 @@ class Grant:
     calls_instances: bool = False
     audits: bool = False
     keeps_plans: bool = False
+    watches: bool = False
 
 
 def team_grants(
@@ -75,6 +79,7 @@ def team_grants(
     calls: Mapping[str, Iterable[str]] | None = None,
     clients: Mapping[str, Iterable[str]] | None = None,
     auditors: Iterable[str] = (),
+    dashboards: Iterable[str] = (),
 ) -> list[Grant]:
     """Return the grants of a team: one per service, one per client.
 
@@ -82,7 +87,8 @@ def team_grants(
     any instance to ``describe`` itself; the ``leader`` calls every service and
     broadcasts ``cancel``. Other services call what ``calls`` gives them; a client (a user
     that serves nothing, such as the CLI of an operator) calls what ``clients`` gives it.
-    ``auditors`` may read the audit stream (a client of that name is added if needed).
+    ``auditors`` may read the audit stream, ``dashboards`` watch the team (``Grant.watches``);
+    a client of that name is added if needed.
 
     Raises:
         ConfigurationError: a name is not a valid id, is given twice, or a call names
@@ -96,9 +102,20 @@ def team_grants(
     _check_calls([*extra.items(), *((c, set(t)) for c, t in asked.items())], team, users)
     grants = [_service_grant(service, team, extra.get(service, ())) for service in team]
     grants += [Grant(user=client, calls=frozenset(wanted)) for client, wanted in asked.items()]
-    readers = set(auditors)
-    grants += _reader_grants(readers - set(users))
-    return [replace(g, audits=True) if g.user in readers else g for g in grants]
+    readers, watchers = set(auditors), set(dashboards)
+    grants += _reader_grants((readers | watchers) - set(users))
+    grants = [replace(g, audits=True) if g.user in readers else g for g in grants]
+    return [_watching(g) if g.user in watchers else g for g in grants]
+
+
+def _watching(grant: Grant) -> Grant:
+    """``grant`` with the dashboard's rights added (``Grant.watches``)."""
+    return replace(
+        grant,
+        watches=True,
+        broadcasts=grant.broadcasts | {"announce", "cancel"},
+        calls_instances=True,
+    )
 
 
 def _check_users(users: Sequence[str]) -> None:
@@ -150,7 +167,7 @@ def _service_grant(service: str, team: Sequence[str], callees: Iterable[str]) ->
 
 
 def _reader_grants(names: Iterable[str]) -> list[Grant]:
-    """The grants of auditors that are no user of the team: they only read the stream."""
+    """The grants of auditors and dashboards that are no user of the team: they call nothing."""
     grants = []
     for name in sorted(names):
         if not is_valid_id(name):
@@ -285,6 +302,8 @@ def permissions_of(grant: Grant, topology: Topology, vhost: str) -> dict[str, st
     readable = [*exchanges, *queues]
     if grant.audits:
         readable.append(e(topology.audit_stream))
+    if grant.watches:
+        readable.append(e(topology.dead_letter_queue))
     return {
         "user": grant.user,
         "vhost": vhost,

@@ -1,0 +1,64 @@
+"""``agentbus definitions --dashboard USER``: a user that may watch the whole team.
+
+``agentbus dashboard`` broadcasts ``announce`` as it starts, asks each instance to
+``describe`` itself for its card, browses the dead-letter queue, and may broadcast
+``cancel`` for a plan. Under generated permissions a user needs this role for each of
+those; without it the broker refuses them (the dashboard could not even start).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from click.testing import CliRunner
+
+from agentbus.bus import Topology
+from agentbus.cli._main import cli
+from agentbus.security import definitions, team_grants
+
+
+def _may(pattern: str, key: str) -> bool:
+    return re.fullmatch(pattern, key) is not None
+
+
+def _rows(document: dict[str, object], key: str) -> dict[str, dict[str, str]]:
+    rows = document[key]
+    assert isinstance(rows, list)
+    return {row["user"]: row for row in rows}
+
+
+def test_a_dashboard_user_watches_the_team_and_calls_no_service() -> None:
+    """announce, cancel, describe any instance, browse dead letters; nothing more."""
+    team = ["registry", "leader", "text"]
+    watching = definitions(team_grants(team, clients={"ops": ["leader"]}, dashboards=["ops"]))
+    plain = definitions(team_grants(team, clients={"ops": ["leader"]}))
+    topology = Topology("agentbus")
+    ops = _rows(watching, "topic_permissions")["ops"]
+    assert _may(ops["write"], "broadcast.request.announce")
+    assert _may(ops["write"], "broadcast.request.cancel")
+    assert _may(ops["write"], "agent.text-1f2e.request")  # describe, to an instance
+    assert not _may(ops["write"], "agent.text.request"), "a service by name: a call"
+    assert _may(ops["write"], "agent.leader.request"), "its --client calls stay"
+    assert not _may(ops["write"], "broadcast.request.shutdown")
+    read = _rows(watching, "permissions")["ops"]["read"]
+    assert _may(read, topology.dead_letter_queue)
+    assert not _may(read, topology.service_queue("text"))
+    # Without the role: none of it.
+    assert not _may(_rows(plain, "permissions")["ops"]["read"], topology.dead_letter_queue)
+    plain_ops = _rows(plain, "topic_permissions")["ops"]
+    assert not _may(plain_ops["write"], "broadcast.request.announce")
+    assert not _may(plain_ops["write"], "agent.text-1f2e.request")
+
+
+def test_a_dashboard_user_outside_the_team_is_added() -> None:
+    """--dashboard names a user no member or client has: it gets a user of its own."""
+    result = CliRunner().invoke(cli, ["definitions", "text", "--dashboard", "watch"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert [u["name"] for u in document["users"]] == ["text", "watch"]
+    watch = _rows(document, "topic_permissions")["watch"]
+    assert _may(watch["write"], "broadcast.request.announce")
+    assert not _may(watch["write"], "agent.text.request")
+    text = _rows(document, "topic_permissions")["text"]
+    assert _may(text["write"], "agent.watch-1.response"), "text may answer its describe"

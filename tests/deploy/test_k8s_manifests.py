@@ -102,7 +102,7 @@ def test_the_crd_check_has_teeth(
 _USERS_COMMAND = (
     "registry leader agentbus.agents.builtin:FilesAgent agentbus.agents.builtin:CodeAgent "
     "agentbus.agents.builtin:TextAgent agentbus.agents.builtin:ReportAgent "
-    "--client operator=registry,leader --auditor operator"
+    "--client operator=registry,leader --auditor operator --dashboard operator"
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import orjson
 from click.testing import CliRunner
 
@@ -66,3 +68,15 @@ def test_the_cli_prints_a_yaml_stream_of_the_resources() -> None:
     [secret] = _documents(secrets.output)
     assert secret["kind"] == "Secret"
     assert secret["stringData"]["username"] == "registry"
+
+
+def test_a_broadcaster_may_answer_its_own_broadcast() -> None:
+    """The leader gets its own ``cancel`` broadcast, the registry its ``announce``: each may
+    answer itself; a service that broadcasts nothing may still not answer a stranger."""
+
+    grants = team_grants(["registry", "leader", "code"])
+    topology = Topology("agentbus")
+    writes = {g.user: topic_permissions_of(g, topology, "/", grants)["write"] for g in grants}
+    assert re.fullmatch(writes["leader"], "agent.leader-1a2b3c4d.response")
+    assert re.fullmatch(writes["registry"], "agent.registry-1a2b3c4d.response")
+    assert not re.fullmatch(writes["code"], "agent.billing-1.response")

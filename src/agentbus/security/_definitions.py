@@ -215,7 +215,7 @@ def definitions(
                 "name": topology.dead_letter_queue,
                 "durable": True,
                 "auto_delete": False,
-                "arguments": {"x-max-length": _DEAD_LETTER_MAX_LENGTH, "x-overflow": "drop-head"},
+                "arguments": _dead_letter_arguments(queue_type),
             },
             {
                 "vhost": vhost,
@@ -248,6 +248,14 @@ def definitions(
         document.setdefault(key, [])
         document[key] = [*document[key], *entries]
     return document
+
+
+def _dead_letter_arguments(queue_type: str) -> dict[str, Any]:
+    """The dead-letter queue as an agent declares it: quorum where its queues are."""
+    arguments: dict[str, Any] = {"x-max-length": _DEAD_LETTER_MAX_LENGTH, "x-overflow": "drop-head"}
+    if queue_type == "quorum":
+        arguments["x-queue-type"] = "quorum"
+    return arguments
 
 
 def _callers(grants: Sequence[Grant]) -> dict[str, set[str]]:
@@ -335,8 +343,8 @@ def _topic_permissions(
         writes.append(rf"agent\.{_ids(team, bare=False)}\.request")
     if grant.broadcasts:
         writes.append(rf"broadcast\.request\.({_alternatives(grant.broadcasts)})")
-    if callers:
-        writes.append(rf"agent\.{_ids(callers)}\.(response|event)")
+    # Its callers, and itself: a broadcaster gets its own broadcast and answers it.
+    writes.append(rf"agent\.{_ids(callers | {grant.user})}\.(response|event)")
     writes.append(r"broadcast\.event\.[^.]+")
     own = [grant.user] if grant.service is None else sorted({grant.user, grant.service})
     reads = [

@@ -117,10 +117,11 @@ def test_the_users_are_those_agentbus_definitions_generates() -> None:
     assert [d for d in yaml.safe_load_all(text) if d] == expected
 
 
-def test_the_readme_makes_the_secrets_of_those_users() -> None:
-    """deploy/README.md's Secrets command names the same team as users.yaml."""
-    readme = (DEPLOY / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
-    line = next(ln for ln in readme.splitlines() if "--format k8s-secrets | kubectl" in ln)
+@pytest.mark.parametrize("doc", [DEPLOY / "README.md", DEPLOY.parent / "docs" / "production.md"])
+def test_the_docs_make_the_secrets_of_those_users(doc: Path) -> None:
+    """The docs' Secrets command names the same team as users.yaml."""
+    text = doc.read_text(encoding="utf-8").replace("\\\n", " ")
+    line = next(ln for ln in text.splitlines() if "--format k8s-secrets | kubectl" in ln)
     assert " ".join(_USERS_COMMAND.split()) in " ".join(line.split())
 
 

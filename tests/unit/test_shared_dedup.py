@@ -1,0 +1,406 @@
+"""A de-duplication store shared by processes (any host): the bus's side of it.
+
+Two dispatchers stand for two processes that share nothing but the store (a fake with
+Redis's semantics here; ``tests/dedup`` runs the real one). A copy of a request another
+process runs waits for that run and is answered with its reply; a copy of an abandoned
+run serves the request; a store that fails is passed over (fail open), counted, and the
+process's own window still answers its own duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pytest
+from structlog.testing import capture_logs
+
+from agentbus import ConfigurationError, Settings
+from agentbus._topology import routing_key
+from agentbus.bus import DedupUnavailable, DedupWindow, RedisDedupStore, SqliteDedupStore
+from agentbus.bus._dedup import Reply, Seen, SharedDedupStore, is_shared
+from agentbus.bus._dispatch import Dispatcher, dispatcher_for
+from agentbus.bus._held import HeldAnswers
+from agentbus.bus._pending import PendingRequests
+from agentbus.bus._routes import Routes
+from agentbus.bus._sqlite_dedup import dedup_store
+from agentbus.bus._stats import BusStats
+from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope, encode
+from waiting import wait_until
+
+
+@dataclass
+class _Delivery:
+    request: RequestEnvelope
+    redelivered: bool = False
+    settled: list[str] = field(default_factory=list)
+
+    @property
+    def body(self) -> bytes:
+        return encode(self.request)
+
+    @property
+    def message_id(self) -> str:
+        return self.request.message_id
+
+    @property
+    def correlation_id(self) -> str | None:
+        return None
+
+    @property
+    def reply_to(self) -> str:
+        return "client-queue"
+
+    @property
+    def routing_key(self) -> str:
+        return routing_key(self.request)
+
+    @property
+    def type(self) -> str:
+        return "request"
+
+    @property
+    def headers(self) -> Mapping[str, object] | None:
+        return None
+
+    @property
+    def user_id(self) -> str | None:
+        return None
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def reject(self, *, requeue: bool = False) -> None:
+        self.settled.append("requeue" if requeue else "reject")
+
+    async def nack(self, *, requeue: bool = True) -> None:
+        self.settled.append("requeue" if requeue else "reject")
+
+
+class _Replies:
+    def __init__(self) -> None:
+        self.sent: list[Reply] = []
+
+    async def publish_reply(
+        self, reply: Reply, reply_to: str | None, body: bytes | None = None
+    ) -> None:
+        self.sent.append(reply)
+
+    async def republish(self, message: object, headers: Mapping[str, int]) -> None:
+        raise AssertionError("nothing is republished here")
+
+    def results(self) -> list[object]:
+        return [reply.result for reply in self.sent if isinstance(reply, ResponseEnvelope)]
+
+
+class _Server:
+    """What the processes share: Redis's keys, as the store uses them."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, tuple[str, object, str | None]] = {}
+        self.down = False
+        self.calls = 0
+
+
+class _Shared:
+    """One process's ``SharedDedupStore`` on the shared ``_Server``."""
+
+    def __init__(self, server: _Server, owner: str) -> None:
+        self.server = server
+        self.owner = owner
+
+    def _ask(self) -> None:
+        self.server.calls += 1
+        if self.server.down:
+            raise DedupUnavailable("the server is down")
+
+    async def check_in(self, key: str) -> Seen | None:
+        self._ask()
+        held = self.server.keys.get(key)
+        if held is None:
+            self.server.keys[key] = ("running", self.owner, None)
+            return None
+        kind, value, reply_to = held
+        if kind == "running":
+            return Seen(at=0.0, elsewhere=value != self.owner)
+        assert value is None or isinstance(value, ResponseEnvelope)
+        return Seen(at=0.0, reply=value, reply_to=reply_to)
+
+    async def complete(
+        self, key: str, reply: Reply | None, reply_to: str | None, body: bytes | None
+    ) -> None:
+        self._ask()
+        self.server.keys[key] = ("done", reply, reply_to)
+
+    async def forget(self, key: str) -> None:
+        self._ask()
+        if self.server.keys.get(key) == ("running", self.owner, None):
+            del self.server.keys[key]
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Work:
+    """A handler: each run numbered; the first one waits for ``finish``."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.started = asyncio.Event()
+        self.finish = asyncio.Event()
+
+    async def __call__(self, request: RequestEnvelope) -> str:
+        self.runs += 1
+        run = self.runs
+        if run == 1:
+            self.started.set()
+            await self.finish.wait()
+        return f"run {run}"
+
+
+@dataclass
+class _Process:
+    dispatcher: Dispatcher
+    replies: _Replies
+    stats: BusStats
+
+
+def _process(
+    agent_id: str, work: _Work, shared: SharedDedupStore, *, service: str = "svc"
+) -> _Process:
+    replies, stats, routes = _Replies(), BusStats(), Routes()
+    routes.service = service
+    routes.serve(work, None)
+    routes.broadcast_actions.add("work")
+    dispatcher = dispatcher_for(
+        agent_id=agent_id,
+        settings=Settings(queue_type="quorum"),  # no classic delivery count in the way
+        routes=routes,
+        publisher=replies,
+        pending=PendingRequests(),
+        dedup=shared,
+        stats=stats,
+        held=HeldAnswers(),
+    )
+    return _Process(dispatcher, replies, stats)
+
+
+def _request(receiver: str = "svc") -> RequestEnvelope:
+    return RequestEnvelope(
+        sender_id="client", receiver_id=receiver, payload=RequestPayload(action="work")
+    )
+
+
+def test_a_shared_store_is_told_from_a_local_one() -> None:
+    assert is_shared(_Shared(_Server(), "a"))
+    assert not is_shared(DedupWindow(60, 10))
+
+
+async def test_a_copy_taken_by_another_process_while_the_first_runs_waits_for_its_reply() -> None:
+    server, work = _Server(), _Work()
+    a, b = (
+        _process("svc-a", work, _Shared(server, "a")),
+        _process("svc-b", work, _Shared(server, "b")),
+    )
+    first = _Delivery(_request())
+    running = asyncio.create_task(a.dispatcher.on_service_message(first))
+    await work.started.wait()
+    copy = _Delivery(first.request, redelivered=True)  # a's channel closed: b got it
+    waiting = asyncio.create_task(b.dispatcher.on_service_message(copy))
+    await wait_until(lambda: b.stats.dedup_waits == 1)
+    assert not waiting.done()
+    work.finish.set()
+    await asyncio.gather(running, waiting)
+
+    assert work.runs == 1
+    assert a.replies.results() == b.replies.results()
+    assert len(b.replies.sent) == 1, "the copy is answered with the first run's reply"
+    assert (first.settled, copy.settled) == (["ack"], ["ack"])
+    assert b.stats.duplicates == 1
+
+
+async def test_a_copy_of_a_run_abandoned_in_another_process_serves_the_request() -> None:
+    server, work = _Server(), _Work()
+    a, b = (
+        _process("svc-a", work, _Shared(server, "a")),
+        _process("svc-b", work, _Shared(server, "b")),
+    )
+    first = _Delivery(_request())
+    running = asyncio.create_task(a.dispatcher.on_service_message(first))
+    await work.started.wait()
+    copy = _Delivery(first.request, redelivered=True)
+    waiting = asyncio.create_task(b.dispatcher.on_service_message(copy))
+    await wait_until(lambda: b.stats.dedup_waits == 1)
+    running.cancel()  # a drains past its grace: the run is abandoned, its marker let go
+    await asyncio.gather(running, return_exceptions=True)
+    await waiting
+
+    assert work.runs == 2
+    assert first.settled == ["requeue"]
+    assert copy.settled == ["ack"]
+    assert b.replies.results() == ["run 2"]
+    assert server.keys[first.request.message_id][0] == "done"
+
+
+async def test_a_copy_of_a_finished_run_is_answered_by_another_process_without_running() -> None:
+    server, work = _Server(), _Work()
+    work.finish.set()
+    a, b = (
+        _process("svc-a", work, _Shared(server, "a")),
+        _process("svc-b", work, _Shared(server, "b")),
+    )
+    first = _Delivery(_request())
+    await a.dispatcher.on_service_message(first)
+    copy = _Delivery(first.request, redelivered=True)  # a died before its ack
+    await b.dispatcher.on_service_message(copy)
+
+    assert work.runs == 1
+    assert b.replies.sent == a.replies.sent
+    assert b.stats.duplicates == 1
+    assert b.stats.dedup_waits == 0
+
+
+async def test_a_copy_that_comes_back_to_its_own_process_does_not_ask_the_store() -> None:
+    server, work = _Server(), _Work()
+    work.finish.set()
+    a = _process("svc-a", work, _Shared(server, "a"))
+    first = _Delivery(_request())
+    await a.dispatcher.on_service_message(first)
+    calls = server.calls
+    await a.dispatcher.on_service_message(_Delivery(first.request, redelivered=True))
+
+    assert server.calls == calls, "the process's window answered the copy"
+    assert work.runs == 1
+    assert a.stats.duplicates == 1
+
+
+async def test_an_unreachable_store_is_passed_over_counted_and_the_window_still_serves_once() -> (
+    None
+):
+    server, work = _Server(), _Work()
+    work.finish.set()
+    server.down = True
+    a = _process("svc-a", work, _Shared(server, "a"))
+    first = _Delivery(_request())
+    with capture_logs() as logs:
+        await a.dispatcher.on_service_message(first)
+        await a.dispatcher.on_service_message(_Delivery(first.request, redelivered=True))
+        second = _Delivery(_request())
+        await a.dispatcher.on_service_message(second)
+
+    assert first.settled == ["ack"], "served: fail open"
+    assert second.settled == ["ack"]
+    assert work.runs == 2, "the copy of the first was answered by the window"
+    assert a.stats.duplicates == 1
+    assert a.stats.dedup_unavailable == 4  # check and complete of each request run
+    server.down = False
+    third = _Delivery(_request())
+    with capture_logs() as later:
+        await a.dispatcher.on_service_message(third)
+
+    assert server.keys[third.request.message_id][0] == "done"
+    assert a.stats.dedup_unavailable == 4
+    said = [entry["event"] for entry in logs + later if "dedup store" in entry["event"]]
+    assert said == [
+        "shared dedup store unavailable: serving on this process's window",
+        "shared dedup store available again",
+    ]
+
+
+async def test_the_store_failing_while_a_copy_waits_lets_the_copy_serve() -> None:
+    server, work = _Server(), _Work()
+    a, b = (
+        _process("svc-a", work, _Shared(server, "a")),
+        _process("svc-b", work, _Shared(server, "b")),
+    )
+    first = _Delivery(_request())
+    running = asyncio.create_task(a.dispatcher.on_service_message(first))
+    await work.started.wait()
+    copy = _Delivery(first.request, redelivered=True)
+    waiting = asyncio.create_task(b.dispatcher.on_service_message(copy))
+    await wait_until(lambda: b.stats.dedup_waits == 1)
+    server.down = True
+    await waiting  # at-least-once: served rather than held while nobody can say
+    work.finish.set()
+    await running
+
+    assert work.runs == 2
+    assert copy.settled == ["ack"]
+    assert b.stats.dedup_unavailable >= 1
+
+
+async def test_a_broadcast_request_runs_once_in_each_instance_sharing_a_store() -> None:
+    server, work = _Server(), _Work()
+    work.finish.set()
+    a, b = (
+        _process("svc-a", work, _Shared(server, "a")),
+        _process("svc-b", work, _Shared(server, "b")),
+    )
+    request = _request(BROADCAST)
+    await a.dispatcher.on_message(_Delivery(request))
+    await b.dispatcher.on_message(_Delivery(request))
+
+    assert work.runs == 2
+    assert (a.stats.duplicates, b.stats.duplicates) == (0, 0)
+    assert sorted(server.keys) == sorted(
+        f"{agent}/{request.message_id}" for agent in ("svc-a", "svc-b")
+    )
+
+
+def test_the_settings_choose_the_store() -> None:
+    assert isinstance(dedup_store(Settings()), DedupWindow)
+    assert isinstance(dedup_store(Settings(dedup_path="/tmp/x.db")), SqliteDedupStore)
+    store = dedup_store(Settings(dedup_url="redis://127.0.0.1:1/0", exchange="team"))
+    assert isinstance(store, RedisDedupStore)
+    assert "team:dedup:" in store._prefix
+    # a window of 0 turns de-duplication off, shared or not
+    assert isinstance(dedup_store(Settings(dedup_url="redis://h/0", dedup_window=0)), DedupWindow)
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"dedup_url": "redis://h/0", "dedup_path": "/tmp/x.db"}, "one of"),
+        ({"dedup_url": "postgresql://h/db"}, "redis, rediss, unix"),
+        ({"dedup_url": "redis://user:secret@h/0x"}, None),
+    ],
+)
+def test_settings_that_cannot_work_are_refused(settings: dict[str, str], says: str | None) -> None:
+    if says is None:  # a Redis URL is taken as it is; its errors come when it is used
+        assert isinstance(dedup_store(Settings(**settings)), RedisDedupStore)
+        return
+    with pytest.raises(ConfigurationError, match=says):
+        dedup_store(Settings(**settings))
+
+
+def test_a_refused_url_is_not_shown_with_its_password() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        dedup_store(Settings(dedup_url="memcached://user:secret@h/0"))
+    assert "secret" not in str(raised.value)
+
+
+_WITHOUT_REDIS = """
+import sys
+sys.modules["redis"] = None
+import agentbus, agentbus.bus
+from agentbus import Settings
+from agentbus.bus._sqlite_dedup import dedup_store
+try:
+    dedup_store(Settings(dedup_url="redis://127.0.0.1:1/0"))
+except agentbus.ConfigurationError as exc:
+    print(exc)
+"""
+
+
+def test_without_the_redis_client_the_library_imports_and_the_setting_names_the_extra() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_REDIS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "agentbus[redis]" in done.stdout

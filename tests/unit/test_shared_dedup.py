@@ -12,88 +12,17 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import pytest
 from structlog.testing import capture_logs
 
 from agentbus import ConfigurationError, Settings
-from agentbus._topology import routing_key
 from agentbus.bus import DedupUnavailable, DedupWindow, RedisDedupStore, SqliteDedupStore
-from agentbus.bus._dedup import Reply, Seen, SharedDedupStore, is_shared
-from agentbus.bus._dispatch import Dispatcher, dispatcher_for
-from agentbus.bus._held import HeldAnswers
-from agentbus.bus._pending import PendingRequests
-from agentbus.bus._routes import Routes
+from agentbus.bus._dedup import Reply, Seen, is_shared
 from agentbus.bus._sqlite_dedup import dedup_store
-from agentbus.bus._stats import BusStats
-from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope, encode
+from agentbus.envelopes import BROADCAST, ResponseEnvelope
+from serving_fakes import Delivery, Work, request, serving_process
 from waiting import wait_until
-
-
-@dataclass
-class _Delivery:
-    request: RequestEnvelope
-    redelivered: bool = False
-    settled: list[str] = field(default_factory=list)
-
-    @property
-    def body(self) -> bytes:
-        return encode(self.request)
-
-    @property
-    def message_id(self) -> str:
-        return self.request.message_id
-
-    @property
-    def correlation_id(self) -> str | None:
-        return None
-
-    @property
-    def reply_to(self) -> str:
-        return "client-queue"
-
-    @property
-    def routing_key(self) -> str:
-        return routing_key(self.request)
-
-    @property
-    def type(self) -> str:
-        return "request"
-
-    @property
-    def headers(self) -> Mapping[str, object] | None:
-        return None
-
-    @property
-    def user_id(self) -> str | None:
-        return None
-
-    async def ack(self) -> None:
-        self.settled.append("ack")
-
-    async def reject(self, *, requeue: bool = False) -> None:
-        self.settled.append("requeue" if requeue else "reject")
-
-    async def nack(self, *, requeue: bool = True) -> None:
-        self.settled.append("requeue" if requeue else "reject")
-
-
-class _Replies:
-    def __init__(self) -> None:
-        self.sent: list[Reply] = []
-
-    async def publish_reply(
-        self, reply: Reply, reply_to: str | None, body: bytes | None = None
-    ) -> None:
-        self.sent.append(reply)
-
-    async def republish(self, message: object, headers: Mapping[str, int]) -> None:
-        raise AssertionError("nothing is republished here")
-
-    def results(self) -> list[object]:
-        return [reply.result for reply in self.sent if isinstance(reply, ResponseEnvelope)]
 
 
 class _Server:
@@ -144,71 +73,21 @@ class _Shared:
         pass
 
 
-class _Work:
-    """A handler: each run numbered; the first one waits for ``finish``."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-        self.started = asyncio.Event()
-        self.finish = asyncio.Event()
-
-    async def __call__(self, request: RequestEnvelope) -> str:
-        self.runs += 1
-        run = self.runs
-        if run == 1:
-            self.started.set()
-            await self.finish.wait()
-        return f"run {run}"
-
-
-@dataclass
-class _Process:
-    dispatcher: Dispatcher
-    replies: _Replies
-    stats: BusStats
-
-
-def _process(
-    agent_id: str, work: _Work, shared: SharedDedupStore, *, service: str = "svc"
-) -> _Process:
-    replies, stats, routes = _Replies(), BusStats(), Routes()
-    routes.service = service
-    routes.serve(work, None)
-    routes.broadcast_actions.add("work")
-    dispatcher = dispatcher_for(
-        agent_id=agent_id,
-        settings=Settings(queue_type="quorum"),  # no classic delivery count in the way
-        routes=routes,
-        publisher=replies,
-        pending=PendingRequests(),
-        dedup=shared,
-        stats=stats,
-        held=HeldAnswers(),
-    )
-    return _Process(dispatcher, replies, stats)
-
-
-def _request(receiver: str = "svc") -> RequestEnvelope:
-    return RequestEnvelope(
-        sender_id="client", receiver_id=receiver, payload=RequestPayload(action="work")
-    )
-
-
 def test_a_shared_store_is_told_from_a_local_one() -> None:
     assert is_shared(_Shared(_Server(), "a"))
     assert not is_shared(DedupWindow(60, 10))
 
 
 async def test_a_copy_taken_by_another_process_while_the_first_runs_waits_for_its_reply() -> None:
-    server, work = _Server(), _Work()
+    server, work = _Server(), Work()
     a, b = (
-        _process("svc-a", work, _Shared(server, "a")),
-        _process("svc-b", work, _Shared(server, "b")),
+        serving_process("svc-a", work, _Shared(server, "a")),
+        serving_process("svc-b", work, _Shared(server, "b")),
     )
-    first = _Delivery(_request())
+    first = Delivery(request())
     running = asyncio.create_task(a.dispatcher.on_service_message(first))
     await work.started.wait()
-    copy = _Delivery(first.request, redelivered=True)  # a's channel closed: b got it
+    copy = Delivery(first.request, redelivered=True)  # a's channel closed: b got it
     waiting = asyncio.create_task(b.dispatcher.on_service_message(copy))
     await wait_until(lambda: b.stats.dedup_waits == 1)
     assert not waiting.done()
@@ -223,15 +102,15 @@ async def test_a_copy_taken_by_another_process_while_the_first_runs_waits_for_it
 
 
 async def test_a_copy_of_a_run_abandoned_in_another_process_serves_the_request() -> None:
-    server, work = _Server(), _Work()
+    server, work = _Server(), Work()
     a, b = (
-        _process("svc-a", work, _Shared(server, "a")),
-        _process("svc-b", work, _Shared(server, "b")),
+        serving_process("svc-a", work, _Shared(server, "a")),
+        serving_process("svc-b", work, _Shared(server, "b")),
     )
-    first = _Delivery(_request())
+    first = Delivery(request())
     running = asyncio.create_task(a.dispatcher.on_service_message(first))
     await work.started.wait()
-    copy = _Delivery(first.request, redelivered=True)
+    copy = Delivery(first.request, redelivered=True)
     waiting = asyncio.create_task(b.dispatcher.on_service_message(copy))
     await wait_until(lambda: b.stats.dedup_waits == 1)
     running.cancel()  # a drains past its grace: the run is abandoned, its marker let go
@@ -246,15 +125,15 @@ async def test_a_copy_of_a_run_abandoned_in_another_process_serves_the_request()
 
 
 async def test_a_copy_of_a_finished_run_is_answered_by_another_process_without_running() -> None:
-    server, work = _Server(), _Work()
+    server, work = _Server(), Work()
     work.finish.set()
     a, b = (
-        _process("svc-a", work, _Shared(server, "a")),
-        _process("svc-b", work, _Shared(server, "b")),
+        serving_process("svc-a", work, _Shared(server, "a")),
+        serving_process("svc-b", work, _Shared(server, "b")),
     )
-    first = _Delivery(_request())
+    first = Delivery(request())
     await a.dispatcher.on_service_message(first)
-    copy = _Delivery(first.request, redelivered=True)  # a died before its ack
+    copy = Delivery(first.request, redelivered=True)  # a died before its ack
     await b.dispatcher.on_service_message(copy)
 
     assert work.runs == 1
@@ -264,13 +143,13 @@ async def test_a_copy_of_a_finished_run_is_answered_by_another_process_without_r
 
 
 async def test_a_copy_that_comes_back_to_its_own_process_does_not_ask_the_store() -> None:
-    server, work = _Server(), _Work()
+    server, work = _Server(), Work()
     work.finish.set()
-    a = _process("svc-a", work, _Shared(server, "a"))
-    first = _Delivery(_request())
+    a = serving_process("svc-a", work, _Shared(server, "a"))
+    first = Delivery(request())
     await a.dispatcher.on_service_message(first)
     calls = server.calls
-    await a.dispatcher.on_service_message(_Delivery(first.request, redelivered=True))
+    await a.dispatcher.on_service_message(Delivery(first.request, redelivered=True))
 
     assert server.calls == calls, "the process's window answered the copy"
     assert work.runs == 1
@@ -280,15 +159,15 @@ async def test_a_copy_that_comes_back_to_its_own_process_does_not_ask_the_store(
 async def test_an_unreachable_store_is_passed_over_counted_and_the_window_still_serves_once() -> (
     None
 ):
-    server, work = _Server(), _Work()
+    server, work = _Server(), Work()
     work.finish.set()
     server.down = True
-    a = _process("svc-a", work, _Shared(server, "a"))
-    first = _Delivery(_request())
+    a = serving_process("svc-a", work, _Shared(server, "a"))
+    first = Delivery(request())
     with capture_logs() as logs:
         await a.dispatcher.on_service_message(first)
-        await a.dispatcher.on_service_message(_Delivery(first.request, redelivered=True))
-        second = _Delivery(_request())
+        await a.dispatcher.on_service_message(Delivery(first.request, redelivered=True))
+        second = Delivery(request())
         await a.dispatcher.on_service_message(second)
 
     assert first.settled == ["ack"], "served: fail open"
@@ -297,7 +176,7 @@ async def test_an_unreachable_store_is_passed_over_counted_and_the_window_still_
     assert a.stats.duplicates == 1
     assert a.stats.dedup_unavailable == 4  # check and complete of each request run
     server.down = False
-    third = _Delivery(_request())
+    third = Delivery(request())
     with capture_logs() as later:
         await a.dispatcher.on_service_message(third)
 
@@ -311,15 +190,15 @@ async def test_an_unreachable_store_is_passed_over_counted_and_the_window_still_
 
 
 async def test_the_store_failing_while_a_copy_waits_lets_the_copy_serve() -> None:
-    server, work = _Server(), _Work()
+    server, work = _Server(), Work()
     a, b = (
-        _process("svc-a", work, _Shared(server, "a")),
-        _process("svc-b", work, _Shared(server, "b")),
+        serving_process("svc-a", work, _Shared(server, "a")),
+        serving_process("svc-b", work, _Shared(server, "b")),
     )
-    first = _Delivery(_request())
+    first = Delivery(request())
     running = asyncio.create_task(a.dispatcher.on_service_message(first))
     await work.started.wait()
-    copy = _Delivery(first.request, redelivered=True)
+    copy = Delivery(first.request, redelivered=True)
     waiting = asyncio.create_task(b.dispatcher.on_service_message(copy))
     await wait_until(lambda: b.stats.dedup_waits == 1)
     server.down = True
@@ -333,20 +212,20 @@ async def test_the_store_failing_while_a_copy_waits_lets_the_copy_serve() -> Non
 
 
 async def test_a_broadcast_request_runs_once_in_each_instance_sharing_a_store() -> None:
-    server, work = _Server(), _Work()
+    server, work = _Server(), Work()
     work.finish.set()
     a, b = (
-        _process("svc-a", work, _Shared(server, "a")),
-        _process("svc-b", work, _Shared(server, "b")),
+        serving_process("svc-a", work, _Shared(server, "a")),
+        serving_process("svc-b", work, _Shared(server, "b")),
     )
-    request = _request(BROADCAST)
-    await a.dispatcher.on_message(_Delivery(request))
-    await b.dispatcher.on_message(_Delivery(request))
+    broadcast = request(BROADCAST)
+    await a.dispatcher.on_message(Delivery(broadcast))
+    await b.dispatcher.on_message(Delivery(broadcast))
 
     assert work.runs == 2
     assert (a.stats.duplicates, b.stats.duplicates) == (0, 0)
     assert sorted(server.keys) == sorted(
-        f"{agent}/{request.message_id}" for agent in ("svc-a", "svc-b")
+        f"{agent}/{broadcast.message_id}" for agent in ("svc-a", "svc-b")
     )
 
 

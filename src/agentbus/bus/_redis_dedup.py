@@ -142,6 +142,8 @@ class RedisDedupStore:
         self._marker = _RUNNING + token.encode()
         self._owned: set[str] = set()  # keys this process holds with its running marker
         self._renewing: asyncio.Task[None] | None = None
+        self.renewals = 0
+        """Rounds of renewal of this process's running markers, so far."""
 
     def __repr__(self) -> str:
         return f"<RedisDedupStore {mask_url(self.url)} running={len(self._owned)}>"
@@ -229,6 +231,8 @@ class RedisDedupStore:
                 await self._call(partial(self._renew, keys, [self._marker, self._lease_ms]))
             except DedupUnavailable as exc:
                 _log.info("running markers not renewed", error=str(exc))
+            else:
+                self.renewals += 1
 
 
 def _sighting(held: bytes, marker: bytes, at: float) -> Seen:

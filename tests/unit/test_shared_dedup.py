@@ -40,6 +40,7 @@ class _Shared:
     def __init__(self, server: _Server, owner: str) -> None:
         self.server = server
         self.owner = owner
+        self.answer: asyncio.Event | None = None  # set: check_in's answer is held until then
 
     def _ask(self) -> None:
         self.server.calls += 1
@@ -51,6 +52,8 @@ class _Shared:
         held = self.server.keys.get(key)
         if held is None:
             self.server.keys[key] = ("running", self.owner, None)
+            if self.answer is not None:
+                await self.answer.wait()  # taken on the server, the answer not back yet
             return None
         kind, value, reply_to = held
         if kind == "running":
@@ -154,6 +157,31 @@ async def test_a_copy_that_comes_back_to_its_own_process_does_not_ask_the_store(
     assert server.calls == calls, "the process's window answered the copy"
     assert work.runs == 1
     assert a.stats.duplicates == 1
+
+
+async def test_a_delivery_cancelled_while_its_check_in_is_out_leaves_nothing_taken() -> None:
+    """The channel closes while the store's answer is on its way: the key the store took
+    for this process is let go, and the redelivered copy runs here (or anywhere)."""
+    server, work = _Server(), Work()
+    work.finish.set()
+    store = _Shared(server, "a")
+    store.answer = asyncio.Event()
+    a = serving_process("svc-a", work, store)
+    first = Delivery(request())
+    asking = asyncio.create_task(a.dispatcher.on_service_message(first))
+    await wait_until(lambda: first.request.message_id in server.keys)
+    asking.cancel()  # aiormq cancels the delivery's task with its channel
+    await asyncio.gather(asking, return_exceptions=True)
+
+    assert first.settled == ["requeue"]
+    assert first.request.message_id not in server.keys, "the store's key was let go"
+    store.answer = None
+    copy = Delivery(first.request, redelivered=True)
+    await a.dispatcher.on_service_message(copy)
+
+    assert work.runs == 1, "the copy ran: it was not taken for a run still going here"
+    assert copy.settled == ["ack"]
+    assert a.replies.results() == ["run 1"]
 
 
 async def test_an_unreachable_store_is_passed_over_counted_and_the_window_still_serves_once() -> (

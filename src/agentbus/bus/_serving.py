@@ -198,6 +198,16 @@ class Server:
     async def _check_in_shared(self, shared: SharedDedupStore, key: str) -> Seen | None:
         """Ask the shared store about a request the window has just taken as running here."""
         try:
+            return await self._ask_shared(shared, key)
+        except asyncio.CancelledError:
+            # The channel closed while asking (or waiting): nothing runs here, and the key
+            # the store may have taken for this process is let go, so the copy can run.
+            self._dedup.forget(key)
+            await asyncio.shield(self._forget_shared(shared, key))
+            raise
+
+    async def _ask_shared(self, shared: SharedDedupStore, key: str) -> Seen | None:
+        try:
             seen = await shared.check_in(key)
         except Exception as exc:  # fail open: served on what this process knows
             self._shared_failed("check", exc)

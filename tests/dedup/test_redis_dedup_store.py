@@ -172,6 +172,28 @@ async def test_a_running_marker_is_renewed_past_its_lease_while_its_work_runs(
     assert seen.elsewhere
 
 
+async def test_a_task_cancelled_while_it_asks_the_store_is_cancelled(stores: Stores) -> None:
+    """A cancel (a closing channel, a drain) is not lost in the client: on Python 3.11
+    redis-py's sends went through ``asyncio.wait_for``, which swallowed it when the send was
+    done already, and a loop of check-ins ran on after its task was cancelled."""
+    store = await stores()
+    asked = 0
+
+    async def ask_forever() -> None:
+        nonlocal asked
+        while True:
+            await store.check_in(request().message_id)
+            asked += 1
+
+    asking = asyncio.create_task(ask_forever())
+    await wait_until(lambda: asked >= 50, timeout=10)
+    asking.cancel()
+    async with asyncio.timeout(10):
+        await asyncio.gather(asking, return_exceptions=True)
+
+    assert asking.cancelled()
+
+
 async def test_teams_on_one_server_stay_apart(redis_url: str) -> None:
     key = request().message_id
     one = RedisDedupStore(redis_url, 60.0, namespace="team-one-test")

@@ -210,11 +210,20 @@ class RedisDedupStore:
 
         if self._clock() < self._down_until:
             raise DedupUnavailable(f"{mask_url(self.url)} failed less than a moment ago")
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if task is not None else 0
         try:
-            return await call()
+            result = await call()
         except (RedisError, OSError, TimeoutError) as exc:
             self._down_until = self._clock() + self._retry_after
             raise DedupUnavailable(f"{mask_url(self.url)}: {type(exc).__name__}: {exc}") from exc
+        if task is not None and task.cancelling() > cancelling:
+            # Cancelled during the call, and the cancellation swallowed on the way: redis-py
+            # sends through asyncio.wait_for, which on Python 3.11 returns a result that was
+            # ready when the cancel came instead of raising (CPython gh-86296). Raised here,
+            # so a closing channel or a drain still stops the delivery.
+            raise asyncio.CancelledError
+        return result
 
     def _renew_in_background(self) -> None:
         if self._renewing is None or self._renewing.done():

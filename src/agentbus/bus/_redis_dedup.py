@@ -114,6 +114,7 @@ class RedisDedupStore:
             from redis.asyncio import Redis
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
+            from redis.exceptions import RedisError
         except ImportError as exc:
             raise ConfigurationError(
                 "a shared de-duplication store needs the redis client: "
@@ -127,6 +128,7 @@ class RedisDedupStore:
         self._retry_after = retry_after
         self._clock = clock
         self._down_until = 0.0
+        self._failures: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
         # One retry, at once: a pooled connection that died with a server restart is
         # noticed on use, and the retry opens a fresh one.
         self._client: Redis = Redis.from_url(
@@ -206,15 +208,13 @@ class RedisDedupStore:
         await self._client.aclose()
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
-        from redis.exceptions import RedisError
-
         if self._clock() < self._down_until:
             raise DedupUnavailable(f"{mask_url(self.url)} failed less than a moment ago")
         task = asyncio.current_task()
         cancelling = task.cancelling() if task is not None else 0
         try:
             result = await call()
-        except (RedisError, OSError, TimeoutError) as exc:
+        except self._failures as exc:
             self._down_until = self._clock() + self._retry_after
             raise DedupUnavailable(f"{mask_url(self.url)}: {type(exc).__name__}: {exc}") from exc
         if task is not None and task.cancelling() > cancelling:
@@ -246,7 +246,7 @@ class RedisDedupStore:
 
 def _sighting(held: bytes, marker: bytes, at: float) -> Seen:
     if held.startswith(_RUNNING):
-        # This process's marker on a key it holds: a copy of a run still going here.
+        # Another process's marker, or this one's on a run still going here.
         return Seen(at=at, elsewhere=held != marker)
     head, _, body = held[1:].partition(b"\0")
     reply_to = head.decode() or None

@@ -44,6 +44,8 @@ STUDIES = {  # the cost sections, by results key: their title
     "the SDK's client, both protocol eras; throughput: {workers} concurrent callers for "
     "{seconds:g} s)",
     "seams": "Seams: each fast path against the library's public way (µs per call)",
+    "dedup": f"The in-process de-duplication window or the Redis store {ECHO}; the store "
+    "alone: check-in and completion of a request, sequential, then 64 at once",
 }  # fmt: skip
 COLORS = {"agentbus": "tab:blue", "aio-pika": "tab:green", "faststream": "tab:red",
           "faststream-rq": "tab:orange"}  # fmt: skip

@@ -6,8 +6,10 @@
 Sections run by default: request/response (rr), fan-out and fan-in through the leader with
 its memory (fanout), the registry under simulated agents (registry), the envelope codec
 (codec) and what starting costs (startup); ``--only`` also takes what a feature costs:
-audit, queue-type, presence, durable, gateway, mcp, seams. ``--sides`` limits request/response
-to some sides (``--only rr --sides agent,aio-pika``: the quick check against raw);
+audit, queue-type, presence, durable, gateway, mcp, seams, dedup (the shared de-duplication
+store, on the Redis of ``$AGENTBUS_DEDUP_URL``, else ``scripts/ensure-redis``'s). ``--sides``
+limits request/response to some sides (``--only rr --sides agent,aio-pika``: the quick check
+against raw);
 ``--quick`` runs smaller sizes. The report leads with issue 17's targets and verdicts; it
 goes to --out as suite-<time>.json, .md and (with matplotlib) .png, and is printed. What a
 section starts and declares is removed when it ends, also on Ctrl-C.
@@ -37,6 +39,7 @@ except ImportError:
 import _harness as harness
 import _suite_costs as costs
 from _suite_codec import run_codec, run_seams
+from _suite_dedup import run_dedup
 from _suite_fanout import run_fanout
 from _suite_mcp import run_mcp
 from _suite_report import chart, markdown, targets
@@ -56,6 +59,7 @@ SECTIONS = {
     "durable": ("durable", costs.run_durable, False),
     "gateway": ("gateway", costs.run_gateway, False), "seams": ("seams", run_seams, False),
     "mcp": ("mcp", run_mcp, False),
+    "dedup": ("dedup", run_dedup, False),
 }  # fmt: skip
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
 BUS = Config(requests=1500, seconds=4.0, window=128, rounds=2)  # audit, queue-type, presence
@@ -73,7 +77,7 @@ FULL = {
     "audit": BUS, "queue-type": BUS, "presence": Config(**vars(BUS) | {"rounds": 4}),
     "durable": Config(subtasks=2000, rounds=3), "seams": Config(messages=20_000),
     "gateway": Config(count=300, workers=16, seconds=4.0),
-    "mcp": Config(count=300, workers=16, seconds=4.0),
+    "mcp": Config(count=300, workers=16, seconds=4.0), "dedup": BUS,
 }  # fmt: skip
 QUICK = FULL | {
     "rr": Config(requests=150, rounds=4, load_rounds=2, seconds=2.0, procs=(1, 4), window=64),
@@ -83,7 +87,7 @@ QUICK = FULL | {
     "audit": QUICK_BUS, "queue-type": QUICK_BUS, "presence": QUICK_BUS,
     "durable": Config(subtasks=300, rounds=2), "seams": Config(messages=5000),
     "gateway": Config(count=100, workers=16, seconds=2.0),
-    "mcp": Config(count=100, workers=16, seconds=2.0),
+    "mcp": Config(count=100, workers=16, seconds=2.0), "dedup": QUICK_BUS,
 }  # fmt: skip
 
 

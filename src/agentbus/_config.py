@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     dedup_size: int = Field(default=100_000, ge=0)
     dedup_path: str | None = None
     """A SQLite file for de-duplication shared by the instances on one host; None: in memory."""
+    dedup_url: str | None = None
+    """A Redis or Valkey server (``redis://``, ``rediss://``, ``unix://``) for de-duplication
+    shared by the instances on every host (the ``redis`` extra); None: ``dedup_path``, else
+    in memory. Unreachable, requests are served on each process's window (fail open)."""
     instance_queue_expires: float = Field(default=60.0, gt=0)
     connect_timeout: float = Field(default=10.0, gt=0)
     reconnect_interval: float = Field(default=1.0, gt=0)

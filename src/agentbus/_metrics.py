@@ -213,6 +213,8 @@ class _BusCollector(Collector):
             "poison_dead_lettered": "Deliveries dead-lettered past the classic delivery limit.",
             "late_replies": "Replies that came after their request gave up.",
             "duplicates": "Redelivered requests answered without running again.",
+            "dedup_waits": "Copies of a request that waited for its run in another process.",
+            "dedup_unavailable": "Failed calls to the shared de-duplication store (fail open).",
             "replies_dropped": "Replies nobody was there to receive.",
             "publish_retries": "Publishes sent again after a reconnect.",
             "handler_errors": "Handler exceptions answered with processing_failed.",

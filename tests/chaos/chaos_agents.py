@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 from agentbus import Agent, current_request, skill
@@ -56,6 +57,18 @@ class LedgerWorker(Agent):
         else:
             self.ledger.record_effect(key, self.id)
         return {"agent_id": self.id, "key": key, "applied": applied}
+
+    @skill
+    async def hold(self) -> dict[str, Any]:
+        """Say it started (a file in ``$CHAOS_HOLD_DIR``), run until the test's ``go`` file
+        is there, then record the effect: work that runs exactly as long as a test needs."""
+        marks = Path(os.environ["CHAOS_HOLD_DIR"])
+        key = effect_key(current_request())
+        (marks / f"started-{self.id}").write_text(key)
+        while not (marks / "go").exists():  # noqa: ASYNC110 - another process's file
+            await asyncio.sleep(0.02)
+        self.ledger.record_effect(key, self.id)
+        return {"agent_id": self.id, "key": key}
 
     @skill
     async def fail(self) -> None:

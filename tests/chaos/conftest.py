@@ -8,12 +8,13 @@ The broker-side fixtures (``private_broker``, ``chaos_proxy``, ``agent_process``
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from chaos_support import BusOpener, broker_required, bus_opener
 
 from agentbus.testing.chaos import find_rabbitmq
+from redis_servers import tier_redis_url
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -34,3 +35,10 @@ async def open_bus(chaos_exchange: str) -> AsyncIterator[BusOpener]:
     """Open buses on this test's exchange, at any URL; close them all afterwards."""
     async with bus_opener(chaos_exchange) as opener:
         yield opener
+
+
+@pytest.fixture(scope="session")
+def dedup_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis for the shared de-duplication store: the tier's, else a private server."""
+    with tier_redis_url(tmp_path_factory.mktemp("redis")) as url:
+        yield url

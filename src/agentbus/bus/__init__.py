@@ -11,13 +11,14 @@ from agentbus.bus._audit_stream import read_audit
 from agentbus.bus._bus import Bus, connect
 from agentbus.bus._connection import open_connection
 from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
-from agentbus.bus._dedup import DedupStore, DedupWindow
+from agentbus.bus._dedup import DedupStore, DedupWindow, SharedDedupStore
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._journal import Journal
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import Transport
 from agentbus.bus._redelivery import redelivered
+from agentbus.bus._redis_dedup import DedupUnavailable, RedisDedupStore
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
@@ -32,6 +33,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetters",
     "DedupStore",
+    "DedupUnavailable",
     "DedupWindow",
     "EventHandler",
     "Feed",
@@ -42,9 +44,11 @@ __all__ = [
     "LatencyObserver",
     "ProgressCallback",
     "PublishOptions",
+    "RedisDedupStore",
     "Refusal",
     "RequestHandler",
     "Settled",
+    "SharedDedupStore",
     "SqliteDedupStore",
     "Topology",
     "Transport",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Self
+from typing import Self, cast
 
 from agentbus._config import Settings
 from agentbus._exceptions import (
@@ -16,7 +16,7 @@ from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus._topology import Topology
 from agentbus._tracing import enable_tracing, tracing_enabled
-from agentbus.bus._dedup import DedupStore
+from agentbus.bus._dedup import DedupStore, SharedDedupStore, is_shared
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._held import HeldAnswers
@@ -51,7 +51,7 @@ class BaseBus(Sending, BrokerHooks):
         agent_id: str | None = None,
         app_id: str = "agentbus",
         metrics: Metrics | None = None,
-        dedup: DedupStore | None = None,
+        dedup: DedupStore | SharedDedupStore | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.agent_id = agent_id or default_id(self.settings, "client")
@@ -323,7 +323,7 @@ class BaseBus(Sending, BrokerHooks):
                 await self._close_transport()
             finally:
                 self._held.abandon()  # back on their queues with the connection
-                self._dedup.close()
+                await _close_store(self._dedup)
                 if self.metrics is not None:
                     self.metrics.detach(self)
         _log.debug("bus closed", agent_id=self.agent_id)
@@ -352,6 +352,13 @@ class BaseBus(Sending, BrokerHooks):
         if not self._can_publish() or self._publisher is None:
             raise BusClosed(f"{self!r} is not open")
         return self._publisher
+
+
+async def _close_store(store: DedupStore | SharedDedupStore) -> None:
+    if is_shared(store):
+        await store.aclose()
+    else:
+        cast(DedupStore, store).close()
 
 
 def _checked(value: str, what: str) -> str:

@@ -24,7 +24,7 @@ from agentbus.bus._audit_stream import RabbitAuditStream
 from agentbus.bus._base import BaseBus
 from agentbus.bus._connection import open_connection
 from agentbus.bus._dead_letters import DeadLetters
-from agentbus.bus._dedup import DedupStore
+from agentbus.bus._dedup import DedupStore, SharedDedupStore
 from agentbus.bus._errors import map_transport_errors, through_reconnects
 from agentbus.bus._feed import Feed
 from agentbus.bus._journal import Journal, StreamJournal
@@ -89,7 +89,7 @@ class Bus(BaseBus):
         agent_id: str | None = None,
         app_id: str = "agentbus",
         metrics: Metrics | None = None,
-        dedup: DedupStore | None = None,
+        dedup: DedupStore | SharedDedupStore | None = None,
     ) -> None:
         super().__init__(settings, agent_id=agent_id, app_id=app_id, metrics=metrics, dedup=dedup)
         self._connection: AbstractRobustConnection | None = None

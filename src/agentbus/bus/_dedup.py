@@ -7,23 +7,36 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from agentbus._exceptions import EnvelopeError
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
-__all__ = ["Completer", "DedupStore", "DedupWindow", "Seen", "completer"]
+__all__ = [
+    "Completer",
+    "DedupStore",
+    "DedupWindow",
+    "Seen",
+    "SharedDedupStore",
+    "completer",
+    "is_shared",
+]
 
 Reply = ResponseEnvelope | ErrorEnvelope
 
 
 @dataclass(slots=True)
 class Seen:
-    """A request seen before: when, and its reply once there is one."""
+    """A request seen before: when, and its reply once there is one.
+
+    ``elsewhere``: it is running now in another process (a shared store's sighting), whose
+    reply is not there yet.
+    """
 
     at: float
     reply: Reply | None = None
     reply_to: str | None = None
+    elsewhere: bool = False
 
 
 @dataclass(slots=True)
@@ -75,6 +88,40 @@ class DedupStore(Protocol):
     def close(self) -> None:
         """Release what the store holds open (the bus is closing)."""
         ...
+
+
+class SharedDedupStore(Protocol):
+    """A de-duplication store shared by processes on any host, over the network.
+
+    Its calls are awaited. The bus keeps an in-process ``DedupWindow`` in front of it
+    (a copy that comes back to the process that runs it never asks the network), and asks
+    this store about requests the window has not seen. A call that fails (the store is
+    unreachable) raises; the bus then serves on what the window knows (fail open).
+    """
+
+    async def check_in(self, key: str) -> Seen | None:
+        """Take ``key`` for this process (None), or return the sighting that holds it:
+        a reply stored by whoever ran it, or ``Seen(elsewhere=True)`` while it runs."""
+        ...
+
+    async def complete(
+        self, key: str, reply: Reply | None, reply_to: str | None, body: bytes | None
+    ) -> None:
+        """Store the reply of ``key``, for every process to answer a duplicate with."""
+        ...
+
+    async def forget(self, key: str) -> None:
+        """Let go of ``key``: its work was abandoned here and may run again anywhere."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the connections (the bus is closing); what is stored stays."""
+        ...
+
+
+def is_shared(store: DedupStore | SharedDedupStore) -> TypeGuard[SharedDedupStore]:
+    """Whether ``store`` is a ``SharedDedupStore`` (its calls are awaited)."""
+    return inspect.iscoroutinefunction(store.check_in)
 
 
 Completer = Callable[[str, Reply | None, str | None, bytes | None], None]

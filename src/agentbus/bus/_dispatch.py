@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from agentbus._config import Settings
 from agentbus._exceptions import EnvelopeError
 from agentbus._logging import bind_delivery_ids, get_logger
-from agentbus.bus._dedup import DedupStore
+from agentbus.bus._dedup import DedupStore, DedupWindow, SharedDedupStore, is_shared
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
@@ -210,12 +210,21 @@ def dispatcher_for(
     routes: Routes,
     publisher: ReplyPublisher,
     pending: PendingRequests,
-    dedup: DedupStore,
+    dedup: DedupStore | SharedDedupStore,
     stats: BusStats,
     held: HeldAnswers,
     audit: AuditSink | None = None,
 ) -> Dispatcher:
-    """Build a bus's dispatcher and the steps it hands deliveries to, as ``settings`` say."""
+    """Build a bus's dispatcher and the steps it hands deliveries to, as ``settings`` say.
+
+    A shared ``dedup`` store gets an in-process window in front of it.
+    """
+    local: DedupStore
+    shared: SharedDedupStore | None = None
+    if is_shared(dedup):
+        local, shared = DedupWindow(settings.dedup_window, settings.dedup_size), dedup
+    else:
+        local = cast(DedupStore, dedup)
     replier = Replier(publisher, stats)
     # Classic service queues only: a quorum queue counts deliveries itself.
     limit = (
@@ -235,7 +244,8 @@ def dispatcher_for(
             agent_id=agent_id,
             routes=routes,
             replier=replier,
-            dedup=dedup,
+            dedup=local,
+            shared=shared,
             stats=stats,
             audit=audit,
             max_size=settings.max_message_size,

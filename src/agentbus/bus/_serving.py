@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Final
 
 from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
+from agentbus._faults import fault_point
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
-from agentbus.bus._dedup import DedupStore, completer
+from agentbus.bus._dedup import DedupStore, Seen, SharedDedupStore, completer
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._replies import Replier, Reply
 from agentbus.bus._routes import RequestHandler, Routes
 from agentbus.bus._stats import BusStats
 from agentbus.bus._trace import bind_trace
 from agentbus.envelopes import (
+    BROADCAST,
     ErrorCode,
     ErrorEnvelope,
     RequestEnvelope,
@@ -28,12 +31,21 @@ __all__ = ["Server"]
 
 _log = get_logger("agentbus.bus")
 
+# A copy of a request that another process runs asks the shared store again after these
+# many seconds, doubling, up to the last: its reply, or the run's end without one.
+_ASK_FIRST: Final = 0.02
+_ASK_AT_MOST: Final = 0.5
+
 
 class Server:
     """Runs requests with the routes' handler, at most once per message id, and answers them.
 
     A request seen before is answered from the de-duplication store, not run again. Long
     work (the routes' ``acks_early``) is acknowledged as it starts, through ``ack_now``.
+    With a ``shared`` store (another process, on any host, may hold the request), ``dedup``
+    is this process's window in front of it: the shared store is asked about what the
+    window has not seen, a copy that another process runs waits for that run's end, and a
+    shared store that fails is passed over (counted, logged) and the window serves alone.
     """
 
     def __init__(
@@ -46,12 +58,15 @@ class Server:
         stats: BusStats,
         audit: AuditSink | None,
         max_size: int,
+        shared: SharedDedupStore | None = None,
     ) -> None:
         self._agent_id = agent_id
         self._routes = routes
         self._replier = replier
         self._dedup = dedup
         self._complete = completer(dedup)
+        self._shared = shared
+        self._shared_down = False
         self._stats = stats
         self._audit = audit
         self._max_size = max_size
@@ -70,7 +85,10 @@ class Server:
 
     async def serve(self, message: IncomingMessage, request: RequestEnvelope) -> Settle:
         """Run ``request`` (or answer it again, if it ran) and return how to settle it."""
-        seen = self._dedup.check_in(request.message_id)
+        key = _key(request, self._agent_id)
+        seen = self._dedup.check_in(key)
+        if seen is None and self._shared is not None:
+            seen = await self._check_in_shared(self._shared, key)
         if (
             seen is not None
             and seen.reply is None
@@ -99,18 +117,20 @@ class Server:
         started = time.perf_counter()
         self._running[request.message_id] = None
         try:
-            return await self._serve_once(message, request, started)
+            return await self._serve_once(message, request, key, started)
         finally:
             if (waited := self._running.pop(request.message_id)) is not None:
                 waited.set()
 
     async def _serve_once(
-        self, message: IncomingMessage, request: RequestEnvelope, started: float
+        self, message: IncomingMessage, request: RequestEnvelope, key: str, started: float
     ) -> Settle:
         try:
             reply = await self._run(request)
         except asyncio.CancelledError:
-            self._dedup.forget(request.message_id)
+            self._dedup.forget(key)
+            if self._shared is not None:
+                await asyncio.shield(self._forget_shared(self._shared, key))
             self._stats.consumed_by[("request", "requeued")] += 1
             raise
         outcome = reply.payload.code if isinstance(reply, ErrorEnvelope) else "success"
@@ -121,22 +141,29 @@ class Server:
         if self._stats.observer is not None:
             self._stats.observer.observe_handler(request.payload.action, outcome, seconds)
         try:
-            return await self._answer(message, request, reply)
+            return await self._answer(message, request, key, reply)
         finally:
             # After the answer, so the record's write never goes ahead of the reply.
             self._record(request, message.user_id, outcome, seconds)
 
     async def _answer(
-        self, message: IncomingMessage, request: RequestEnvelope, reply: Reply
+        self, message: IncomingMessage, request: RequestEnvelope, key: str, reply: Reply
     ) -> Settle:
         reply_to = message.reply_to
+        # Encoded once: the store keeps these bytes and the publisher sends them.
+        reply, body = self._encoded(request, reply)
+        # The work is done: remember its reply before sending it. If the channel closes
+        # now (this task is cancelled) the redelivered request is answered with it, not
+        # acked without an answer as if the work were still running.
+        self._complete(key, reply, reply_to, body)
+        if self._shared is not None:
+            await self._complete_shared(self._shared, key, reply, reply_to, body)
         try:
-            # Encoded once: the store keeps these bytes and the publisher sends them.
-            reply, body = self._encoded(request, reply, reply_to)
-            # The work is done: remember its reply before sending it. If the channel closes
-            # now (this task is cancelled) the redelivered request is answered with it, not
-            # acked without an answer as if the work were still running.
-            self._complete(request.message_id, reply, reply_to, body)
+            if body is None:
+                # Not even the error fits under the cap: remembered all the same, so the
+                # redelivered request meets it (and its failed send is counted) instead of
+                # running the work again.
+                raise EnvelopeError("the error reply is over the size cap too")
             await self._replier.publisher.publish_reply(reply, reply_to, body)
         except Unroutable:
             self._stats.replies_dropped += 1
@@ -146,11 +173,11 @@ class Server:
             _log.warning("reply not sent; request left for redelivery", error=str(exc))
             return Settle.REQUEUE
         self._stats.requests_served += 1
+        fault_point("bus.answered")  # a test's kill: answered, not yet acked
         return Settle.ACK
 
-    def _encoded(
-        self, request: RequestEnvelope, reply: Reply, reply_to: str | None
-    ) -> tuple[Reply, bytes]:
+    def _encoded(self, request: RequestEnvelope, reply: Reply) -> tuple[Reply, bytes | None]:
+        """Return the reply to send and its bytes; None: not even an error fits the cap."""
         try:
             return reply, encode(reply, max_size=self._max_size)
         except EnvelopeError as exc:
@@ -166,11 +193,91 @@ class Server:
             try:
                 return error, encode(error, max_size=self._max_size)
             except EnvelopeError:
-                # Not even the error fits under the cap: remembered all the same, so the
-                # redelivered request meets it (and its failed send is counted) instead of
-                # running the work again.
-                self._complete(request.message_id, error, reply_to, None)
-                raise
+                return error, None
+
+    async def _check_in_shared(self, shared: SharedDedupStore, key: str) -> Seen | None:
+        """Ask the shared store about a request the window has just taken as running here."""
+        try:
+            return await self._ask_shared(shared, key)
+        except asyncio.CancelledError:
+            # The channel closed while asking (or waiting): nothing runs here, and the key
+            # the store may have taken for this process is let go, so the copy can run.
+            self._dedup.forget(key)
+            await asyncio.shield(self._forget_shared(shared, key))
+            raise
+
+    async def _ask_shared(self, shared: SharedDedupStore, key: str) -> Seen | None:
+        try:
+            seen = await shared.check_in(key)
+        except Exception as exc:  # fail open: served on what this process knows
+            self._shared_failed("check", exc)
+            return None
+        self._shared_up()
+        if seen is None:
+            return None
+        self._dedup.forget(key)  # held elsewhere, or served: not running here
+        if not seen.elsewhere:
+            return seen
+        seen = await self._wait_elsewhere(shared, key)
+        return seen if seen is not None else self._dedup.check_in(key)
+
+    async def _wait_elsewhere(self, shared: SharedDedupStore, key: str) -> Seen | None:
+        """Hold a copy of a request another process runs until that run ends.
+
+        Returns its reply (answer the copy with it), or None: the run ended without one
+        (abandoned, or its process died and its lease ran out) and this copy now holds the
+        request, or the store failed meanwhile. Not requeued: on a classic queue every
+        return counts towards the delivery limit, and the copy would come straight back.
+        """
+        self._stats.dedup_waits += 1
+        _log.info("request runs in another process; this copy waits for its end", key=key)
+        delay = _ASK_FIRST
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, _ASK_AT_MOST)
+            try:
+                seen = await shared.check_in(key)
+            except Exception as exc:
+                self._shared_failed("check", exc)
+                return None
+            if seen is None or not seen.elsewhere:
+                return seen
+
+    async def _complete_shared(
+        self,
+        shared: SharedDedupStore,
+        key: str,
+        reply: Reply,
+        reply_to: str | None,
+        body: bytes | None,
+    ) -> None:
+        try:
+            await shared.complete(key, reply, reply_to, body)
+        except Exception as exc:  # a copy on another host runs again once the lease ends
+            self._shared_failed("complete", exc)
+        else:
+            self._shared_up()
+
+    async def _forget_shared(self, shared: SharedDedupStore, key: str) -> None:
+        try:
+            await shared.forget(key)
+        except Exception as exc:  # the marker expires with its lease
+            self._shared_failed("forget", exc)
+
+    def _shared_failed(self, call: str, exc: Exception) -> None:
+        self._stats.dedup_unavailable += 1
+        if not self._shared_down:
+            self._shared_down = True
+            _log.warning(
+                "shared dedup store unavailable: serving on this process's window",
+                call=call,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+    def _shared_up(self) -> None:
+        if self._shared_down:
+            self._shared_down = False
+            _log.warning("shared dedup store available again")
 
     async def _run(self, request: RequestEnvelope) -> Reply:
         deadline = request.metadata.deadline
@@ -238,3 +345,11 @@ class Server:
                 **envelope_fields(request),
             )
         )
+
+
+def _key(request: RequestEnvelope, agent_id: str) -> str:
+    # A broadcast request runs once in each instance that takes it: the instance is part of
+    # its key, so a store shared by instances does not take one's run for another's.
+    if request.receiver_id == BROADCAST:
+        return f"{agent_id}/{request.message_id}"
+    return request.message_id

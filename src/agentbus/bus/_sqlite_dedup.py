@@ -19,11 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from agentbus._config import Settings
-from agentbus._exceptions import EnvelopeError
+from agentbus._config import Settings, mask_url
+from agentbus._exceptions import ConfigurationError, EnvelopeError
 from agentbus._logging import get_logger
 from agentbus._sqlite import connect_shared
-from agentbus.bus._dedup import DedupStore, DedupWindow, Reply, Seen
+from agentbus.bus._dedup import DedupStore, DedupWindow, Reply, Seen, SharedDedupStore
+from agentbus.bus._redis_dedup import RedisDedupStore
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
 __all__ = ["SqliteDedupStore", "dedup_store"]
@@ -161,8 +162,29 @@ def _decoded(body: bytes) -> Reply | None:
     return envelope if isinstance(envelope, ResponseEnvelope | ErrorEnvelope) else None
 
 
-def dedup_store(settings: Settings) -> DedupStore:
-    """Return the de-duplication store ``settings`` ask for: a SQLite file, else in memory."""
+_SHARED_SCHEMES: Final = ("redis", "rediss", "unix")
+
+
+def dedup_store(settings: Settings) -> DedupStore | SharedDedupStore:
+    """Return the de-duplication store ``settings`` ask for: Redis (``dedup_url``), a SQLite
+    file (``dedup_path``), else in memory.
+
+    Raises:
+        ConfigurationError: both are set, the URL is not Redis's, or the ``redis`` extra
+            is missing.
+    """
+    if settings.dedup_url and settings.dedup_path:
+        raise ConfigurationError("set one of dedup_url (every host) and dedup_path (one host)")
+    if settings.dedup_url and settings.dedup_window > 0:
+        scheme = settings.dedup_url.partition("://")[0]
+        if scheme not in _SHARED_SCHEMES:
+            raise ConfigurationError(
+                f"dedup_url {mask_url(settings.dedup_url)!r}: the scheme must be one of "
+                f"{', '.join(_SHARED_SCHEMES)}"
+            )
+        return RedisDedupStore(
+            settings.dedup_url, settings.dedup_window, namespace=settings.exchange
+        )
     if settings.dedup_path:
         return SqliteDedupStore(settings.dedup_path, settings.dedup_window)
     return DedupWindow(settings.dedup_window, settings.dedup_size)

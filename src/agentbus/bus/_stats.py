@@ -42,6 +42,11 @@ class BusStats:
     progress_replies: int = 0
     replies_dropped: int = 0
     duplicates: int = 0
+    dedup_waits: int = 0
+    """Copies of a request that waited for its run in another process (shared store)."""
+    dedup_unavailable: int = 0
+    """Calls to the shared de-duplication store that failed: the request was served on
+    this process's window alone (fail open)."""
     expired_requests: int = 0
     dead_lettered: int = 0
     poison_dead_lettered: int = 0

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._codes import PROTOCOL_MAJOR, PROTOCOL_VERSION, MessageType
 from agentbus.envelopes._dump import unserializable, wire_dict
+from agentbus.envelopes._fast import envelope_dict, validator_for
 from agentbus.envelopes._models import (
     Envelope,
     ErrorEnvelope,
@@ -22,7 +23,7 @@ from agentbus.envelopes._models import (
     utcnow,
 )
 
-__all__ = ["DEFAULT_MAX_SIZE", "decode", "encode"]
+__all__ = ["DEFAULT_MAX_SIZE", "decode", "decode_full", "encode", "encode_full"]
 
 DEFAULT_MAX_SIZE: Final = 1024 * 1024
 """The default size cap of an encoded envelope: 1 MiB."""
@@ -37,6 +38,7 @@ _VERSION_RE: Final = re.compile(r"^([0-9]{1,9})\.([0-9]{1,9})$")
 _DUMPS_OPTIONS: Final = orjson.OPT_UTC_Z
 _MAX_REPORTED_ERRORS: Final = 5
 _MAX_DEPTH: Final = 254  # orjson.dumps refuses deeper nesting ("Recursion limit reached")
+_COUNT_CHUNK: Final = 8192  # bytes (or characters) of a body counted at a time
 _MESSAGE_TYPES: Final = frozenset(MessageType)
 
 
@@ -51,8 +53,18 @@ def encode(envelope: Envelope, *, max_size: int | None = DEFAULT_MAX_SIZE) -> by
         EnvelopeError: A value in the envelope is not JSON serializable.
         PayloadTooLarge: The encoded envelope is larger than ``max_size``.
     """
+    # A plain envelope of the four kinds: its dict in one step (_fast); anything else: wire_dict.
+    return _written(envelope_dict(envelope) or wire_dict(envelope), max_size)
+
+
+def encode_full(envelope: Envelope, *, max_size: int | None = DEFAULT_MAX_SIZE) -> bytes:
+    """``encode`` without its fast path: what the fast path is held to (tests, bench)."""
+    return _written(wire_dict(envelope), max_size)
+
+
+def _written(fields: dict[str, Any], max_size: int | None) -> bytes:
     try:
-        data = orjson.dumps(wire_dict(envelope), default=unserializable, option=_DUMPS_OPTIONS)
+        data = orjson.dumps(fields, default=unserializable, option=_DUMPS_OPTIONS)
     except TypeError as exc:
         raise EnvelopeError(f"cannot encode envelope: {exc}") from exc
     if max_size is not None and len(data) > max_size:
@@ -81,6 +93,28 @@ def decode(
         UnsupportedVersion: ``protocol_version`` has a MAJOR other than 1.
         EnvelopeError: anything else that is not a valid envelope.
     """
+    obj = _parsed(data, max_size)
+    validator = validator_for(obj)
+    if validator is None:  # not the common case: the full path's checks and stand-ins
+        return _validated(obj, message_id, received_at)
+    try:
+        return validator.validate_python(obj)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        raise _invalid(exc, obj) from exc
+
+
+def decode_full(
+    data: bytes | bytearray | memoryview | str,
+    *,
+    max_size: int | None = DEFAULT_MAX_SIZE,
+    message_id: str | None = None,
+    received_at: datetime | None = None,
+) -> Envelope:
+    """``decode`` without its fast path: what the fast path is held to (tests, bench)."""
+    return _validated(_parsed(data, max_size), message_id, received_at)
+
+
+def _parsed(data: bytes | bytearray | memoryview | str, max_size: int | None) -> Any:
     if max_size is not None and len(data) > max_size:
         raise PayloadTooLarge(
             f"envelope is {len(data)} bytes, over the {max_size}-byte cap",
@@ -90,7 +124,19 @@ def decode(
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise EnvelopeError(f"not valid UTF-8 JSON: {exc}") from exc
+    # A body off the wire, with too few brackets to be too deep: known without a call.
+    # (One pass deleting the brackets costs half of two passes counting them.)
+    if (
+        isinstance(data, bytes)
+        and len(data) <= _COUNT_CHUNK
+        and len(data) - len(data.translate(None, b"[{")) <= _MAX_DEPTH
+    ):
+        return obj
     _check_writable(data, obj)
+    return obj
+
+
+def _validated(obj: Any, message_id: str | None, received_at: datetime | None) -> Envelope:
     if not isinstance(obj, dict):
         raise EnvelopeError(f"an envelope is a JSON object, not {_json_type(obj)}")
     _check_version(obj)
@@ -118,12 +164,7 @@ def _check_writable(data: bytes | bytearray | memoryview | str, obj: Any) -> Non
     # read must be writable again (a reply, a stored copy, a forward). Only JSON with
     # that many brackets can be that deep; counting them costs little, writing it more.
     text = data.tobytes() if isinstance(data, memoryview) else data
-    brackets = (
-        text.count("[") + text.count("{")
-        if isinstance(text, str)
-        else (text.count(b"[") + text.count(b"{"))
-    )
-    if brackets <= _MAX_DEPTH:
+    if not _more_brackets_than(_MAX_DEPTH, text):
         return
     try:
         orjson.dumps(obj)
@@ -132,6 +173,21 @@ def _check_writable(data: bytes | bytearray | memoryview | str, obj: Any) -> Non
             f"JSON nested deeper than {_MAX_DEPTH} levels cannot be written back: {exc}",
             details={"max_depth": _MAX_DEPTH},
         ) from exc
+
+
+def _more_brackets_than(limit: int, text: bytes | bytearray | str) -> bool:
+    square, curly = ("[", "{") if isinstance(text, str) else (b"[", b"{")
+    if len(text) <= _COUNT_CHUNK:
+        return text.count(square) + text.count(curly) > limit  # type: ignore[arg-type]
+    # A long body (many small records, say) is past the limit after its first chunks:
+    # counting the rest would only delay the test that follows.
+    seen = 0
+    for start in range(0, len(text), _COUNT_CHUNK):
+        end = start + _COUNT_CHUNK
+        seen += text.count(square, start, end) + text.count(curly, start, end)  # type: ignore[arg-type]
+        if seen > limit:
+            return True
+    return False
 
 
 def _check_version(obj: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ that: they have no aliases, no custom serializers and no computed fields, only
 values by name) and ``__pydantic_extra__`` (the unknown fields kept) directly and
 lets orjson walk the values by reference. ``tests/unit/test_codec_contract.py``
 fails the day this stops equalling ``model_dump`` or a wire model gains what the
-shortcut would miss; ``bench/seams.py`` measures the gain.
+shortcut would miss; ``bench/suite.py --only seams`` measures the gain.
 """
 
 from __future__ import annotations

@@ -154,8 +154,9 @@ class RequestEnvelope(_EnvelopeBase):
     ) -> ResponseEnvelope:
         """Build the response to this request, correlated to it; ``metadata`` adds free keys."""
         correlated = {"correlation_id": self.message_id, "trace": self.metadata.trace}
-        # One validation of plain dicts: cheaper than building the three models one by one.
-        return ResponseEnvelope.model_validate(
+        # One validation of plain dicts, by the model's validator itself (model_validate's
+        # wrapper costs a tenth more): cheaper than building the three models one by one.
+        return ResponseEnvelope.__pydantic_validator__.validate_python(  # type: ignore[no-any-return]
             {
                 "sender_id": sender_id,
                 "receiver_id": self.sender_id,
@@ -173,15 +174,15 @@ class RequestEnvelope(_EnvelopeBase):
         details: dict[str, Any] | None = None,
     ) -> ErrorEnvelope:
         """Build an error envelope answering this request, correlated to it."""
-        return ErrorEnvelope(
-            sender_id=sender_id,
-            receiver_id=self.sender_id,
-            payload=ErrorPayload(code=str(code), message=message, details=details or {}),
-            metadata=self._reply_metadata(),
+        # As response(): a third cheaper than ErrorEnvelope(payload=ErrorPayload(...), ...).
+        return ErrorEnvelope.__pydantic_validator__.validate_python(  # type: ignore[no-any-return]
+            {
+                "sender_id": sender_id,
+                "receiver_id": self.sender_id,
+                "payload": {"code": str(code), "message": message, "details": details or {}},
+                "metadata": {"correlation_id": self.message_id, "trace": self.metadata.trace},
+            }
         )
-
-    def _reply_metadata(self) -> Metadata:
-        return Metadata(correlation_id=self.message_id, trace=self.metadata.trace)
 
 
 class ResponseEnvelope(_EnvelopeBase):

@@ -49,7 +49,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 with _fuzzkit.instrumented():
     from agentbus import Agent, ConnectionLost, Unroutable, current_request, skill
-    from agentbus.bus._admission import refusal
+    from agentbus.security import refusal
     from agentbus.bus._dedup import DedupWindow
     from agentbus.bus._dispatch import Dispatcher, _fallback_id
     from agentbus.bus._pending import PendingRequests

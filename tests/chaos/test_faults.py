@@ -822,7 +822,12 @@ async def test_poison_request_crashing_its_worker_is_dead_lettered(
     _assert_only_the_poison_repeated(run, f"poison, {queue_type}")
     assert run.letter.headers.get("x-first-death-reason") == death_reason
     assert run.letter.headers.get("x-agentbus-attempt") == attempt_header
-    assert run.attempts == 3, "the first delivery and two returns (the limit)"
+    # The first delivery and two returns (the limit); on a classic queue one more at most:
+    # a worker that dies just after acking the original it republished may lose that ack
+    # with its socket (the kernel resets a socket closed with unread data), so the original
+    # comes back once more beside its copy (at-least-once; seen in about 1 run of 4 under load).
+    expected = {3} if queue_type == "quorum" else {3, 4}
+    assert run.attempts in expected, "the first delivery and two returns (the limit)"
 
 
 async def _get_one(url: str, queue: str) -> aio_pika.abc.AbstractIncomingMessage:

@@ -81,7 +81,7 @@ def test_import_creates_quorum_queues_under_the_policies(node: PrivateBroker) ->
     queues = {name: (kind, policy, durable) for name, kind, policy, durable in rows}
     for service in SERVICES:
         assert queues[TOPOLOGY.service_queue(service)] == ("quorum", "agentbus-services", "true")
-    assert queues[TOPOLOGY.dead_letter_queue] == ("classic", "agentbus-dead-letter", "true")
+    assert queues[TOPOLOGY.dead_letter_queue] == ("quorum", "agentbus-dead-letter", "true")
 
     policies = {row[1]: row for row in _rows(node.rabbitmqctl("list_policies"))}
     services = json.loads(policies["agentbus-services"][4])

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 from chaos_support import eventually
-from conftest import Sites
 from fault_support import Team
 
 from agentbus import Agent, Settings, Unroutable, skill
 from agentbus.bus import Bus
 from agentbus.envelopes import ResponseEnvelope
 from agentbus.registry import Registry
+from conftest import Sites
 
 pytestmark = pytest.mark.sites
 

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentbus.envelopes import DEFAULT_MAX_SIZE
 
-__all__ = ["DEFAULT_URL", "Settings", "mask_url"]
+__all__ = ["DEFAULT_URL", "Settings", "mask_url", "peer_sites"]
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 
@@ -81,10 +81,24 @@ class Settings(BaseSettings):
     """PEM file of this client's certificate (``amqps://``), for brokers that ask for one."""
     tls_key_file: str | None = None
     """PEM file of the private key of ``tls_cert_file``; None: the key is in that file."""
+    site: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """The site this participant runs at (docs/sites.md): shown on its card, in its
+    heartbeats and in the registry's listing. None: a team of one site."""
+    peer_sites: str = Field(default="", pattern=r"^([A-Za-z0-9_-]{1,64}(,[A-Za-z0-9_-]{1,64})*)?$")
+    """The other sites a request crosses to when no instance serves it here, comma-separated,
+    in the order tried (each over the federation link ``agentbus federation`` sets up).
+    Empty: requests never leave this site."""
     auth_mechanism: Literal["auto", "plain", "external"] = "auto"
     """How to log in: ``plain`` (the URL's user and password), ``external`` (the client
     certificate's subject, RabbitMQ's EXTERNAL mechanism), or ``auto``: external when a
     client certificate is set and the URL has no password, plain otherwise."""
+
+
+def peer_sites(settings: Settings) -> tuple[str, ...]:
+    """The sites a request may cross to, in order: none without a ``site`` of our own."""
+    if settings.site is None or not settings.peer_sites:
+        return ()
+    return tuple(site for site in settings.peer_sites.split(",") if site != settings.site)
 
 
 def mask_url(url: str) -> str:

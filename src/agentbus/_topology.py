@@ -63,6 +63,10 @@ class Topology:
         """The stream holding the journal ``name``."""
         return f"{self.exchange}.journal.{name}"
 
+    def outbox(self, site: str) -> str:
+        """The exchange whose messages the federation link carries to ``site`` (docs/sites.md)."""
+        return f"{self.exchange}.outbox.{site}"
+
     def feed_queue(self, agent_id: str, feed: str) -> str:
         """Return the exclusive queue of one instance's feed (``consume_feed``)."""
         return f"{self.exchange}.feed.{agent_id}.{feed}"

@@ -115,6 +115,8 @@ class Agent:
             )
         self.settings = settings or Settings()
         self.id = _instance_id(self.name, agent_id, bus, self.settings)
+        # The site it runs at: its settings', else those of the bus it was given.
+        self.site = (settings or (bus.settings if bus is not None else self.settings)).site
         self.capacity = concurrency or self.concurrency
         if self.capacity < 1:
             raise ConfigurationError("concurrency must be at least 1")
@@ -170,6 +172,7 @@ class Agent:
                 ],
                 capacity=self.capacity,
                 tags=list(self.tags),
+                site=self.site,
             )
         return self._card
 
@@ -267,6 +270,7 @@ class Agent:
             interval=self.heartbeat_interval,
             card_digest=card.digest(),
             card=card if full else None,
+            site=self.site,
             started_at=self._started_at,
             traffic=self._traffic.report() if self._traffic is not None else None,
         )

@@ -37,6 +37,8 @@ class AgentCard(BaseModel):
     capacity: int = Field(default=1, ge=1)
     tags: list[str] = Field(default_factory=list)
     protocol_version: str = PROTOCOL_VERSION
+    site: str | None = None
+    """The site the agent runs at (the ``site`` setting); None: a team of one site."""
 
     @property
     def skill_names(self) -> list[str]:

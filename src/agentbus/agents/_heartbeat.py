@@ -48,6 +48,8 @@ class Heartbeat(BaseModel):
     interval: float = Field(gt=0)
     card_digest: str
     card: AgentCard | None = None
+    site: str | None = None
+    """The site the agent runs at; left out of the beat when it has none."""
     started_at: datetime | None = None
     traffic: dict[str, Any] | None = None
     """Requests served since start: ``served``, ``errors`` by code, latency ``buckets``."""

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Self, cast
 
-from agentbus._config import Settings
+from agentbus._config import Settings, peer_sites
 from agentbus._exceptions import (
     BusClosed,
     ConfigurationError,
@@ -27,6 +27,7 @@ from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
 from agentbus.bus._routes import EventHandler, RequestHandler, Routes
 from agentbus.bus._sending import Sending
+from agentbus.bus._sites import SiteRouter
 from agentbus.bus._sqlite_dedup import dedup_store
 from agentbus.bus._stats import BusState, BusStats
 from agentbus.envelopes import (
@@ -78,6 +79,7 @@ class BaseBus(Sending, BrokerHooks):
             presence=self._unserved,
             presence_after=self.settings.presence_check,
         )
+        self._sites = SiteRouter(self.topology, peer_sites(self.settings), self._served_here)
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
@@ -88,6 +90,10 @@ class BaseBus(Sending, BrokerHooks):
         if metrics is not None:
             self.stats.observer = metrics  # timings as they happen
             metrics.attach(self)  # counters at each scrape
+
+    async def _served_here(self, receiver: str) -> bool:
+        """Whether something at this site consumes ``receiver``'s queue (default: assume so)."""
+        return True
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} agent_id={self.agent_id!r} state={self._state.value}>"

@@ -29,6 +29,7 @@ from agentbus.bus._errors import map_transport_errors, through_reconnects
 from agentbus.bus._feed import Feed
 from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._publisher import Publisher
+from agentbus.bus._sites import served_here
 from agentbus.bus._stats import BusState
 from agentbus.security import AuditTrail, publisher_user_id
 
@@ -341,6 +342,10 @@ class Bus(BaseBus):
             # No ready message: ours was delivered, maybe to an instance now draining.
             return declared.consumer_count == 0 and (declared.message_count or 0) > 0
         return False
+
+    async def _served_here(self, receiver: str) -> bool:
+        assert self._connection is not None
+        return await served_here(self._connection, self.topology, receiver)
 
     async def _stop_consuming(self, *, instance: bool) -> None:
         # The instance consumer ends with the connection (see _declare).

@@ -20,6 +20,8 @@ class PublishOptions(TypedDict, total=False):
     """Seconds to wait for the broker's confirm (default: the ``request_timeout`` setting)."""
     mandatory: bool
     """A message no queue is bound for raises ``Unroutable``, not dropped (default: true)."""
+    exchange: str | None
+    """The exchange to publish on instead of the bus's topic exchange (a site's outbox)."""
 
 
 class Publication(NamedTuple):

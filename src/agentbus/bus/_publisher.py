@@ -75,7 +75,7 @@ class Publisher:
         reply_to, persistent, ttl, timeout, mandatory = publication(options)
         body = encode(envelope, max_size=self._max_size)
         await self._send(
-            self._exchange.name,
+            options.get("exchange") or self._exchange.name,
             routing_key(envelope),
             body,
             self._properties(envelope, reply_to=reply_to, persistent=persistent, ttl=ttl),

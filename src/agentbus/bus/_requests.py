@@ -84,10 +84,11 @@ class Requester:
         publisher: RequestPublisher | None,
         envelope: RequestEnvelope,
         *,
-        reply_to: str,
+        reply_to: str | None,
         timeout: float,
         on_progress: ProgressCallback | None,
         persistent: bool = True,
+        presence: bool = True,
     ) -> ResponseEnvelope:
         """Publish ``envelope`` and return its response; with no ``publisher``, only wait for
         the response to ``envelope``, sent before.
@@ -95,6 +96,9 @@ class Requester:
         Raises:
             RemoteError: the receiver answered with an error envelope.
             RequestTimeout: no answer within ``timeout`` seconds.
+
+        ``presence``: check this site's queue of the receiver when the answer is late
+        (not for a request sent to another site).
         """
         span = start_span(
             f"send {envelope.receiver_id}",
@@ -122,7 +126,8 @@ class Requester:
                         persistent=persistent,
                     )
                 # From the publish on: a request still waiting to go out is nobody's fault.
-                check = self._arm_presence_check(envelope, future, timeout)
+                if presence:
+                    check = self._arm_presence_check(envelope, future, timeout)
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code

@@ -13,6 +13,7 @@ from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
+from agentbus.bus._sites import Crossing, SiteRouter
 from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
     BROADCAST,
@@ -35,6 +36,7 @@ class Sending(abc.ABC):
     agent_id: str
     topology: Topology
     _requests: Requester
+    _sites: SiteRouter
     _publish_slots: asyncio.Semaphore
 
     @abc.abstractmethod
@@ -124,8 +126,23 @@ class Sending(abc.ABC):
         instance's). ``sent``: the request went out before (from this process or one
         that died) to that reply queue; only wait for its answer.
         Works while the bus drains, so a handler can finish work that needs requests.
+        With peer sites (``peer_sites``), a request nothing serves at this site crosses to
+        the first peer that serves it (docs/sites.md).
         """
         publisher = self._require_publisher()
+        timeout = timeout if timeout is not None else self.settings.request_timeout
+        if reply_to is None and not sent and self._sites.active:
+            outboxes = await self._sites.crossing(envelope.receiver_id)
+            if outboxes:  # nothing serves it here: to the first peer site that does
+                return await self._requests.send(
+                    Crossing(publisher, outboxes),
+                    envelope,
+                    reply_to=None,
+                    timeout=timeout,
+                    on_progress=on_progress,
+                    persistent=persistent,
+                    presence=False,
+                )
         if reply_to is None:
             # Replies come straight to this instance's queue (the default exchange), not
             # through the topic exchange's bindings: one less routing step. A transient
@@ -138,7 +155,7 @@ class Sending(abc.ABC):
             None if sent else publisher,
             envelope,
             reply_to=reply_to,
-            timeout=timeout if timeout is not None else self.settings.request_timeout,
+            timeout=timeout,
             on_progress=on_progress,
             persistent=persistent,
         )

@@ -13,9 +13,15 @@ from agentbus._exceptions import ConfigurationError
 from agentbus.agents import AgentCard
 from agentbus.cli._context import load_json, print_json, settings_of
 from agentbus.cli._serve import _load_agent_class
-from agentbus.security import credential_secrets, definitions, team_grants, topology_resources
+from agentbus.security import (
+    credential_secrets,
+    definitions,
+    federation_definitions,
+    team_grants,
+    topology_resources,
+)
 
-__all__ = ["definitions_command"]
+__all__ = ["definitions_command", "federation_command"]
 
 
 def _service_name(member: str) -> str:
@@ -161,3 +167,50 @@ def _print_documents(documents: list[dict[str, Any]]) -> None:
     for document in documents:
         click.echo("---")
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+
+
+@click.command("federation")
+@click.argument("site")
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    required=True,
+    metavar="SITE=URI",
+    help="A peer site and the AMQP URI of its broker, credentials included (repeatable).",
+)
+@click.option("--vhost", default="/", show_default=True, help="The virtual host.")
+@click.option(
+    "--link-expires",
+    type=click.FloatRange(min=1),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a cut link's queue at a peer (and what it holds) is kept.",
+)
+@click.pass_context
+def federation_command(
+    ctx: click.Context, site: str, peers: tuple[str, ...], vhost: str, link_expires: float
+) -> None:
+    """Print the definitions that link SITE's broker with its peers' by federation.
+
+    Load it with 'rabbitmqctl import_definitions' at SITE, and each peer's own at that
+    peer (the rabbitmq_federation plugin enabled at each); run SITE's agents with
+    AGENTBUS_SITE=SITE and AGENTBUS_PEER_SITES listing the peers (docs/sites.md).
+    """
+    uris: dict[str, str] = {}
+    for value in peers:
+        name, sep, uri = value.partition("=")
+        if not sep or not name or not uri:
+            raise click.BadParameter(f"expected SITE=URI, got {value!r}", param_hint="--peer")
+        uris[name] = uri
+    try:
+        document = federation_definitions(
+            site,
+            uris,
+            exchange=settings_of(ctx).exchange,
+            vhost=vhost,
+            link_expires=link_expires,
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
+    print_json(document)

@@ -26,7 +26,7 @@ from agentbus.cli._context import (
     settings_of,
 )
 from agentbus.cli._dashboard import dashboard
-from agentbus.cli._definitions import definitions_command
+from agentbus.cli._definitions import definitions_command, federation_command
 from agentbus.cli._demo import demo_command
 from agentbus.cli._gateway import gateway, run_a2a
 from agentbus.cli._mcp import mcp, run_mcp
@@ -148,6 +148,7 @@ def demo(
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
 cli.add_command(definitions_command)
+cli.add_command(federation_command)
 cli.add_command(audit_command)
 cli.add_command(gateway)
 cli.add_command(run_a2a)

@@ -41,13 +41,16 @@ def _age(seconds: float) -> str:
 
 
 def agents_table(agents: Sequence[dict[str, Any]]) -> str:
-    """Render the registry's ``list_agents`` result as a table."""
+    """Render the registry's ``list_agents`` result as a table (with a SITE column when
+    any agent names its site)."""
     if not agents:
         return "no agents known to the registry"
+    sites = any(agent.get("site") for agent in agents)
     rows = [
         (
             agent["agent_id"],
             agent["service"],
+            *((agent.get("site") or "-",) if sites else ()),
             agent["status"],
             f"{agent['in_flight']}/{agent['capacity']}",
             ",".join(agent["skills"]) or "-",
@@ -55,7 +58,8 @@ def agents_table(agents: Sequence[dict[str, Any]]) -> str:
         )
         for agent in agents
     ]
-    return table(("ID", "SERVICE", "STATUS", "LOAD", "SKILLS", "LAST SEEN"), rows)
+    head = ("ID", "SERVICE", *(("SITE",) if sites else ()), "STATUS", "LOAD", "SKILLS")
+    return table((*head, "LAST SEEN"), rows)
 
 
 def aggregate_report(aggregate: Aggregate) -> str:

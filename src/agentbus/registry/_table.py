@@ -41,6 +41,7 @@ class AgentInfo(BaseModel):
     last_seen: datetime
     age: float
     card_digest: str
+    site: str | None = None
 
 
 @dataclass(slots=True)
@@ -57,6 +58,7 @@ class Record:
     card: AgentCard | None
     last_seen: float  # the table's monotonic clock
     online: bool = True
+    site: str | None = None  # part of the card, so a beat with its digest has its site
 
     @property
     def skills(self) -> list[str]:
@@ -78,6 +80,7 @@ class Record:
             last_seen=wall_now - timedelta(seconds=now - self.last_seen),
             age=round(now - self.last_seen, 3),
             card_digest=self.card_digest,
+            site=self.site,
         )
 
 
@@ -158,6 +161,7 @@ class LivenessTable:
                 card_digest=beat.card_digest,
                 card=card,
                 last_seen=self._clock(),
+                site=beat.site,
             )
             self._records[beat.agent_id] = record
             self._lane(record.interval)[record.agent_id] = record
@@ -173,6 +177,7 @@ class LivenessTable:
         record.status = beat.status.value
         record.in_flight = beat.in_flight
         record.capacity = beat.capacity
+        record.site = beat.site
         if card is not None:
             record.card = card
         elif beat.card_digest != record.card_digest:

@@ -39,6 +39,7 @@ from agentbus.security._audit_trail import AuditSink, AuditStream, AuditTrail
 from agentbus.security._definitions import Grant, definitions, team_grants
 from agentbus.security._k8s import credential_secrets, secret_name, topology_resources
 from agentbus.security._rates import SenderRates
+from agentbus.security._sites import federation_definitions
 from agentbus.security._tls import login_mechanism, tls_context, tls_failure
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "default_id",
     "definitions",
     "envelope_fields",
+    "federation_definitions",
     "identity_refusal",
     "login_mechanism",
     "publisher_user_id",

@@ -1,0 +1,82 @@
+"""Sites without a broker: the federation definitions, the local-first choice, the SITE column."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentbus import Settings, Unroutable
+from agentbus._config import peer_sites
+from agentbus._topology import Topology
+from agentbus.bus._sites import Crossing, SiteRouter
+from agentbus.cli._render import agents_table
+from agentbus.envelopes import RequestEnvelope, RequestPayload
+from agentbus.security import federation_definitions
+
+
+def test_federation_definitions_link_a_site_to_its_peer_outboxes() -> None:
+    document = federation_definitions("a", {"b": "amqp://u:p@b.example:5672/"}, exchange="ex")
+    (upstream, upstream_set) = document["parameters"]
+    assert upstream["value"]["uri"] == "amqp://u:p@b.example:5672"  # default vhost to Erlang
+    assert (upstream["value"]["exchange"], upstream["value"]["max-hops"]) == ("ex.outbox.a", 1)
+    assert upstream_set["value"] == [{"upstream": "ex-site-b"}]
+    assert document["policies"][0]["pattern"] == "^ex$"
+    keys = {(b["destination"], b["routing_key"]) for b in document["bindings"]}
+    assert keys == {
+        ("ex.outbox.b", k) for k in ("broadcast.#", "agent.*.event", "agent.*.response")
+    }
+
+
+def test_peer_sites_need_a_site_of_their_own() -> None:
+    assert peer_sites(Settings(peer_sites="b,c")) == ()
+    assert peer_sites(Settings(site="a", peer_sites="b,a,c")) == ("b", "c")
+
+
+async def test_router_crosses_only_when_nothing_serves_here() -> None:
+    looks: list[str] = []
+
+    async def local(receiver: str) -> bool:
+        looks.append(receiver)
+        return receiver == "here"
+
+    router = SiteRouter(Topology("ex"), ("b", "c"), local)
+    assert await router.crossing("here") == ()
+    assert await router.crossing("far") == ("ex.outbox.b", "ex.outbox.c")
+    assert await router.crossing("far") == ("ex.outbox.b", "ex.outbox.c")
+    assert looks == ["here", "far"]  # the answer is remembered
+
+
+class _Outboxes:
+    def __init__(self, routed: set[str]) -> None:
+        self.routed = routed
+        self.tried: list[dict[str, Any]] = []
+
+    async def publish(self, envelope: RequestEnvelope, **options: Any) -> None:
+        self.tried.append(options)
+        if options["exchange"] not in self.routed:
+            raise Unroutable("nobody there")
+
+
+async def test_crossing_tries_each_peer_in_order_without_reply_to() -> None:
+    request = RequestEnvelope(
+        sender_id="client", receiver_id="greeter", payload=RequestPayload(action="greet")
+    )
+    outboxes = _Outboxes({"ex.outbox.c"})
+    await Crossing(outboxes, ("ex.outbox.b", "ex.outbox.c")).publish(request, reply_to="q")
+    assert [(o["exchange"], o["reply_to"]) for o in outboxes.tried] == [
+        ("ex.outbox.b", None),
+        ("ex.outbox.c", None),
+    ]
+    with pytest.raises(Unroutable):
+        await Crossing(_Outboxes(set()), ("ex.outbox.b",)).publish(request)
+
+
+def test_agents_table_shows_sites_when_agents_have_them() -> None:
+    agent = {"agent_id": "g-1", "service": "g", "status": "ready", "in_flight": 0}
+    agent |= {"capacity": 1, "skills": [], "age": 1.0}
+    assert "SITE" not in agents_table([agent])
+    table = agents_table([agent | {"site": "eu"}])
+    head, row = table.splitlines()
+    assert "SITE" in head
+    assert " eu " in row

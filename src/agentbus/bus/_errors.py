@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import aiormq.exceptions
 
@@ -27,6 +27,11 @@ T = TypeVar("T")
 
 CONNECT_ERRORS = (aiormq.exceptions.AMQPError, OSError, TimeoutError)
 """What a failed connection attempt raises."""
+
+NOT_OPENED: Final = "Connection was not opened"
+"""What aio-pika's ``Connection.channel()`` raises (a ``RuntimeError``) while a robust
+connection has no transport, between a loss and its reconnect: the one library message this
+module reads. tests/unit/test_transport_errors.py fails when aio-pika changes it."""
 
 
 def translate(exc: BaseException) -> AgentBusError | None:
@@ -53,6 +58,8 @@ def translate(exc: BaseException) -> AgentBusError | None:
             return ConnectionLost(f"the connection to the broker was lost: {exc!r}")
         case aiormq.exceptions.AMQPError():
             return TransportError(f"AMQP error: {exc!r}")
+        case RuntimeError() if str(exc) == NOT_OPENED:
+            return ConnectionLost(f"the connection to the broker is reconnecting: {exc}")
     return None
 
 

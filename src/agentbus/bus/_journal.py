@@ -48,14 +48,26 @@ class StreamJournal:
         self._lock = asyncio.Lock()
 
     async def declare(self, max_age: str) -> None:
-        """Declare the stream (``max_age`` like ``7D`` or ``12h``) and a channel to append."""
+        """Declare the stream (``max_age`` like ``7D`` or ``12h``) and a channel to append.
+
+        On a cluster whose nodes are coming back (the stream's leader not elected yet) the
+        broker answers NOT_FOUND for a while: that is waited out like a reconnect.
+        """
+        await through_reconnects(lambda: self._declare(max_age), seconds=_RECONNECT_WAIT)
+
+    async def _declare(self, max_age: str) -> None:
         with map_transport_errors():
             channel = await self._connection.channel(publisher_confirms=True)
-            await channel.declare_queue(
-                self._queue,
-                durable=True,
-                arguments={"x-queue-type": "stream", "x-max-age": max_age},
-            )
+            try:
+                await channel.declare_queue(
+                    self._queue,
+                    durable=True,
+                    arguments={"x-queue-type": "stream", "x-max-age": max_age},
+                )
+            except BaseException:
+                if not channel.is_closed:
+                    await channel.close()
+                raise
             self._channel = channel
 
     async def append(self, record: dict[str, Any]) -> None:

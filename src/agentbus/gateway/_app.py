@@ -37,13 +37,13 @@ from agentbus.bus import Bus
 from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._checks import checked_jsonrpc, checked_rest
-from agentbus.gateway._directory import Directory
 from agentbus.gateway._executor import BusExecutor
 from agentbus.gateway._follow import PlanProgress
 from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
 from agentbus.gateway._settings import GatewaySettings
 from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
+from agentbus.registry import ServiceDirectory
 from agentbus.security import default_id
 
 __all__ = ["Gateway"]
@@ -72,7 +72,7 @@ class Gateway:
         self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
         self._bus = Bus(settings, agent_id=default_id(settings, "gateway"), app_id="gateway")
         self.callers = Callers(settings, keys)
-        self.directory = Directory(
+        self.directory = ServiceDirectory(
             self._bus,
             registry=gateway.registry,
             interval=gateway.refresh_interval,

@@ -28,12 +28,12 @@ from agentbus.mcp._auth import caller_of
 from agentbus.mcp._callers import Callers
 from agentbus.mcp._calls import Calls
 from agentbus.mcp._changes import Changes
-from agentbus.mcp._directory import Directory
 from agentbus.mcp._notify import Notifier
 from agentbus.mcp._plans import PlanWatch
 from agentbus.mcp._settings import McpSettings
 from agentbus.mcp._stdio import loop_stdin
 from agentbus.mcp._tools import Tool, team_tools, tool_error
+from agentbus.registry import ServiceDirectory
 
 __all__ = ["CARD_URI", "TeamServer"]
 
@@ -88,7 +88,7 @@ class TeamServer:
         self.plans = plans or PlanWatch()
         self.changes = Changes()
         self.tools: dict[str, Tool] = {}
-        self.directory = Directory(
+        self.directory = ServiceDirectory(
             bus,
             registry=self.config.registry,
             interval=self.config.refresh_interval,

@@ -15,13 +15,13 @@ from agentbus.agents import AGENT_OFFLINE, AGENT_ONLINE, AgentCard
 from agentbus.bus import Transport
 from agentbus.envelopes import EventEnvelope
 
-__all__ = ["Directory"]
+__all__ = ["ServiceDirectory"]
 
-_log = get_logger("agentbus.mcp")
+_log = get_logger("agentbus.registry")
 _ASK_TIMEOUT: Final = 5.0
 
 
-class Directory:
+class ServiceDirectory:
     """Live services with skills and one card each, from the registry's ``list_agents``.
 
     Looks every ``interval`` seconds, and at once on ``agent_online`` / ``agent_offline``;
@@ -47,7 +47,7 @@ class Directory:
         self._failing = False
 
     def __repr__(self) -> str:
-        return f"<Directory services={sorted(self.cards)}>"
+        return f"<ServiceDirectory services={sorted(self.cards)}>"
 
     async def start(self) -> None:
         """Look once, then keep looking in the background."""

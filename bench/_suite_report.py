@@ -221,6 +221,9 @@ def registry_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
         f"{_seconds(case['detect_p50_s'])}; false offlines {len(false)}; bound "
         f"{case['detect_target_s']:.1f} s = 3 intervals + sweep slack"
     )
+    if case.get("beats_lost") is not None:  # the registry's own word on its load
+        overloaded = "said it was overloaded" if case.get("overloaded") else "not overloaded"
+        detail += f"; {case['beats_lost']:,} beats known lost, {overloaded}"
     out.append(
         _target(f"registry offline detection, no false offlines{suffix}",
                 case["detect_max_s"], None, None, detail, unit="s",

@@ -120,6 +120,7 @@ class Generator:
 
     async def _beat(self, agent: SimAgent) -> None:
         data = {**agent.later, "in_flight": agent.beats % CAPACITY} if agent.beats else agent.first
+        data = {**data, "seq": agent.beats}  # numbered as Agent.beat() numbers them
         # The bytes encode(EventEnvelope(...)) gives and the properties agentbus's
         # Publisher sets for Agent.beat(), built without models or an aio_pika.Message:
         # the generator shares the host with the registry and should cost it little CPU.
@@ -288,6 +289,7 @@ async def bench(args: argparse.Namespace, run: str, registry_id: str, fleet: har
                 "registry_rss": harness.rss(registry_pid), "host_cores": os.cpu_count(),
                 "host_busy_cores": sum(cpu.values()) / wall,
                 "known_agents": await count_known(bus, registry_id, ids),
+                "beats_lost": stats1.get("beats_lost"), "overloaded": stats1.get("overloaded"),
             }  # fmt: skip
 
             generator.silenced.update(range(len(own_agents)) if args.senders else silenced)

@@ -91,6 +91,16 @@ class Metrics:
             ["agent_id", "service"],
             registry=r,
         )
+        self.heartbeats_lost = Counter(
+            "agentbus_registry_heartbeats_lost",
+            "Heartbeats the registry knows were lost on the way (gaps in their numbers).",
+            registry=r,
+        )
+        self.registry_overloaded = Gauge(
+            "agentbus_registry_overloaded",
+            "1 while the registry loses or lags heartbeats and holds offline verdicts.",
+            registry=r,
+        )
         self.agent_transitions = Counter(
             "agentbus_agent_transitions_total",
             "Agents going online or offline, by reason.",

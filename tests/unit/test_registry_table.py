@@ -333,3 +333,58 @@ async def test_cards_unknown_for_many_agents_are_fetched_a_few_at_a_time() -> No
         await registry.stop()
         await bus.aclose()
     assert (started, known) == (32, 200)
+
+
+def numbered(agent_id: str, seq: int, **kwargs: object) -> dict[str, object]:
+    """The raw data of a known agent's common beat, numbered ``seq``."""
+    data = beat(agent_id, with_card=False, **kwargs).model_dump(mode="json", exclude_none=True)  # type: ignore[arg-type]
+    return data | {"seq": seq}
+
+
+def test_a_gap_in_beat_numbers_counts_the_beats_lost() -> None:
+    """Beats 1 and 2 never came: the table counts 2 lost; a restart (lower number) is no loss."""
+    table = LivenessTable(clock=FakeClock())
+    table.observe(beat("a-1"))
+    assert table.refresh(numbered("a-1", 0)) is not None
+    table.refresh(numbered("a-1", 3))
+    assert table.lost == 2
+    table.refresh(numbered("a-1", 0))  # the same id, started again
+    table.refresh(numbered("a-1", 1))
+    assert table.lost == 2
+
+
+def test_no_agent_goes_offline_by_silence_while_beats_are_being_lost() -> None:
+    """A gap anywhere holds every verdict of that interval until 3 intervals pass without one.
+
+    Under overload a silent agent may be a live one whose beats were dropped: the table
+    judges it only once beats have come through whole for ``missed`` intervals.
+    """
+    clock = FakeClock()
+    table = LivenessTable(missed=3, clock=clock)
+    table.observe(beat("silent", interval=1.0))
+    table.observe(beat("lossy", interval=1.0))
+    table.refresh(numbered("lossy", 0, interval=1.0))
+    for seq in range(2, 10, 2):  # every other beat of "lossy" lost, for 4 s
+        clock.now += 1.0
+        table.refresh(numbered("lossy", seq, interval=1.0))
+        assert table.sweep() == []
+        assert table.lossy()
+    assert table.lost == 4
+    assert table.next_sweep_in() == 1.0  # the most it waits: no sweeping every 50 ms
+
+    for seq in range(9, 12):  # whole again
+        clock.now += 1.0
+        table.refresh(numbered("lossy", seq, interval=1.0))
+    assert [record.agent_id for record in table.sweep()] == ["silent"]
+    assert not table.lossy()
+
+
+def test_an_unnumbered_or_malformed_number_is_not_a_loss() -> None:
+    """Agents that do not number their beats are judged as before; a bad number is a slow beat."""
+    table = LivenessTable(clock=FakeClock())
+    table.observe(beat("a-1"))
+    data = beat("a-1", with_card=False).model_dump(mode="json", exclude_none=True)
+    assert table.refresh(data) is not None
+    assert table.refresh(data | {"seq": -1}) is None
+    assert table.refresh(data | {"seq": "7"}) is None
+    assert table.lost == 0 and not table.lossy()

@@ -130,6 +130,7 @@ class Agent:
         self._slots = asyncio.Semaphore(self.capacity)
         self._draining = False
         self._started_at = utcnow()
+        self._beats_sent = 0
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._notices: set[asyncio.Task[None]] = set()  # start notices being sent
         self._card: AgentCard | None = None
@@ -261,6 +262,8 @@ class Agent:
     async def beat(self, *, full: bool = False) -> None:
         """Send one heartbeat now; ``full`` includes the whole card, not only its digest."""
         card = self.card
+        seq = self._beats_sent
+        self._beats_sent += 1
         heartbeat = Heartbeat(
             agent_id=self.id,
             service=self.name,
@@ -271,16 +274,24 @@ class Agent:
             card_digest=card.digest(),
             card=card if full else None,
             site=self.site,
+            seq=seq,
             started_at=self._started_at,
             traffic=self._traffic.report() if self._traffic is not None else None,
         )
-        await self.bus.emit(
-            HEARTBEAT,
-            heartbeat.model_dump(mode="json", exclude_none=True),
-            persistent=False,
-            ttl=self.heartbeat_interval * _HEARTBEAT_TTL_INTERVALS,
-            mandatory=False,
-        )
+        try:
+            await self.bus.emit(
+                HEARTBEAT,
+                heartbeat.model_dump(mode="json", exclude_none=True),
+                persistent=False,
+                ttl=self.heartbeat_interval * _HEARTBEAT_TTL_INTERVALS,
+                mandatory=False,
+            )
+        except BaseException:
+            # Not sent: its number goes to the next beat, unless another took the next
+            # (a gap tells the registry beats were lost on the way, not in the agent).
+            if self._beats_sent == seq + 1:
+                self._beats_sent = seq
+            raise
 
     async def _beat_forever(self) -> None:
         # A fixed rate (start + k * interval): waiting for each confirm must not stretch it.

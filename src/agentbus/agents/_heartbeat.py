@@ -50,6 +50,8 @@ class Heartbeat(BaseModel):
     card: AgentCard | None = None
     site: str | None = None
     """The site the agent runs at; left out of the beat when it has none."""
+    seq: int | None = Field(default=None, ge=0)
+    """The beat's number since the agent started, from 0: a gap tells beats were lost."""
     started_at: datetime | None = None
     traffic: dict[str, Any] | None = None
     """Requests served since start: ``served``, ``errors`` by code, latency ``buckets``."""

@@ -79,6 +79,8 @@ class Registry(Agent):
         self._beats = 0
         self._verified = False  # whether the bus verifies senders; read once, on start
         self._lags: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
+        self._overloaded = False
+        self._lost_reported = 0  # table.lost when the metric was last brought up to date
 
     async def on_start(self) -> None:
         self._verified = verifies_sender(self.bus.settings)
@@ -153,6 +155,8 @@ class Registry(Agent):
             "online": sum(record.online for record in self.table.records()),
             "beat_lag_p50_s": lags[len(lags) // 2] if lags else None,
             "beat_lag_max_s": lags[-1] if lags else None,
+            "beats_lost": self.table.lost,
+            "overloaded": self._overloaded,
         }
 
     def _on_beat(self, envelope: dict[str, Any]) -> None:
@@ -244,9 +248,32 @@ class Registry(Agent):
                 async with asyncio.timeout(self.table.next_sweep_in(self._feed_lag())):
                     await self._wake.wait()
             self._wake.clear()
-            for record in self.table.sweep(alive=self.id, slack=self._feed_lag()):
+            lag = self._feed_lag()
+            self._judge_load(lag)
+            for record in self.table.sweep(alive=self.id, slack=lag):
                 await self._announce_transition(AGENT_OFFLINE, record, reason="timeout")
             self._export_metrics()
+
+    def _judge_load(self, lag: float) -> None:
+        # Overloaded: beats are lost on the way (the feed drops its oldest, beats expire
+        # waiting) or arrive an interval late. The table holds offline verdicts while
+        # beats are lost; this says so, once per episode, in the log, stats and metrics.
+        overloaded = self.table.lossy(lag) or lag > self.heartbeat_interval
+        if self.metrics is not None:
+            self.metrics.heartbeats_lost.inc(self.table.lost - self._lost_reported)
+            self._lost_reported = self.table.lost
+            self.metrics.registry_overloaded.set(overloaded)
+        if overloaded == self._overloaded:
+            return
+        self._overloaded = overloaded
+        if overloaded:
+            self._log.warning(
+                "registry overloaded: heartbeats lost or late, offline verdicts held",
+                beats_lost=self.table.lost,
+                beat_lag_s=round(lag, 3),
+            )
+        else:
+            self._log.info("registry keeping up again", beats_lost=self.table.lost)
 
     def _export_metrics(self, *, now: bool = False) -> None:
         # Rebuilding the gauges visits every agent: at most once a second, whatever

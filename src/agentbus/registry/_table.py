@@ -59,6 +59,7 @@ class Record:
     last_seen: float  # the table's monotonic clock
     online: bool = True
     site: str | None = None  # part of the card, so a beat with its digest has its site
+    seq: int | None = None  # the number of the last beat heard (agents that number them)
 
     @property
     def skills(self) -> list[str]:
@@ -90,6 +91,11 @@ class LivenessTable:
     Live agents are kept per heartbeat interval in the order they last beat, so the
     ones that could be late are always at the front: a sweep looks at those alone,
     not at every agent, and a beat moves its agent to the back.
+
+    Silence means death only while beats are not lost on the way: a gap in an agent's
+    beat numbers (``seq``) says some were (a feed that drops its oldest, beats that
+    expired waiting), and then any agent's silence may be the same loss. So no agent
+    goes offline by silence until ``missed`` intervals have passed without a gap seen.
     """
 
     def __init__(
@@ -105,6 +111,9 @@ class LivenessTable:
         self._records: dict[str, Record] = {}
         self._live: dict[float, OrderedDict[str, Record]] = {}  # by interval, oldest beat first
         self._offline: OrderedDict[str, Record] = OrderedDict()  # in the order they went
+        self.lost = 0
+        """Beats known lost on the way: the gaps in agents' beat numbers."""
+        self._lost_at = -float("inf")  # when a gap was last seen
 
     def __len__(self) -> int:
         return len(self._records)
@@ -139,12 +148,27 @@ class LivenessTable:
             or data.get("capacity") != record.capacity
         ):
             return None
-        status, in_flight = data.get("status"), data.get("in_flight")
+        status, in_flight, seq = data.get("status"), data.get("in_flight"), data.get("seq")
         if status not in _STATUSES or type(in_flight) is not int or in_flight < 0:
             return None
+        if seq is not None:
+            if type(seq) is not int or seq < 0:
+                return None
+            self._number(record, seq)
         record.status = status
         record.in_flight = in_flight
         return record, self._touch(record)
+
+    def _number(self, record: Record, seq: int) -> None:
+        last, record.seq = record.seq, seq
+        if last is not None and seq > last + 1:
+            self.lost += seq - last - 1
+            self._lost_at = self._clock()
+
+    def lossy(self, slack: float = 0.0) -> bool:
+        """Whether beats were lost lately: within ``missed`` of the longest interval."""
+        longest = max(self._live, default=0.0)
+        return self._clock() - self._lost_at < self.missed * longest + slack
 
     def observe(self, beat: Heartbeat) -> tuple[Record, Transition | None]:
         """Record a heartbeat; say whether the agent just came online."""
@@ -162,6 +186,7 @@ class LivenessTable:
                 card=card,
                 last_seen=self._clock(),
                 site=beat.site,
+                seq=beat.seq,
             )
             self._records[beat.agent_id] = record
             self._lane(record.interval)[record.agent_id] = record
@@ -178,6 +203,8 @@ class LivenessTable:
         record.in_flight = beat.in_flight
         record.capacity = beat.capacity
         record.site = beat.site
+        if beat.seq is not None:
+            self._number(record, beat.seq)
         if card is not None:
             record.card = card
         elif beat.card_digest != record.card_digest:
@@ -233,12 +260,15 @@ class LivenessTable:
 
         ``alive`` is an agent known to be alive whatever its beats say: the registry
         itself, whose own beats may wait behind everyone's. ``slack``: seconds more to
-        wait, for beats that are late in coming (the feed's own lag).
+        wait, for beats that are late in coming (the feed's own lag). Agents of an
+        interval whose last ``missed`` intervals saw beats lost are not judged.
         """
         now = self._clock()
         gone: list[Record] = []
         for interval, lane in list(self._live.items()):
             limit = now - self.missed * interval - slack
+            if self._lost_at > limit:
+                continue  # a silence now may be a loss: judge none of them yet
             while lane:
                 record = next(iter(lane.values()))
                 if record.last_seen >= limit:
@@ -265,8 +295,8 @@ class LivenessTable:
         now = self._clock()
         soonest = 1.0
         for interval, lane in self._live.items():
-            oldest = next(iter(lane.values()))
-            soonest = min(soonest, oldest.last_seen + self.missed * interval + slack - now)
+            oldest = max(next(iter(lane.values())).last_seen, self._lost_at)
+            soonest = min(soonest, oldest + self.missed * interval + slack - now)
         return max(soonest, 0.05)
 
     def query(

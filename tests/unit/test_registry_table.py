@@ -387,4 +387,5 @@ def test_an_unnumbered_or_malformed_number_is_not_a_loss() -> None:
     assert table.refresh(data) is not None
     assert table.refresh(data | {"seq": -1}) is None
     assert table.refresh(data | {"seq": "7"}) is None
-    assert table.lost == 0 and not table.lossy()
+    assert table.lost == 0
+    assert not table.lossy()

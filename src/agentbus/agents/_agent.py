@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Final, Self
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, ConfigurationError, UnknownAction
 from agentbus._logging import get_logger
+from agentbus._loop import loop_name
 from agentbus._metrics import Metrics
 from agentbus.agents._cancel import CancelCause
 from agentbus.agents._card import AgentCard, SkillCard
@@ -230,7 +231,9 @@ class Agent:
         )
         await self.beat(full=True)
         self._heartbeat_task = asyncio.create_task(self._beat_forever())
-        self._log.info("agent started", service=self.name, capacity=self.capacity)
+        self._log.info(
+            "agent started", service=self.name, capacity=self.capacity, loop=loop_name()
+        )
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain: stop taking work, finish in-flight work, say ``agent_offline``, close."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +9,7 @@ import click
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
+from agentbus._loop import run as run_loop
 from agentbus.agents import AgentCard
 from agentbus.bus import Bus
 from agentbus.cli._asyncapi_document import asyncapi_document
@@ -33,7 +33,7 @@ def team_asyncapi(
     if targets:
         cards = [_card_of(target) for target in targets]
     else:
-        cards = asyncio.run(_registry_cards(settings, registry, timeout, agent_id))
+        cards = run_loop(_registry_cards(settings, registry, timeout, agent_id))
     return asyncapi_document(cards, exchange=settings.exchange, url=settings.url)
 
 

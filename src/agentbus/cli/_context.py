@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import sys
@@ -14,6 +13,7 @@ import click
 import orjson
 
 from agentbus._config import Settings
+from agentbus._loop import run as run_loop
 from agentbus.bus import Bus
 
 __all__ = [
@@ -81,7 +81,7 @@ def client_bus(ctx: click.Context) -> Bus:
 def run_async(func: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        return asyncio.run(func(*args, **kwargs))
+        return run_loop(func(*args, **kwargs))
 
     return wrapper
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +11,7 @@ import click
 from pydantic import ValidationError
 
 from agentbus._logging import get_logger
+from agentbus._loop import run as run_loop
 from agentbus.bus import Bus
 from agentbus.cli._context import settings_of
 from agentbus.dashboard import Dashboard
@@ -108,7 +108,7 @@ def dashboard(
         _log.info("dashboard stopped")
 
     app = create_app(lambda: board, options, lifespan=lifespan)
-    asyncio.run(_serve(app, options))
+    run_loop(_serve(app, options))
 
 
 async def _serve(app: Any, options: Any) -> None:

@@ -21,6 +21,7 @@ import click
 
 from agentbus._config import Settings, mask_url
 from agentbus._exceptions import AgentBusError, BrokerUnavailable, ConfigurationError
+from agentbus._loop import run as run_loop
 from agentbus.bus import Bus, Topology
 from agentbus.cli._analysis import analyse, timings
 from agentbus.cli._local_rabbitmq import ensure_broker
@@ -212,7 +213,7 @@ def demo_command(
             "the demo's code agents need radon: pip install 'agentbus[demo]' "
             "(./scripts/demo installs it)"
         )
-    return asyncio.run(
+    return run_loop(
         run_demo(
             settings, path.resolve(), keep=keep, code_instances=code_instances, in_memory=in_memory
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pydantic import ValidationError
 
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
+from agentbus._loop import run as run_loop
 from agentbus.agents import run_until_signalled
 from agentbus.cli._context import settings_of
 
@@ -76,7 +76,7 @@ def gateway(
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
-    asyncio.run(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
+    run_loop(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
 
 
 async def _serve(
@@ -170,7 +170,7 @@ def run_a2a(
         )
         await run_until_signalled(agent)
 
-    asyncio.run(serve())
+    run_loop(serve())
 
 
 def _server_class() -> type[uvicorn.Server]:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
+from agentbus._loop import run as run_loop
 from agentbus.agents import run_until_signalled
 from agentbus.bus import Bus
 from agentbus.cli._context import settings_of
@@ -65,11 +66,11 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
         raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc
     settings = settings_of(ctx)
     if config.transport == "stdio":
-        asyncio.run(_serve_stdio(settings, config))
+        run_loop(_serve_stdio(settings, config))
         return
     if config.keys_file is None and not config.allow_anonymous:
         raise click.UsageError("over HTTP give --keys FILE (API keys), or --anonymous")
-    asyncio.run(_serve_http(settings, config, _keys(config)))
+    run_loop(_serve_http(settings, config, _keys(config)))
 
 
 def _keys(config: McpSettings) -> ApiKeys:
@@ -202,7 +203,7 @@ def run_mcp(
         )
         await run_until_signalled(agent)
 
-    asyncio.run(serve())
+    run_loop(serve())
 
 
 def _pair(text: str, separator: str, option: str) -> tuple[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
 import sys
@@ -11,6 +10,7 @@ from typing import Any
 
 import click
 
+from agentbus._loop import run as run_loop
 from agentbus._metrics import Metrics
 from agentbus.agents import Agent, run_until_signalled
 from agentbus.cli._context import settings_of
@@ -88,7 +88,7 @@ def _serve_agent(
         metrics=_metrics(options["metrics_port"]),
         **extra,
     )
-    asyncio.run(run_until_signalled(agent, grace=options["grace"]))
+    run_loop(run_until_signalled(agent, grace=options["grace"]))
 
 
 @click.command()

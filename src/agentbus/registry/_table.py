@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from pydantic import BaseModel
 
@@ -149,11 +149,9 @@ class LivenessTable:
         ):
             return None
         status, in_flight, seq = data.get("status"), data.get("in_flight"), data.get("seq")
-        if status not in _STATUSES or type(in_flight) is not int or in_flight < 0:
+        if status not in _STATUSES or not _count(in_flight) or not (seq is None or _count(seq)):
             return None
         if seq is not None:
-            if type(seq) is not int or seq < 0:
-                return None
             self._number(record, seq)
         record.status = status
         record.in_flight = in_flight
@@ -341,3 +339,7 @@ class LivenessTable:
             if skill is not None and skill not in record.skills:
                 continue
             yield record
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return type(value) is int and value >= 0

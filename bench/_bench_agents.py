@@ -34,3 +34,9 @@ class Pinger(Agent):
     async def answer(self, i: int) -> dict[str, int]:
         """Return ``{"i": i}``."""
         return {"i": i}
+
+
+class UvPinger(Pinger):
+    """The Pinger the ``agent-uvloop`` side asks: its own queue, served on uvloop."""
+
+    name = "pinger-uv"

@@ -16,12 +16,15 @@ from typing import Any
 
 import _harness as harness
 
-# issue 17
-AGENT_P50_VS_RAW = 1.15  # agent / aio-pika, both persistent and confirmed
-TRANSIENT_P50_VS_MIN = 1.2  # agent-transient / raw-min
-THROUGHPUT_VS_RAW = 0.85  # agent / aio-pika, 1 and 4 client processes
-SERVER_CPU_VS_RAW = 1.2  # agent / aio-pika, server CPU per request under 4 clients
-FANOUT_VS_RAW = 0.85
+# issue 27 (issue 17's, tightened)
+AGENT_P50_VS_RAW = 1.10  # agent / aio-pika, both persistent and confirmed
+TRANSIENT_P50_VS_MIN = 1.15  # agent-transient / raw-min
+THROUGHPUT_VS_RAW = 0.95  # agent / aio-pika, 1 and 4 client processes
+SERVER_CPU_VS_RAW = 1.10  # agent / aio-pika, server CPU per request under 4 clients
+FANOUT_VS_RAW = 0.95
+# issue 27: what agentbus[fast] gives: agent on uvloop against raw aio-pika on asyncio's loop
+UVLOOP_P50_VS_RAW = 1.0  # below: faster
+UVLOOP_THROUGHPUT_VS_RAW = 1.0  # above: faster
 FANOUT_VS_FASTSTREAM = 2.0  # FastStream's own broker.request
 RSS_PER_SUBTASK = 1500  # bytes: leader RSS growth over the plan, per subtask
 REGISTRY_AGENTS, REGISTRY_INTERVAL = 50_000, 5.0
@@ -125,6 +128,7 @@ def rr_targets(rr: dict[str, Any]) -> list[dict[str, Any]]:
                 detail += f"{t[1]:.2f} best"
             name = f"throughput, {k} client process{'es' if k > 1 else ''}, agent / aio-pika"
             out.append(_target(name, *r, (AT_LEAST, THROUGHPUT_VS_RAW), detail))
+    out += uvloop_targets(s, procs)
     if procs:
         top = procs[-1]
         cpu = {side: s[side][f"server_cpu_us_x{top}"] for side in s}
@@ -135,6 +139,27 @@ def rr_targets(rr: dict[str, Any]) -> list[dict[str, Any]]:
                 detail += f"; sequential requests: {q[0]:.2f} median, {q[1]:.2f} best"
             name = "server CPU per request, agent / aio-pika"
             out.append(_target(name, *r, (AT_MOST, SERVER_CPU_VS_RAW), detail))
+    return out
+
+
+def uvloop_targets(s: dict[str, Any], procs: list[int]) -> list[dict[str, Any]]:
+    """agentbus[fast]'s gain: the agent on uvloop against raw aio-pika on asyncio's own loop."""
+    out = []
+    what = "agent-uvloop (server and clients on uvloop) vs aio-pika on asyncio's loop"
+    p50 = {side: s[side]["p50_us"] for side in s}
+    if r := _ratio(p50, "agent-uvloop", "aio-pika"):
+        detail = f"{what}: " + _bm_pair(p50, "agent-uvloop", "aio-pika", "µs")
+        if same := _ratio(p50, "agent-uvloop", "agent"):
+            detail += f"; agent-uvloop / agent (asyncio): {same[0]:.2f} median"
+        out.append(_target("uvloop: request/response p50, agent-uvloop / aio-pika", *r,
+                           (AT_MOST, UVLOOP_P50_VS_RAW), detail))  # fmt: skip
+    for k in procs:
+        rate = {side: s[side][f"per_s_x{k}"] for side in s}
+        if r := _ratio(rate, "agent-uvloop", "aio-pika"):
+            detail = f"{what}: " + _bm_pair(rate, "agent-uvloop", "aio-pika", "req/s")
+            name = f"uvloop: throughput, {k} client process{'es' if k > 1 else ''}, "
+            out.append(_target(name + "agent-uvloop / aio-pika", *r,
+                               (AT_LEAST, UVLOOP_THROUGHPUT_VS_RAW), detail))  # fmt: skip
     return out
 
 

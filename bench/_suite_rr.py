@@ -2,8 +2,10 @@
 
 Every side sends ``ping`` with ``{"i": n}`` in a request envelope; its server answers with
 the parameters. Sides: ``agentbus`` (``Bus.request`` against ``Bus.serve``), ``agent`` (a
-``Pinger`` asked as an agent asks another), ``agent-transient`` (``persistent=False``) and
-the peers of ``_peers``: ``aio-pika``, ``raw-min``, ``faststream``, ``faststream-rq``.
+``Pinger`` asked as an agent asks another), ``agent-transient`` (``persistent=False``),
+``agent-uvloop`` (``agent`` with its server and clients on uvloop: what ``agentbus[fast]``
+gives; every other side runs on asyncio's own loop) and the peers of ``_peers``:
+``aio-pika``, ``raw-min``, ``faststream``, ``faststream-rq``.
 Each server is a process (``_suite_rr.py serve SIDE URL EXCHANGE ID PREFETCH``, as the
 fan-out's peer workers). Latency is taken here, the sides in turn each round, with the CPU
 per request of this client and the server (/proc); throughput from 1 and 4 client processes
@@ -27,17 +29,19 @@ from typing import Any
 import _harness as harness
 import _peers as peers
 import agentbus
-from _bench_agents import Pinger
+from _bench_agents import Pinger, UvPinger
 from agentbus import Metrics, RequestEnvelope, Settings
 from agentbus.bus import DedupWindow, Topology
 
 # side: the server it asks
 SERVERS = {"agentbus": "agentbus", "agent": "agent", "agent-transient": "agent",
+           "agent-uvloop": "agent-uvloop",
            "aio-pika": "aio-pika", "raw-min": "raw-min", "faststream": "faststream",
            "faststream-rq": "faststream"}  # fmt: skip
 SIDES = tuple(SERVERS)
 Call = harness.Call
-BUS_SIDES = ("agentbus", "agent", "agent-transient")
+BUS_SIDES = ("agentbus", "agent", "agent-transient", "agent-uvloop")
+UVLOOP_SIDES = ("agent-uvloop",)  # run in processes of their own on uvloop, latency included
 SCRIPT = str(harness.BENCH_DIR / "_suite_rr.py")
 WARMUP, PREFETCH, TIMEOUT = 200, 64, 5.0
 
@@ -50,6 +54,7 @@ class Names:
         bus = Topology(exchange)
         self.queues = {"agentbus": bus.service_queue("echo"),
                        "agent": bus.service_queue(Pinger.name),
+                       "agent-uvloop": bus.service_queue(UvPinger.name),
                        "aio-pika": f"{exchange}.raw.work", "raw-min": f"{exchange}.min.echo",
                        "faststream": f"{exchange}.fs.work"}  # fmt: skip
 
@@ -59,7 +64,7 @@ class Names:
     def clean(self, fleet: harness.Fleet, clients: list[str], agents: list[str]) -> None:
         """Have ``fleet`` delete them all, with the bus clients' and agents' queues."""
         ids = [f"rr-{side}-{client}" for side in BUS_SIDES for client in clients]
-        fleet.topology(self.exchange, ("echo", Pinger.name), [*agents, *ids])
+        fleet.topology(self.exchange, ("echo", Pinger.name, UvPinger.name), [*agents, *ids])
         fleet.queues += [self.queues[s] for s in ("aio-pika", "raw-min", "faststream")]
         fleet.queues += [self.reply(kind, client) for kind in ("raw", "fs") for client in clients]
         fleet.exchanges.append(self.raw_exchange)
@@ -85,8 +90,9 @@ async def serve(side: str, url: str, names: Names, agent_id: str, prefetch: int)
                 return request.payload.parameters
 
             await bus.serve(echo, service="echo", prefetch=prefetch)
-        elif side == "agent":
-            pinger = Pinger(agent_id=agent_id, settings=settings, metrics=Metrics())
+        elif side in ("agent", "agent-uvloop"):
+            kind = Pinger if side == "agent" else UvPinger
+            pinger = kind(agent_id=agent_id, settings=settings, metrics=Metrics())
             await stack.enter_async_context(pinger)
         elif side == "raw-min":
             await (minimal := peers.MinimalRpc(url, queue, prefetch)).serve()
@@ -111,7 +117,9 @@ async def connected(side: str, url: str, names: Names, client_id: str) -> AsyncI
     if side in BUS_SIDES:  # its own id: two buses on one instance queue take each other's replies
         agent_id = f"rr-{side}-{client_id}"
         async with agentbus.connect(url, exchange=names.exchange, agent_id=agent_id) as bus:
-            receiver, action = ("echo", "ping") if side == "agentbus" else (Pinger.name, "answer")
+            receiver, action = {"agentbus": ("echo", "ping"),
+                                "agent-uvloop": (UvPinger.name, "answer"),
+                                }.get(side, (Pinger.name, "answer"))  # fmt: skip
             persistent = side != "agent-transient"
 
             async def call(i: int) -> Any:
@@ -144,27 +152,58 @@ async def load(side: str, url: str, exchange: str, client: str, seconds: str, wi
         print(json.dumps(await harness.windowed(call, int(window), float(seconds))), flush=True)
 
 
+async def rounds(side: str, url: str, exchange: str, n: str) -> None:
+    """A latency client in a process of its own (a uvloop side): warm up, say ``ready``, then
+    for each line read, ``n`` sequential requests; print their samples and client CPU."""
+    async with connected(side, url, Names(exchange), "lat") as call:
+        await harness.sequential(call, 0, warmup=WARMUP)
+        print("ready", flush=True)
+        while await asyncio.to_thread(sys.stdin.readline):
+            gc.collect()
+            client0 = time.process_time()
+            samples = await harness.sequential(call, int(n))
+            cpu_s = time.process_time() - client0
+            print(json.dumps({"samples": samples, "cpu_s": cpu_s}), flush=True)
+
+
 async def latency_rounds(url: str, names: Names, cfg: Config, pids: dict[str, int],
                          say: harness.Say) -> dict[str, list[dict[str, float]]]:  # fmt: skip
     """Every side's client open at once, warmed up; then short rounds, the sides in turn."""
     rows: dict[str, list[dict[str, float]]] = {side: [] for side in cfg.sides}
-    async with contextlib.AsyncExitStack() as stack:
-        calls = {}
-        for side in cfg.sides:
-            calls[side] = await stack.enter_async_context(connected(side, url, names, "lat"))
-            await harness.sequential(calls[side], 0, warmup=WARMUP)
-        for k in range(cfg.rounds):
-            for side, call in calls.items():
-                gc.collect()
-                server0, client0 = harness.cpu_seconds(pids[side]), time.process_time()
-                samples = await harness.sequential(call, cfg.requests)
-                client1, server1 = time.process_time(), harness.cpu_seconds(pids[side])
-                per = 1e6 / cfg.requests
-                cpu = {"client_cpu_us": (client1 - client0) * per,
-                       "server_cpu_us": (server1 - server0) * per}  # fmt: skip
-                rows[side].append(harness.summary(samples) | cpu)
-                figures = ", ".join(f"{key} {v:.0f}" for key, v in rows[side][-1].items())
-                say(f"request/response latency {side} #{k + 1}: {figures}")
+    with harness.Fleet() as remote:
+        async with contextlib.AsyncExitStack() as stack:
+            calls: dict[str, Any] = {}
+            for side in cfg.sides:
+                if side in UVLOOP_SIDES:
+                    argv = [sys.executable, SCRIPT, "rounds", side, url, names.exchange]
+                    proc = remote.spawn("client", f"{side} latency", [*argv, str(cfg.requests)],
+                                        pipes=True)  # fmt: skip
+                    if proc.readline(harness.READY_TIMEOUT) != "ready":
+                        raise RuntimeError(f"{proc.name} did not say ready")
+                    calls[side] = proc
+                    continue
+                calls[side] = await stack.enter_async_context(connected(side, url, names, "lat"))
+                await harness.sequential(calls[side], 0, warmup=WARMUP)
+            for k in range(cfg.rounds):
+                for side, call in calls.items():
+                    gc.collect()
+                    server0, client0 = harness.cpu_seconds(pids[side]), time.process_time()
+                    if isinstance(call, harness.Proc):
+                        assert call.popen.stdin is not None
+                        call.popen.stdin.write(b"go\n")
+                        call.popen.stdin.flush()
+                        row = json.loads(call.readline(cfg.requests * TIMEOUT))
+                        samples, client_s = row["samples"], row["cpu_s"]
+                    else:
+                        samples = await harness.sequential(call, cfg.requests)
+                        client_s = time.process_time() - client0
+                    server1 = harness.cpu_seconds(pids[side])
+                    per = 1e6 / cfg.requests
+                    cpu = {"client_cpu_us": client_s * per,
+                           "server_cpu_us": (server1 - server0) * per}  # fmt: skip
+                    rows[side].append(harness.summary(samples) | cpu)
+                    figures = ", ".join(f"{key} {v:.0f}" for key, v in rows[side][-1].items())
+                    say(f"request/response latency {side} #{k + 1}: {figures}")
     return rows
 
 
@@ -197,7 +236,7 @@ def run_rr(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     names = Names(f"bench-suite-{uuid.uuid4().hex[:8]}")
     load: dict[str, dict[str, list[dict[str, Any]]]] = {}
     servers = sorted({SERVERS[side] for side in cfg.sides})
-    ids = {"agentbus": "rr-server", "agent": "rr-agent"}
+    ids = {"agentbus": "rr-server", "agent": "rr-agent", "agent-uvloop": "rr-agent-uv"}
     with harness.Fleet(url) as fleet:
         names.clean(fleet, ["lat", *(f"c{k}" for k in range(max(cfg.procs)))], list(ids.values()))
         for server in servers:
@@ -229,7 +268,16 @@ def run_rr(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
 if __name__ == "__main__":
     harness.quiet_logging()
     command, side, url, exchange, *rest = sys.argv[1:]
-    if command == "serve":
-        asyncio.run(serve(side, url, Names(exchange), rest[0], int(rest[1])))
+    if side in UVLOOP_SIDES:
+        import uvloop  # the fast extra: agentbus[fast]
+
+        factory: Any = uvloop.new_event_loop
     else:
-        asyncio.run(load(side, url, exchange, *rest))
+        factory = None  # asyncio's own loop, whatever is installed
+    with asyncio.Runner(loop_factory=factory) as runner:
+        if command == "serve":
+            runner.run(serve(side, url, Names(exchange), rest[0], int(rest[1])))
+        elif command == "rounds":
+            runner.run(rounds(side, url, exchange, *rest))
+        else:
+            runner.run(load(side, url, exchange, *rest))

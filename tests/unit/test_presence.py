@@ -175,3 +175,38 @@ async def test_looks_at_many_receivers_go_a_few_at_a_time_and_skip_answered_requ
         await asyncio.gather(*client._requests._checks)
     assert [reply.result for reply in replies] == ["done"] * 40
     assert (peak, looks) == (8, 8)
+
+
+async def test_requests_answered_in_time_share_one_sweep_not_a_timer_each() -> None:
+    """500 requests answered at once arm no presence timer each: one sweep looks at them all.
+
+    The loop's timers are counted while they run: each request's own deadline is one; the
+    presence check adds a handful for the whole batch, however many requests there are.
+    """
+    broker = MemoryBroker()
+
+    async def echo(request: RequestEnvelope) -> str:
+        return "ok"
+
+    async with MemoryBus(broker, QUICK) as server, MemoryBus(broker, QUICK) as client:
+        await server.serve(echo, service="svc", prefetch=500)
+        loop = asyncio.get_running_loop()
+        timers = 0
+        call_at = loop.call_at
+
+        def counted(when: float, callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal timers
+            timers += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        loop.call_at = counted  # type: ignore[method-assign]
+        try:
+            replies = await asyncio.gather(
+                *(client.request("svc", "go", timeout=5) for _ in range(500))
+            )
+        finally:
+            del loop.call_at  # the instance attribute: the class's method again
+        sweeper = client._requests._sweeper
+    assert [reply.result for reply in replies] == ["ok"] * 500
+    assert timers <= 500 + 10  # the deadlines; was 1,000 with a presence timer per request
+    assert sweeper is None or sweeper.done()  # closed with the bus

@@ -231,9 +231,7 @@ class Agent:
         )
         await self.beat(full=True)
         self._heartbeat_task = asyncio.create_task(self._beat_forever())
-        self._log.info(
-            "agent started", service=self.name, capacity=self.capacity, loop=loop_name()
-        )
+        self._log.info("agent started", service=self.name, capacity=self.capacity, loop=loop_name())
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain: stop taking work, finish in-flight work, say ``agent_offline``, close."""

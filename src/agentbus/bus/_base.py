@@ -324,6 +324,7 @@ class BaseBus(Sending, BrokerHooks):
                 await feed.aclose()
             await self._stop_consuming(instance=True)
         finally:
+            self._requests.close()
             self._pending.fail_all(BusClosed("the bus closed before the answer came"))
             try:
                 await self._close_transport()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -24,6 +25,7 @@ Presence = Callable[[str], Awaitable[bool]]
 _log = get_logger("agentbus.bus")
 _MAX_LOOKS = 1024
 _LOOKS_AT_ONCE = 8  # each look opens a channel: a saturated process must not open thousands
+_SWEEP_SLICES = 8  # the presence sweep wakes at most this often per presence_after
 
 
 class RequestPublisher(Protocol):
@@ -78,6 +80,16 @@ class Requester:
         self._looking = asyncio.Semaphore(_LOOKS_AT_ONCE)
         self._looks: dict[str, tuple[float, asyncio.Future[bool]]] = {}
         """The last look at each receiver's queue: when it began, and its answer."""
+        self._watched: collections.deque[tuple[float, str, asyncio.Future[Reply]]]
+        self._watched = collections.deque()
+        """Requests sent, oldest first: when their check is due, their receiver, their answer."""
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def close(self) -> None:
+        """Stop the presence sweep (the bus is closing)."""
+        self._watched.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
 
     async def send(
         self,
@@ -114,7 +126,6 @@ class Requester:
         future = self.pending.add(message_id, on_progress)
         started = time.perf_counter()
         outcome = "success"
-        check = None
         try:
             async with asyncio.timeout(timeout), self.slots:
                 if publisher is not None:
@@ -127,7 +138,7 @@ class Requester:
                     )
                 # From the publish on: a request still waiting to go out is nobody's fault.
                 if presence:
-                    check = self._arm_presence_check(envelope, future, timeout)
+                    self._watch(envelope.receiver_id, future, timeout)
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code
@@ -143,8 +154,6 @@ class Requester:
             raise
         finally:
             end_span(span, outcome)
-            if check is not None:
-                check.cancel()
             self.pending.discard(message_id)
             if self._stats.observer is not None:
                 seconds = time.perf_counter() - started
@@ -154,16 +163,32 @@ class Requester:
             raise RemoteError(reply)
         return reply
 
-    def _arm_presence_check(
-        self, envelope: RequestEnvelope, future: asyncio.Future[Reply], timeout: float
-    ) -> asyncio.TimerHandle | None:
-        # A request answered in time pays one timer; one still waiting after
-        # presence_after checks that something consumes its receiver's queue.
+    def _watch(self, receiver: str, future: asyncio.Future[Reply], timeout: float) -> None:
+        # A request still waiting after presence_after checks that something consumes its
+        # receiver's queue. One sweep per requester finds them, not a timer per request:
+        # a request answered in time costs an append, and is dropped when the sweep passes.
         if self._presence is None or not 0 < self._presence_after < timeout:
-            return None
-        return asyncio.get_running_loop().call_later(
-            self._presence_after, self._start_check, envelope.receiver_id, future
-        )
+            return
+        loop = asyncio.get_running_loop()
+        self._watched.append((loop.time() + self._presence_after, receiver, future))
+        if self._sweeper is None:
+            self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        loop, watched = asyncio.get_running_loop(), self._watched
+        try:
+            while watched:
+                now = loop.time()
+                while watched and watched[0][0] <= now:
+                    _, receiver, future = watched.popleft()
+                    if not future.done():
+                        self._start_check(receiver, future)
+                if watched:  # the next due, but not sooner than a slice: a few wakes a second
+                    await asyncio.sleep(
+                        max(watched[0][0] - now, self._presence_after / _SWEEP_SLICES)
+                    )
+        finally:
+            self._sweeper = None
 
     def _start_check(self, receiver: str, future: asyncio.Future[Reply]) -> None:
         task = asyncio.create_task(self._check(receiver, future))

@@ -24,7 +24,7 @@ from agentbus.agents import (
     Heartbeat,
     skill,
 )
-from agentbus.bus import Feed, verifies_sender
+from agentbus.bus import DEFAULT_FEED_LENGTH, Feed, verifies_sender
 from agentbus.envelopes import (
     BROADCAST,
     ErrorCode,
@@ -63,9 +63,15 @@ class Registry(Agent):
     concurrency = 16
 
     def __init__(
-        self, *, missed_intervals: int = 3, forget_after: float = 300.0, **kwargs: Any
+        self,
+        *,
+        missed_intervals: int = 3,
+        forget_after: float = 300.0,
+        feed_length: int = DEFAULT_FEED_LENGTH,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self._feed_length = feed_length
         self.table = LivenessTable(missed=missed_intervals, forget_after=forget_after)
         self._feed: Feed | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -85,7 +91,9 @@ class Registry(Agent):
     async def on_start(self) -> None:
         self._verified = verifies_sender(self.bus.settings)
         # Beats are many, soon stale and soon repeated: a feed, not a subscription.
-        self._feed = await self.bus.consume_feed(_HEARTBEATS, self._on_beat, name="heartbeats")
+        self._feed = await self.bus.consume_feed(
+            _HEARTBEATS, self._on_beat, name="heartbeats", max_length=self._feed_length
+        )
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_goodbye)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         # A fresh registry knows nobody: ask every agent to beat now.

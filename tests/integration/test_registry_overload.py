@@ -1,0 +1,126 @@
+"""A registry that cannot keep up says so, and never reports a beating agent offline.
+
+On the real broker: 200 agents beat every 0.25 s (800 beats/s, numbered as ``Agent.beat``
+numbers them) from a thread of their own, while the registry, made slow (2 ms per beat),
+handles at most 500/s through a feed that holds 100: beats are dropped on the way. Then the
+registry is fast again, and 5 agents fall silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import orjson
+import pika
+from helpers import delete_topology
+
+from agentbus import Settings
+from agentbus.agents import AGENT_OFFLINE, HEARTBEAT, AgentStatus, Heartbeat
+from agentbus.bus import Topology
+from agentbus.envelopes import BROADCAST, EventEnvelope, EventPayload, encode
+from agentbus.registry import Registry
+from waiting import wait_until
+
+AGENTS, INTERVAL, MISSED = 200, 0.25, 3
+SLOW = 0.002  # s per beat: the registry handles at most 500 of the 800 beats/s
+SILENCED = {f"ov-{i:03d}" for i in range(0, AGENTS, AGENTS // 5)}
+
+
+class Beats(threading.Thread):
+    """Every agent beats once per interval, numbered from 0, over a blocking pika connection."""
+
+    def __init__(self, url: str, exchange: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.exchange = url, exchange
+        self.stop = threading.Event()
+        self.silenced: set[str] = set()
+        self.sent = 0
+
+    def _body(self, agent_id: str, seq: int) -> bytes:
+        data = Heartbeat(agent_id=agent_id, service="ov", status=AgentStatus.READY, in_flight=0,
+                         capacity=1, interval=INTERVAL, card_digest="d", seq=seq)  # fmt: skip
+        beat = data.model_dump(mode="json", exclude_none=True)  # as Agent.beat() sends it
+        payload = EventPayload(event_name=HEARTBEAT, event_data=beat)
+        return encode(EventEnvelope(sender_id=agent_id, receiver_id=BROADCAST, payload=payload))
+
+    def run(self) -> None:
+        connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        channel = connection.channel()
+        ttl = str(int(INTERVAL * MISSED * 1000))  # as Agent.beat() sets it
+        properties = pika.BasicProperties(content_type="application/json", expiration=ttl)
+        seq, due = 0, time.monotonic()
+        try:
+            while not self.stop.is_set():
+                for i in range(AGENTS):
+                    agent_id = f"ov-{i:03d}"
+                    if agent_id not in self.silenced:
+                        channel.basic_publish(self.exchange, f"broadcast.event.{HEARTBEAT}",
+                                              self._body(agent_id, seq), properties)  # fmt: skip
+                        self.sent += 1
+                seq += 1
+                due += INTERVAL
+                connection.sleep(max(due - time.monotonic(), 0))
+        finally:
+            connection.close()
+
+
+async def test_an_overloaded_registry_holds_its_verdicts_and_says_so(
+    broker_url: str, exchange_name: str
+) -> None:
+    """Beats lost: no beating agent goes offline, stats say overloaded; then silence is judged."""
+    settings = Settings(url=broker_url, exchange=exchange_name)
+    registry = Registry(settings=settings, heartbeat_interval=INTERVAL, missed_intervals=MISSED,
+                        feed_length=100)  # fmt: skip
+    offline: list[str] = []
+    refresh = registry.table.refresh
+
+    def slow_refresh(data: Any) -> Any:
+        time.sleep(SLOW)  # the registry's own work, made slow: the thread of beats goes on
+        return refresh(data)
+
+    registry.table.refresh = slow_refresh  # type: ignore[method-assign]
+    beats = Beats(broker_url, exchange_name)
+    try:
+        async with registry:
+
+            async def gone(event: EventEnvelope) -> None:
+                if event.sender_id == registry.id:
+                    offline.append(str(event.payload.event_data["agent_id"]))
+
+            await registry.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", gone)
+            beats.start()
+            await wait_until(lambda: len(registry.table) > AGENTS // 2, timeout=10)
+            await asyncio.sleep(0)
+            async with asyncio.timeout(30):  # behind first (2,000 beats in its window), then
+                while not (stats := await registry.stats())["beats_lost"]:  # noqa: ASYNC110 - a skill's counter, no event
+                    await asyncio.sleep(0.1)  # the gaps of the beats dropped reach it
+            assert stats["overloaded"]
+            lossy_since = time.monotonic()
+            while time.monotonic() - lossy_since < 3 * INTERVAL * MISSED:  # 2.25 s more of it
+                await asyncio.sleep(0.1)
+            stats = await registry.stats()
+            assert stats["beats_lost"] > 0
+            assert stats["overloaded"]
+            assert offline == []  # every agent beats: none called offline, overloaded as it is
+
+            registry.table.refresh = refresh  # type: ignore[method-assign]
+            await wait_until(lambda: not registry._overloaded, timeout=30)
+            known = {record.agent_id for record in registry.table.records() if record.online}
+            assert {f"ov-{i:03d}" for i in range(AGENTS)} <= known
+            assert offline == []
+
+            beats.silenced |= SILENCED  # the judgement comes back: silence is death again
+            silenced_at = time.monotonic()
+            await wait_until(lambda: SILENCED <= set(offline), timeout=10)
+            took = time.monotonic() - silenced_at
+            assert set(offline) == SILENCED
+            assert took < MISSED * INTERVAL + 2.0
+    finally:
+        beats.stop.set()
+        beats.join(timeout=10)
+        topology = Topology(exchange_name)
+        queues = [topology.service_queue("registry"), topology.instance_queue(registry.id)]
+        await delete_topology(broker_url, exchange_name, queues)

@@ -9,61 +9,22 @@ registry is fast again, and 5 agents fall silent.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Any
 
-import pika
+from beats import Beats
 from helpers import delete_topology
 
 from agentbus import Settings
-from agentbus.agents import AGENT_OFFLINE, HEARTBEAT, AgentStatus, Heartbeat
+from agentbus.agents import AGENT_OFFLINE
 from agentbus.bus import Topology
-from agentbus.envelopes import BROADCAST, EventEnvelope, EventPayload, encode
+from agentbus.envelopes import EventEnvelope
 from agentbus.registry import Registry
 from waiting import wait_until
 
 AGENTS, INTERVAL, MISSED = 200, 0.25, 3
 SLOW = 0.002  # s per beat: the registry handles at most 500 of the 800 beats/s
 SILENCED = {f"ov-{i:03d}" for i in range(0, AGENTS, AGENTS // 5)}
-
-
-class Beats(threading.Thread):
-    """Every agent beats once per interval, numbered from 0, over a blocking pika connection."""
-
-    def __init__(self, url: str, exchange: str) -> None:
-        super().__init__(daemon=True)
-        self.url, self.exchange = url, exchange
-        self.stop = threading.Event()
-        self.silenced: set[str] = set()
-        self.sent = 0
-
-    def _body(self, agent_id: str, seq: int) -> bytes:
-        data = Heartbeat(agent_id=agent_id, service="ov", status=AgentStatus.READY, in_flight=0,
-                         capacity=1, interval=INTERVAL, card_digest="d", seq=seq)  # fmt: skip
-        beat = data.model_dump(mode="json", exclude_none=True)  # as Agent.beat() sends it
-        payload = EventPayload(event_name=HEARTBEAT, event_data=beat)
-        return encode(EventEnvelope(sender_id=agent_id, receiver_id=BROADCAST, payload=payload))
-
-    def run(self) -> None:
-        connection = pika.BlockingConnection(pika.URLParameters(self.url))
-        channel = connection.channel()
-        ttl = str(int(INTERVAL * MISSED * 1000))  # as Agent.beat() sets it
-        properties = pika.BasicProperties(content_type="application/json", expiration=ttl)
-        seq, due = 0, time.monotonic()
-        try:
-            while not self.stop.is_set():
-                for i in range(AGENTS):
-                    agent_id = f"ov-{i:03d}"
-                    if agent_id not in self.silenced:
-                        channel.basic_publish(self.exchange, f"broadcast.event.{HEARTBEAT}",
-                                              self._body(agent_id, seq), properties)  # fmt: skip
-                        self.sent += 1
-                seq += 1
-                due += INTERVAL
-                connection.sleep(max(due - time.monotonic(), 0))
-        finally:
-            connection.close()
 
 
 async def test_an_overloaded_registry_holds_its_verdicts_and_says_so(
@@ -81,7 +42,7 @@ async def test_an_overloaded_registry_holds_its_verdicts_and_says_so(
         return refresh(data)
 
     registry.table.refresh = slow_refresh  # type: ignore[method-assign]
-    beats = Beats(broker_url, exchange_name)
+    beats = Beats(broker_url, exchange_name, agents=AGENTS, interval=INTERVAL, prefix="ov")
     try:
         async with registry:
 

@@ -389,3 +389,33 @@ def test_an_unnumbered_or_malformed_number_is_not_a_loss() -> None:
     assert table.refresh(data | {"seq": "7"}) is None
     assert table.lost == 0
     assert not table.lossy()
+
+
+def test_a_beat_come_late_by_digest_is_no_news_and_no_loss() -> None:
+    """Beat 5 after beat 6 (another registry's digest came late): nothing changes; 0 restarts."""
+    table = LivenessTable(clock=FakeClock())
+    table.observe(beat("a-1"))
+    table.refresh(numbered("a-1", 4))
+    table.refresh(numbered("a-1", 6))
+    table.refresh(numbered("a-1", 5))
+    table.refresh(numbered("a-1", 7))
+    assert table.lost == 1  # beat 5 counted lost when 6 came; its late arrival does not undo it
+    assert table.get("a-1").seq == 7  # type: ignore[union-attr]
+
+
+def test_a_digest_gives_back_the_beats_a_registry_heard() -> None:
+    """Rows become beats as the agents sent them; a malformed part is reported, not raised."""
+    from agentbus.registry._shares import beats_of
+
+    problems: list[str] = []
+    data = {
+        "rows": [["a-1", 3, "ready", 0, "svc", 5.0, 4, "d1"], ["short"]],
+        "beats": [{"agent_id": "b-1", "card": {}}, "nonsense"],
+    }
+    beats = list(beats_of(data, problems.append))
+    row = {"agent_id": "a-1", "seq": 3, "status": "ready", "in_flight": 0, "service": "svc"}
+    assert beats[0] == row | {"interval": 5.0, "capacity": 4, "card_digest": "d1"}
+    assert beats[1] == {"agent_id": "b-1", "card": {}}
+    assert len(problems) == 2
+    assert list(beats_of({"rows": "x"}, problems.append)) == []
+    assert len(problems) == 3

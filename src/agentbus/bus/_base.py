@@ -202,6 +202,7 @@ class BaseBus(Sending, BrokerHooks):
         *,
         name: str,
         max_length: int = DEFAULT_FEED_LENGTH,
+        group: str | None = None,
     ) -> Feed:
         """Consume messages whose routing key matches ``pattern`` as a feed.
 
@@ -213,6 +214,10 @@ class BaseBus(Sending, BrokerHooks):
         yet acknowledged (acked in batches): a handler that falls behind leaves the
         backlog in the queue, not in memory. The feed closes with the bus.
 
+        ``group``: the queue is the group's (a service name), not this instance's: every
+        bus that consumes the feed ``name`` of ``group`` takes a part of its messages (each
+        message goes to one), and the queue outlives the last of them by a minute.
+
         Raises:
             ConfigurationError: ``name`` is not a valid id.
             BusClosed: the bus is not open.
@@ -221,10 +226,14 @@ class BaseBus(Sending, BrokerHooks):
         feed = Feed(
             name=_checked(name, "feed name"),
             pattern=pattern,
-            queue=self.topology.feed_queue(self.agent_id, name),
+            queue=self.topology.feed_queue(
+                self.agent_id if group is None else _checked(group, "feed group"),
+                _checked(name, "feed name"),
+            ),
             handler=handler,
             verify_sender=verifies_sender(self.settings),
             bus_stats=self.stats,
+            shared=group is not None,
         )
         feed._started(await self._open_feed(feed, max_length))
         self._feeds.append(feed)

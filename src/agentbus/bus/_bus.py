@@ -26,7 +26,7 @@ from agentbus.bus._connection import open_connection
 from agentbus.bus._dead_letters import DeadLetters
 from agentbus.bus._dedup import DedupStore, SharedDedupStore
 from agentbus.bus._errors import map_transport_errors, through_reconnects
-from agentbus.bus._feed import Feed
+from agentbus.bus._feed import SHARED_FEED_EXPIRES, Feed
 from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._publisher import Publisher
 from agentbus.bus._sites import served_here
@@ -243,11 +243,12 @@ class Bus(BaseBus):
         with map_transport_errors():
             channel = await self._channel(prefetch=_FEED_WINDOW)
             # Exclusive: gone with the connection; the robust channel declares it again.
+            # Shared: the service's, gone a while after its last consumer.
+            arguments: dict[str, Any] = {"x-max-length": max_length, "x-overflow": "drop-head"}
+            if feed.shared:
+                arguments["x-expires"] = int(SHARED_FEED_EXPIRES * 1000)
             queue = await channel.declare_queue(
-                feed.queue,
-                durable=False,
-                exclusive=True,
-                arguments={"x-max-length": max_length, "x-overflow": "drop-head"},
+                feed.queue, durable=False, exclusive=not feed.shared, arguments=arguments
             )
             await queue.bind(self.topology.exchange, routing_key=feed.pattern)
             consumer = FeedConsumer(channel, feed.queue, feed.take, batch=_FEED_WINDOW // 4)

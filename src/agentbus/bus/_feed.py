@@ -27,6 +27,9 @@ __all__ = ["DEFAULT_FEED_LENGTH", "Feed", "FeedHandler", "FeedState", "FeedStats
 DEFAULT_FEED_LENGTH: Final = 100_000
 """How many messages a feed's queue holds before dropping the oldest."""
 
+SHARED_FEED_EXPIRES: Final = 60.0
+"""Seconds a shared feed's queue outlives its last consumer."""
+
 FeedHandler: TypeAlias = Callable[[dict[str, Any]], None]
 """Takes each message's JSON object (parsed, not validated as an envelope); runs synchronously."""
 
@@ -63,8 +66,11 @@ class Feed:
         handler: FeedHandler,
         verify_sender: bool,
         bus_stats: BusStats,
+        shared: bool = False,
     ) -> None:
         self.name = name
+        self.shared = shared
+        """Whether the queue is shared by the instances of a service, each taking a part."""
         self.pattern = pattern
         self.queue = queue
         self.stats = FeedStats()

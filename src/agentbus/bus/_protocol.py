@@ -75,7 +75,13 @@ class Transport(Protocol):
     async def subscribe(self, pattern: str, handler: EventHandler) -> None: ...
 
     async def consume_feed(
-        self, pattern: str, handler: FeedHandler, *, name: str, max_length: int = ...
+        self,
+        pattern: str,
+        handler: FeedHandler,
+        *,
+        name: str,
+        max_length: int = ...,
+        group: str | None = ...,
     ) -> Feed: ...
 
     async def publish(self, envelope: Envelope, **options: Unpack[PublishOptions]) -> None: ...

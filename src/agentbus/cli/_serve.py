@@ -109,10 +109,16 @@ def run(ctx: click.Context, /, target: str, **options: Any) -> None:
     show_default=True,
     help="Missed heartbeat intervals before an agent is offline.",
 )
+@click.option(
+    "--share",
+    is_flag=True,
+    help="Share the heartbeats with the other registries run with --share: each takes a "
+    "part and tells the others what it heard (one view, the load split).",
+)
 @click.pass_context
-def registry(ctx: click.Context, /, missed: int, **options: Any) -> None:
+def registry(ctx: click.Context, /, missed: int, share: bool, **options: Any) -> None:
     """Run a registry agent: tracks live agents, answers discovery requests."""
-    _serve_agent(ctx, Registry, options, missed_intervals=missed)
+    _serve_agent(ctx, Registry, options, missed_intervals=missed, share=share)
 
 
 @click.command()

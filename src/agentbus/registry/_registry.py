@@ -32,6 +32,7 @@ from agentbus.envelopes import (
     RequestEnvelope,
     RequestPayload,
 )
+from agentbus.registry._shares import DIGEST, DIGEST_EVERY, BeatDigests, beats_of
 from agentbus.registry._table import AgentInfo, LivenessTable, Record, Transition
 
 __all__ = ["Registry"]
@@ -55,6 +56,9 @@ class Registry(Agent):
     """Knows who is alive and what each agent can do, from their heartbeats.
 
     Several registries may run at once: each hears every heartbeat and answers alike.
+    With ``share``, the registries that share take a part of the heartbeats each and
+    tell each other what they heard: they still answer alike, with the load split.
+    ``feed_length``: heartbeats its feed holds, waiting, before it drops the oldest.
     """
 
     name = "registry"
@@ -68,10 +72,13 @@ class Registry(Agent):
         missed_intervals: int = 3,
         forget_after: float = 300.0,
         feed_length: int = DEFAULT_FEED_LENGTH,
+        share: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._feed_length = feed_length
+        self.share = share
+        self._digests: BeatDigests | None = None
         self.table = LivenessTable(missed=missed_intervals, forget_after=forget_after)
         self._feed: Feed | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -92,8 +99,18 @@ class Registry(Agent):
         self._verified = verifies_sender(self.bus.settings)
         # Beats are many, soon stale and soon repeated: a feed, not a subscription.
         self._feed = await self.bus.consume_feed(
-            _HEARTBEATS, self._on_beat, name="heartbeats", max_length=self._feed_length
+            _HEARTBEATS,
+            self._on_beat,
+            name="heartbeats",
+            max_length=self._feed_length,
+            group=self.name if self.share else None,
         )
+        if self.share:
+            self._digests = BeatDigests(self.bus)
+            await self.bus.consume_feed(
+                f"broadcast.event.{DIGEST}", self._on_digest, name="digests"
+            )
+            self._digests.start()
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_goodbye)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         # A fresh registry knows nobody: ask every agent to beat now.
@@ -107,6 +124,8 @@ class Registry(Agent):
     async def on_stop(self) -> None:
         if self._feed is not None:
             await self._feed.aclose()
+        if self._digests is not None:
+            await self._digests.aclose()
         tasks = [self._sweeper, *self._card_fetches.values(), *self._background]
         for task in tasks:
             if task is not None:
@@ -183,25 +202,56 @@ class Registry(Agent):
         self._beats += 1
         if self._beats % _LAG_SAMPLE_EVERY == 0:
             self._sample_lag(envelope.get("timestamp"))
+        common = self._take(data, sender_id)
+        if self._digests is not None and common is not None:
+            self._digests.add(data, common=common)
+
+    def _take(self, data: Mapping[str, Any], sender_id: object) -> bool | None:
+        # Whether the beat was a common one (the fast path); None: malformed, dropped.
         refreshed = self.table.refresh(data)
         if refreshed is None:
-            self._observe(data, sender_id)
-        else:
-            self._counts["fast"] += 1
-            self._after_beat(*refreshed)
+            return False if self._observe(data, sender_id) else None
+        self._counts["fast"] += 1
+        self._after_beat(*refreshed)
+        return True
+
+    def _on_digest(self, envelope: dict[str, Any]) -> None:
+        """Take another sharing registry's digest: each beat in it as if heard here."""
+        sender_id = envelope.get("sender_id")
+        if sender_id == self.id:
+            return
+        # Only a registry says what registries heard (its ids: the registry's user's).
+        if not isinstance(sender_id, str) or not (
+            sender_id == self.name or sender_id.startswith(f"{self.name}-")
+        ):
+            self._refuse_beat(sender_id, "a heartbeat digest not from a registry")
+            return
+        payload = envelope.get("payload")
+        data = payload.get("event_data") if isinstance(payload, dict) else None
+        if not isinstance(data, dict):
+            self._counts["malformed"] += 1
+            return
+        for beat in beats_of(data, self._malformed_digest):
+            self._counts["shared"] += 1
+            self._take(beat, sender_id)
+
+    def _malformed_digest(self, reason: str) -> None:
+        self._counts["malformed"] += 1
+        self._log.warning("malformed heartbeat digest ignored", error=reason)
 
     def _refuse_beat(self, sender_id: object, reason: str) -> None:
         self._counts["refused"] += 1
         self._log.warning("heartbeat refused", sender_id=sender_id, reason=reason)
 
-    def _observe(self, data: Mapping[str, Any], sender_id: object) -> None:
+    def _observe(self, data: Mapping[str, Any], sender_id: object) -> bool:
         try:
             beat = Heartbeat.model_validate(data)
         except ValidationError as exc:
             self._counts["malformed"] += 1
             self._log.warning("malformed heartbeat ignored", sender_id=sender_id, error=str(exc))
-            return
+            return False
         self._after_beat(*self.table.observe(beat))
+        return True
 
     def _after_beat(self, record: Record, transition: Transition | None) -> None:
         if record.card is None:
@@ -257,6 +307,8 @@ class Registry(Agent):
                     await self._wake.wait()
             self._wake.clear()
             lag = self._feed_lag()
+            if self.share:  # what the others heard comes a digest later
+                lag += DIGEST_EVERY
             self._judge_load(lag)
             for record in self.table.sweep(alive=self.id, slack=lag):
                 await self._announce_transition(AGENT_OFFLINE, record, reason="timeout")

@@ -158,7 +158,10 @@ class LivenessTable:
         return record, self._touch(record)
 
     def _number(self, record: Record, seq: int) -> None:
-        last, record.seq = record.seq, seq
+        last = record.seq
+        if last is not None and 0 < seq <= last:
+            return  # an older beat, come late (by another registry's digest): no news
+        record.seq = seq  # 0: the agent started again
         if last is not None and seq > last + 1:
             self.lost += seq - last - 1
             self._lost_at = self._clock()

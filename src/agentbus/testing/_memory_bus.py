@@ -116,7 +116,8 @@ class MemoryBus(BaseBus):
 
         async def stop() -> None:
             consumer.close()
-            self.broker.delete_queue(feed.queue)
+            if not feed.shared:
+                self.broker.delete_queue(feed.queue)
 
         return stop
 

@@ -66,13 +66,14 @@ BUS = Config(requests=1500, seconds=4.0, window=128, rounds=2)  # audit, queue-t
 QUICK_BUS = Config(requests=300, seconds=2.0, window=128, rounds=2)
 # rr: sequential requests per side and latency round, latency rounds (the sides in turn),
 # throughput rounds of ``seconds`` with 1 and 4 client processes, ``window`` in flight each.
-# registry: (agents, heartbeat interval s, sender processes, s over which they join): 50,000
-# every 5 s is issue 17's target, held once joined and joining all at once (a restart)
+# registry: (agents, heartbeat interval s, sender processes, s over which they join[,
+# registries sharing]): 50,000 every 5 s is the target, held once joined and joining all at
+# once (a restart), by one registry and by two that share the beats (--share)
 FULL = {
     "rr": Config(requests=400, rounds=6, load_rounds=3, seconds=5.0, procs=(1, 4), window=64),
     "fanout": Config(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
     "registry": Config(cases=[(1000, 1.0, 0, 0.0), (50_000, 5.0, 3, 60.0),
-                              (50_000, 5.0, 3, 0.0)], duration=15.0),
+                              (50_000, 5.0, 3, 0.0), (50_000, 5.0, 3, 60.0, 2)], duration=15.0),
     "codec": Config(budget=50_000_000), "startup": Config(runs=5),
     "audit": BUS, "queue-type": BUS, "presence": Config(**vars(BUS) | {"rounds": 4}),
     "durable": Config(subtasks=2000, rounds=3), "seams": Config(messages=20_000),
@@ -82,7 +83,8 @@ FULL = {
 QUICK = FULL | {
     "rr": Config(requests=150, rounds=4, load_rounds=2, seconds=2.0, procs=(1, 4), window=64),
     "fanout": Config(sizes=[10, 100, 1000], rounds=2, workers=3, concurrency=64),
-    "registry": Config(cases=[(100, 1.0, 0, 0.0), (5000, 5.0, 0, 0.0)], duration=4.0),
+    "registry": Config(cases=[(100, 1.0, 0, 0.0), (5000, 5.0, 0, 0.0), (5000, 5.0, 0, 0.0, 2)],
+                       duration=4.0),
     "codec": Config(budget=5_000_000), "startup": Config(runs=3),
     "audit": QUICK_BUS, "queue-type": QUICK_BUS, "presence": QUICK_BUS,
     "durable": Config(subtasks=300, rounds=2), "seams": Config(messages=5000),

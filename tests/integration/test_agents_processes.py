@@ -169,6 +169,10 @@ async def test_restarted_registry_knows_live_agents_within_one_interval(procs: P
         knows_all(client, {**agents, "registry-1": "registry"}), INTERVAL + SLACK, "all listed"
     )
 
+    # agentbus[fast] (in dev) installed uvloop: every agentbus process runs on it.
+    assert [process.logged("agent started")["loop"] for process in [old, *started]] == [
+        "uvloop"
+    ] * 5
     old.popen.terminate()
     assert await old.exited(10) == 0
     new = procs.registry("registry-2")

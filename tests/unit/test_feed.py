@@ -117,3 +117,28 @@ async def test_a_feed_name_must_be_an_id() -> None:
     async with MemoryBus(MemoryBroker()) as bus:
         with pytest.raises(ConfigurationError, match="feed name"):
             await bus.consume_feed(KEY, lambda _: None, name="a.b")
+
+
+async def test_a_groups_feed_is_shared_each_message_going_to_one() -> None:
+    """Two buses consuming feed ``ticks`` of group ``svc``: one queue, every message taken once."""
+    broker = MemoryBroker()
+    taken: dict[str, list[int]] = {"a": [], "b": []}
+    async with MemoryBus(broker, agent_id="a") as a, MemoryBus(broker, agent_id="b") as b:
+        feeds = []
+        for bus, into in ((a, taken["a"]), (b, taken["b"])):
+            feeds.append(
+                await bus.consume_feed(
+                    KEY,
+                    lambda item, into=into: into.append(item["payload"]["event_data"]["n"]),
+                    name="ticks",
+                    group="svc",
+                )
+            )
+        for n in range(20):
+            _publish(broker, _tick(n))
+        await broker.idle()
+        assert feeds[0].queue == feeds[1].queue == "agentbus.feed.svc.ticks"
+        assert feeds[0].shared
+    assert sorted(taken["a"] + taken["b"]) == list(range(20))
+    assert taken["a"]
+    assert taken["b"]

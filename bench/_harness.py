@@ -36,6 +36,10 @@ import structlog
 from agentbus.bus import Topology
 
 BENCH_DIR = Path(__file__).resolve().parent
+# Same-loop ratios: every agentbus process the benchmarks start runs on asyncio's own loop,
+# as the peers do, unless AGENTBUS_LOOP says otherwise (the rr section's agent-uvloop side
+# runs on uvloop by its own choice: what agentbus[fast] gives).
+os.environ.setdefault("AGENTBUS_LOOP", "asyncio")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOP_WAIT, READY_TIMEOUT = 15.0, 60.0
 Call = Callable[[int], Awaitable[Any]]

@@ -29,3 +29,32 @@ async def test_an_operation_that_meets_a_reconnect_is_tried_again() -> None:
 
     assert await through_reconnects(operation, seconds=5) == "opened"
     assert calls == 3
+
+
+async def test_a_stream_without_its_local_replica_yet_is_waited_out_not_a_configuration_error() -> (
+    None
+):
+    """After a node restarts, consuming a stream there fails until its replica is up again.
+
+    RabbitMQ says PRECONDITION_FAILED then, as for a real conflict; that one text is a
+    ConnectionLost (tried again), and any other precondition stays a configuration error.
+    """
+    from aiormq.exceptions import ChannelPreconditionFailed
+
+    from agentbus import ConfigurationError
+
+    replica = "PRECONDITION_FAILED - queue 'queue 'x.journal.plans' in vhost '/'' does not have a replica on the local node"  # noqa: E501
+    calls = 0
+
+    async def read() -> str:
+        nonlocal calls
+        calls += 1
+        with map_transport_errors():
+            if calls < 3:
+                raise ChannelPreconditionFailed(replica)
+        return "read"
+
+    assert await through_reconnects(read, seconds=5) == "read"
+    assert calls == 3
+    with pytest.raises(ConfigurationError), map_transport_errors():
+        raise ChannelPreconditionFailed("PRECONDITION_FAILED - inequivalent arg 'x-max-age'")

@@ -33,12 +33,19 @@ NOT_OPENED: Final = "Connection was not opened"
 connection has no transport, between a loss and its reconnect: the one library message this
 module reads. tests/unit/test_transport_errors.py fails when aio-pika changes it."""
 
+NO_LOCAL_REPLICA: Final = "does not have a replica on the local node"
+"""RabbitMQ's PRECONDITION_FAILED text for a consumer of a stream on a node whose replica of
+it is not running: for a while after the node restarted (the stream coordinator starts
+it again), which is waited out as a reconnect is."""
+
 
 def translate(exc: BaseException) -> AgentBusError | None:
     """Return the agentbus error for a transport exception, or ``None`` if it is not one."""
     match exc:
         case aiormq.exceptions.ChannelAccessRefused():
             return AccessRefused(f"the broker refused access: {exc}")
+        case aiormq.exceptions.ChannelPreconditionFailed() if NO_LOCAL_REPLICA in str(exc):
+            return ConnectionLost(f"the stream's replica on this node is not up yet: {exc}")
         case aiormq.exceptions.ChannelPreconditionFailed():
             return ConfigurationError(
                 f"the broker refused a declaration that conflicts with an existing one: {exc}"

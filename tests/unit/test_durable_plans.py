@@ -8,9 +8,19 @@ from collections import Counter
 import orjson
 import pytest
 
-from agentbus import Agent, Leader, PlanClient, RemoteError, Settings, current_request, skill
+from agentbus import (
+    Agent,
+    ConnectionLost,
+    Leader,
+    PlanClient,
+    RemoteError,
+    Settings,
+    current_request,
+    skill,
+)
 from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.leader import PlanStatus
+from agentbus.leader._durable import PlanJournal
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
 
@@ -250,3 +260,32 @@ async def test_a_durable_plan_cancelled_by_request_ends_and_is_not_taken_over() 
     # s0 ran and s1 was stopped while it held; s2 and s3 never ran, under any leader.
     assert sorted(Steps.runs.values()) == [1, 1]
     assert not [q for q in broker.queues if ".replies.plan-" in q]  # its replies queue went
+
+
+async def test_a_connection_lost_under_a_durable_plan_is_not_its_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The journal's first write fails as a reconnect longer than its wait does: the
+    run_plan request goes back to the queue and runs again; it is not answered
+    ``agent_unavailable``, nor is that error kept by de-duplication as its reply."""
+    begun = PlanJournal.begun
+    lost: list[str] = []
+
+    async def lost_once(self: PlanJournal, leader: str, plan: dict[str, object] | None) -> None:
+        if not lost:
+            lost.append(self.key)
+            raise ConnectionLost("the connection to the broker was lost: injected")
+        await begun(self, leader, plan)
+
+    monkeypatch.setattr(PlanJournal, "begun", lost_once)
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        reply = await client.request("leader", "run_plan", {"plan": _chain(3)}, timeout=20)
+    assert lost, "the loss was injected"
+    assert reply.result["status"] == PlanStatus.COMPLETED.value
+    assert sorted(Steps.runs.values()) == [1] * 3

@@ -8,14 +8,18 @@ anything away. In memory it is a list on the ``MemoryBroker``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import datetime
 from typing import Any, Final, Protocol
 
 import aio_pika
+import aiormq.exceptions
 import orjson
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
+from agentbus._exceptions import ConnectionLost
+from agentbus.bus._amqp import scratch_channel
 from agentbus.bus._errors import map_transport_errors, through_reconnects
 
 __all__ = ["Journal", "StreamJournal"]
@@ -57,18 +61,20 @@ class StreamJournal:
 
     async def _declare(self, max_age: str) -> None:
         with map_transport_errors():
-            channel = await self._connection.channel(publisher_confirms=True)
-            try:
-                await channel.declare_queue(
+            # Declared on a channel closed at once, not on the channel that appends: a
+            # robust channel declares its queues again at every reconnect, and while the
+            # stream's home node is down (a cluster coming back) that declare fails the
+            # whole reconnect. The attempt has restored the consumers before it fails, so
+            # every request they took meanwhile (a leader's run_plan) goes back, counted
+            # towards its queue's x-delivery-limit, once per attempt: 0.5 s apart.
+            async with scratch_channel(self._connection) as scratch:
+                await scratch.declare_queue(
                     self._queue,
                     durable=True,
                     arguments={"x-queue-type": "stream", "x-max-age": max_age},
                 )
-            except BaseException:
-                if not channel.is_closed:
-                    await channel.close()
-                raise
-            self._channel = channel
+            if self._channel is None:
+                self._channel = await self._connection.channel(publisher_confirms=True)
 
     async def append(self, record: dict[str, Any]) -> None:
         """Add ``record`` at the end, once the broker has it (confirmed).
@@ -87,10 +93,23 @@ class StreamJournal:
         return await through_reconnects(lambda: self._read(since), seconds=_RECONNECT_WAIT)
 
     async def _append(self, body: bytes) -> None:
-        assert self._channel is not None
         message = aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
         with map_transport_errors():
-            await self._channel.default_exchange.publish(message, routing_key=self._queue)
+            if self._channel is None:
+                self._channel = await self._connection.channel(publisher_confirms=True)
+            channel = self._channel
+            try:
+                await channel.default_exchange.publish(message, routing_key=self._queue)
+            except aiormq.exceptions.DeliveryError as exc:
+                # Nacked while the stream's leader is being elected (a cluster coming
+                # back): RabbitMQ 3.10 goes on nacking on that channel, so the next try
+                # takes a new one.
+                self._channel = None
+                with contextlib.suppress(Exception):
+                    await channel.close()
+                raise ConnectionLost(
+                    f"the journal's write was refused, to try again: {exc}"
+                ) from exc
 
     async def _read(self, since: datetime) -> list[dict[str, Any]]:
         fence = uuid.uuid4().hex

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Final
 
-from agentbus._exceptions import AgentBusError, EnvelopeError, Unroutable
+from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, EnvelopeError, Unroutable
 from agentbus._faults import fault_point
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
@@ -35,6 +35,8 @@ _log = get_logger("agentbus.bus")
 # many seconds, doubling, up to the last: its reply, or the run's end without one.
 _ASK_FIRST: Final = 0.02
 _ASK_AT_MOST: Final = 0.5
+# Raised out of a handler, these say this process lost the broker, not how the request went.
+_LOST: Final = (ConnectionLost, BusClosed)
 
 
 class Server:
@@ -128,11 +130,16 @@ class Server:
         try:
             reply = await self._run(request)
         except asyncio.CancelledError:
-            self._dedup.forget(key)
-            if self._shared is not None:
-                await asyncio.shield(self._forget_shared(self._shared, key))
-            self._stats.consumed_by[("request", "requeued")] += 1
+            await self._abandon(key)
             raise
+        except _LOST as exc:
+            # This process lost the broker under the work (its delivery went back with its
+            # channel, or is about to): that is no answer to the request. Left to be
+            # delivered again, here or to another instance, as a cancelled run is, and
+            # never kept by de-duplication as the request's reply.
+            await self._abandon(key)
+            _log.info("request left for redelivery: the broker was lost under it", error=str(exc))
+            return Settle.REQUEUE
         outcome = reply.payload.code if isinstance(reply, ErrorEnvelope) else "success"
         self._stats.consumed_by[("request", "served")] += 1
         if isinstance(reply, ErrorEnvelope):
@@ -145,6 +152,12 @@ class Server:
         finally:
             # After the answer, so the record's write never goes ahead of the reply.
             self._record(request, message.user_id, outcome, seconds)
+
+    async def _abandon(self, key: str) -> None:
+        self._dedup.forget(key)
+        if self._shared is not None:
+            await asyncio.shield(self._forget_shared(self._shared, key))
+        self._stats.consumed_by[("request", "requeued")] += 1
 
     async def _answer(
         self, message: IncomingMessage, request: RequestEnvelope, key: str, reply: Reply
@@ -314,6 +327,8 @@ class Server:
     async def _call(self, handler: RequestHandler, request: RequestEnvelope) -> Reply:
         try:
             result = await handler(request)
+        except _LOST:
+            raise  # not an answer: see _serve_once
         except AgentBusError as exc:
             return request.error(
                 exc.code, exc.message, sender_id=self._agent_id, details=exc.details

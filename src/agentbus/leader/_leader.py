@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import structlog
 
-from agentbus._exceptions import AgentBusError, InvalidParameters
+from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, InvalidParameters
 from agentbus.agents import AGENT_OFFLINE, Agent, current_request, skill
 from agentbus.bus import Journal, Topology, redelivered
 from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope, utcnow
@@ -89,10 +89,16 @@ class Leader(Agent):
         runner, journal, stop_replies = await self._runner(plan, request)
         self._runners.add(runner)
         self._log.info("plan started", plan_id=plan.id, subtasks=len(plan.subtasks))
+        lost = False
         try:
             aggregate = await runner.run()
             if journal is not None:
                 await journal.ended(aggregate.status.value)
+        except (ConnectionLost, BusClosed):
+            # The broker went under the plan: the bus puts the request back (no answer), and
+            # the leader that takes it goes on from the journal, with the plan's queue.
+            lost = True
+            raise
         except asyncio.CancelledError:
             if journal is not None and runner.cancellation is Cancellation.REQUESTED:
                 # Cancelled by request, not handed over: no other leader is to go on with it.
@@ -102,7 +108,7 @@ class Leader(Agent):
         finally:
             self._runners.discard(runner)
             if stop_replies is not None:  # the plan's queue goes once its plan has ended
-                await stop_replies(runner.cancellation is not Cancellation.HANDED_OVER)
+                await stop_replies(runner.cancellation is not Cancellation.HANDED_OVER and not lost)
         self._recent.add(aggregate)
         self._log.info(
             "plan ended", plan_id=plan.id, status=aggregate.status.value, **_totals(aggregate)
@@ -166,10 +172,13 @@ class Leader(Agent):
         expect = [sent.message_id for sent in (restored.in_flight if restored else {}).values()]
         # Held: an answer leaves the queue once the journal has what came of it.
         stop_replies = await self.bus.reply_queue(journal.reply_queue, expect=expect, hold=True)
-        if restored is None:
-            await journal.begun(self.id, plan.model_dump(mode="json"))
-        else:
-            await journal.begun(self.id, None)
+        try:
+            await journal.begun(self.id, plan.model_dump(mode="json") if restored is None else None)
+        except BaseException:
+            # Not begun here: the plan's queue, and its answers, stay for whoever goes on.
+            await stop_replies(False)
+            raise
+        if restored is not None:
             self._log.info(
                 "plan taken over",
                 plan_id=plan.id,

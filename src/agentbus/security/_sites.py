@@ -7,6 +7,10 @@ exchange feeds each outbox the keys that must reach a requester or a listener wh
 runs (broadcasts, events to an agent, replies by routing key); requests go into an outbox
 only when the bus sends one across. One hop at most: what came over a link never leaves
 again (docs/sites.md).
+
+Each site also keeps a beacon per peer: the latest heartbeat heard from that peer (sorted by
+the header broadcasts carry their site in), gone once it expires. A requester whose request
+only a peer could serve looks at the peer's beacon first, and fails fast when it is empty.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from agentbus._exceptions import ConfigurationError
-from agentbus._topology import Topology
+from agentbus._topology import SITE_HEADER, Topology
 from agentbus.envelopes import is_valid_id
 
 __all__ = [
@@ -31,6 +35,8 @@ __all__ = [
 CROSSING_KEYS: Final = ("broadcast.#", "agent.*.event", "agent.*.response")
 """What every site's exchange hands its outboxes: broadcasts (heartbeats, announce, cancel,
 plan progress), events to an agent, and replies and progress sent by routing key."""
+
+_HEARTBEAT_KEY: Final = "broadcast.event.heartbeat"  # agents' heartbeats: the beacons' feed
 
 LINK_EXPIRES: Final = 3600.0
 """Seconds a link's queue at the upstream outlives a cut link (the default), with what it holds."""
@@ -68,12 +74,16 @@ def federation_definitions(
     upstreams = [upstream_name(topology, peer) for peer in peers]
     return {
         "exchanges": [_exchange(vhost, exchange)]
-        + [_exchange(vhost, topology.outbox(peer)) for peer in peers],
+        + [_exchange(vhost, topology.outbox(peer)) for peer in peers]
+        + [_exchange(vhost, topology.site_beacons, kind="headers")],
+        "queues": [_beacon(vhost, topology.site_beacon(peer)) for peer in peers],
         "bindings": [
             _feed(vhost, exchange, topology.outbox(peer), key)
             for peer in peers
             for key in CROSSING_KEYS
-        ],
+        ]
+        + [_feed(vhost, exchange, topology.site_beacons, _HEARTBEAT_KEY)]
+        + [_beacon_binding(vhost, topology, peer) for peer in peers],
         "parameters": [
             _upstream(vhost, name, uri, topology.outbox(site), link_expires)
             for name, uri in zip(upstreams, peers.values(), strict=True)
@@ -99,11 +109,11 @@ def federation_definitions(
     }
 
 
-def _exchange(vhost: str, name: str) -> dict[str, Any]:
+def _exchange(vhost: str, name: str, *, kind: str = "topic") -> dict[str, Any]:
     return {
         "vhost": vhost,
         "name": name,
-        "type": "topic",
+        "type": kind,
         "durable": True,
         "auto_delete": False,
         "internal": False,
@@ -119,6 +129,29 @@ def _feed(vhost: str, source: str, outbox: str, key: str) -> dict[str, Any]:
         "destination_type": "exchange",
         "routing_key": key,
         "arguments": {},
+    }
+
+
+def _beacon(vhost: str, name: str) -> dict[str, Any]:
+    # The latest heartbeat only; it expires with the heartbeat's own TTL (three intervals).
+    return {
+        "vhost": vhost,
+        "name": name,
+        "durable": True,
+        "auto_delete": False,
+        "arguments": {"x-queue-type": "classic", "x-max-length": 1, "x-overflow": "drop-head"},
+    }
+
+
+def _beacon_binding(vhost: str, topology: Topology, peer: str) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "source": topology.site_beacons,
+        "destination": topology.site_beacon(peer),
+        "destination_type": "queue",
+        "routing_key": "",
+        # Not an x- header: a headers exchange matches none of those (before "all-with-x").
+        "arguments": {"x-match": "all", SITE_HEADER: peer},
     }
 
 

@@ -77,13 +77,7 @@ def federation_definitions(
         + [_exchange(vhost, topology.outbox(peer)) for peer in peers]
         + [_exchange(vhost, topology.site_beacons, kind="headers")],
         "queues": [_beacon(vhost, topology.site_beacon(peer)) for peer in peers],
-        "bindings": [
-            _feed(vhost, exchange, topology.outbox(peer), key)
-            for peer in peers
-            for key in CROSSING_KEYS
-        ]
-        + [_feed(vhost, exchange, topology.site_beacons, _HEARTBEAT_KEY)]
-        + [_beacon_binding(vhost, topology, peer) for peer in peers],
+        "bindings": _bindings(vhost, topology, peers),
         "parameters": [
             _upstream(vhost, name, uri, topology.outbox(site), link_expires)
             for name, uri in zip(upstreams, peers.values(), strict=True)
@@ -107,6 +101,20 @@ def federation_definitions(
             }
         ],
     }
+
+
+def _bindings(vhost: str, topology: Topology, peers: Mapping[str, str]) -> list[dict[str, Any]]:
+    # What each outbox is fed, and the beacons: heartbeats sorted by their site.
+    exchange = topology.exchange
+    return (
+        [
+            _feed(vhost, exchange, topology.outbox(peer), key)
+            for peer in peers
+            for key in CROSSING_KEYS
+        ]
+        + [_feed(vhost, exchange, topology.site_beacons, _HEARTBEAT_KEY)]
+        + [_beacon_binding(vhost, topology, peer) for peer in peers]
+    )
 
 
 def _exchange(vhost: str, name: str, *, kind: str = "topic") -> dict[str, Any]:

@@ -23,8 +23,7 @@ from fault_support import Team
 from link_support import Caller, Ending, heard, ledger_rows, until_true
 
 from agentbus import SiteUnreachable, Unroutable
-from agentbus._topology import Topology
-from agentbus.bus import Bus
+from agentbus.bus import Bus, Topology
 from agentbus.testing.chaos import Ledger, LedgerReport, queue_depths
 from conftest import Link
 

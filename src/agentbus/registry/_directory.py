@@ -95,13 +95,7 @@ class ServiceDirectory:
             AgentBusError: the registry did not answer.
         """
         reply = await self._bus.request(self._registry, "list_agents", {}, timeout=_ASK_TIMEOUT)
-        live: dict[str, dict[str, Any]] = {}
-        where: dict[str, set[str]] = {}
-        for row in reply.result:
-            if row.get("skills") and row.get("status") != "offline":
-                live.setdefault(row["service"], row)
-                if row.get("site"):
-                    where.setdefault(row["service"], set()).add(row["site"])
+        live, where = _live(reply.result)
         cards: dict[str, AgentCard] = {}
         digests: dict[str, str] = {}
         for service, row in live.items():
@@ -129,3 +123,15 @@ class ServiceDirectory:
         except (AgentBusError, ValidationError) as exc:
             _log.info("card not fetched", agent_id=agent_id, error=str(exc))
             return None
+
+
+def _live(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
+    # One live row per service with skills, and the sites each runs at.
+    live: dict[str, dict[str, Any]] = {}
+    where: dict[str, set[str]] = {}
+    for row in rows:
+        if row.get("skills") and row.get("status") != "offline":
+            live.setdefault(row["service"], row)
+            if row.get("site"):
+                where.setdefault(row["service"], set()).add(row["site"])
+    return live, where

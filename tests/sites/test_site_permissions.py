@@ -46,17 +46,21 @@ async def test_requests_cross_on_the_generated_permissions_and_no_more(
     # Site a runs the client only; b the greeter. The same calls at both: b's greeter
     # answers a caller from a.
     teams = {"a": [], "b": [service]}
-    for site, peer in (("a", "b"), ("b", "a")):
+
+    async def generate(site: str, peer: str) -> None:
         grants = team_grants(teams[site], clients={client: [service]}, across_sites=True)
         document = definitions(
             grants, exchange=exchange, queue_type="classic", peers={peer: link_of[peer]}
         )
         await _load(nodes[site], document, tmp_path / f"team-{site}.json")
+        users = [client, link_of[peer]] if site == "a" else [service, link_of[peer]]
+        for user in users:
+            await asyncio.to_thread(nodes[site].rabbitmqctl, "change_password", user, password)
         link = nodes[peer].url_for(link_of[site], password)
         linking = federation_definitions(site, {peer: link}, exchange=exchange)
         await _load(nodes[site], linking, tmp_path / f"link-{site}.json")
-    for site, user in (("a", client), ("a", link_of["b"]), ("b", service), ("b", link_of["a"])):
-        await asyncio.to_thread(nodes[site].rabbitmqctl, "change_password", user, password)
+
+    await asyncio.gather(generate("a", "b"), generate("b", "a"))
 
     def settings(site: str, user: str) -> Settings:
         peer = "b" if site == "a" else "a"

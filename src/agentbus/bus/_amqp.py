@@ -67,7 +67,7 @@ def message_properties(
         correlation_id=correlation_id,
         delivery_mode=2 if persistent else 1,
         expiration=None if ttl is None else str(int(max(ttl, 0.001) * 1000)),
-        headers=headers or {},
+        headers=dict(headers) if headers else {},
         message_id=message_id,
         message_type=message_type,
         priority=0,

@@ -172,8 +172,8 @@ async def served_here(
 ) -> bool:
     """Whether something consumes ``receiver``'s service queue, else its instance queue."""
     for name in (topology.service_queue(receiver), topology.instance_queue(receiver)):
-        consumers = await _declared(connection, name)
-        if consumers is not None and consumers[1]:
+        declared = await _declared(connection, name)
+        if declared is not None and declared[1]:  # a consumer
             return True
     return False
 

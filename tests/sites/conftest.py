@@ -122,7 +122,9 @@ async def linked(
     """Sites ``a`` and ``b`` linked both ways through a chaos proxy each way."""
     a, b = site_nodes
     async with ChaosProxy("127.0.0.1", a.port) as to_a, ChaosProxy("127.0.0.1", b.port) as to_b:
-        sites = await _link(site_nodes, {"a": to_b.url(), "b": to_a.url()}, tmp_path)
+        # Anything waits two minutes at most in a link's queue: longer than any test's cut.
+        uris = {"a": to_b.url(), "b": to_a.url()}
+        sites = await _link(site_nodes, uris, tmp_path, link_message_ttl=120)
         nodes = {"a": a, "b": b}
         documents = {site: tmp_path / f"{site}.json" for site in "ab"}
         try:
@@ -137,13 +139,19 @@ async def linked(
 
 
 async def _link(
-    site_nodes: tuple[PrivateBroker, PrivateBroker], uris: Mapping[str, str], tmp_path: Path
+    site_nodes: tuple[PrivateBroker, PrivateBroker],
+    uris: Mapping[str, str],
+    tmp_path: Path,
+    *,
+    link_message_ttl: float | None = None,
 ) -> Sites:
     # uris: the URI each site's link uses to reach its peer.
     exchange = f"sites-{uuid.uuid4().hex[:10]}"
     nodes = dict(zip("ab", site_nodes, strict=True))
     for site, peer in (("a", "b"), ("b", "a")):
-        document = federation_definitions(site, {peer: uris[site]}, exchange=exchange)
+        document = federation_definitions(
+            site, {peer: uris[site]}, exchange=exchange, link_message_ttl=link_message_ttl
+        )
         path = tmp_path / f"{site}.json"
         path.write_bytes(orjson.dumps(document))
         await _load(nodes[site], path)

@@ -28,6 +28,14 @@ def test_federation_definitions_link_a_site_to_its_peer_outboxes() -> None:
     } | {("ex.sites", "broadcast.event.heartbeat"), ("ex.site.b", "")}
 
 
+def test_a_links_queue_may_cap_how_long_anything_waits_in_it() -> None:
+    plain = federation_definitions("a", {"b": "amqp://b"}, exchange="ex")
+    assert "message-ttl" not in plain["parameters"][0]["value"]
+    capped = federation_definitions("a", {"b": "amqp://b"}, link_message_ttl=120, link_expires=600)
+    value = capped["parameters"][0]["value"]
+    assert (value["message-ttl"], value["expires"]) == (120_000, 600_000)
+
+
 def test_federation_definitions_keep_a_beacon_per_peer() -> None:
     document = federation_definitions("a", {"b": "amqp://b", "c": "amqp://c"}, exchange="ex")
     beacons = {q["name"]: q["arguments"] for q in document["queues"]}

@@ -218,9 +218,20 @@ def _print_documents(documents: list[dict[str, Any]]) -> None:
     show_default=True,
     help="Seconds a cut link's queue at a peer (and what it holds) is kept.",
 )
+@click.option(
+    "--link-message-ttl",
+    type=click.FloatRange(min=0.001),
+    default=None,
+    help="Seconds anything waits in a link's queue at most (default: each message's own).",
+)
 @click.pass_context
 def federation_command(
-    ctx: click.Context, site: str, peers: tuple[str, ...], vhost: str, link_expires: float
+    ctx: click.Context,
+    site: str,
+    peers: tuple[str, ...],
+    vhost: str,
+    link_expires: float,
+    link_message_ttl: float | None,
 ) -> None:
     """Print the definitions that link SITE's broker with its peers' by federation.
 
@@ -241,6 +252,7 @@ def federation_command(
             exchange=settings_of(ctx).exchange,
             vhost=vhost,
             link_expires=link_expires,
+            link_message_ttl=link_message_ttl,
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc

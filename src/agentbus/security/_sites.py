@@ -54,13 +54,16 @@ def federation_definitions(
     exchange: str = "agentbus",
     vhost: str = "/",
     link_expires: float = LINK_EXPIRES,
+    link_message_ttl: float | None = None,
 ) -> dict[str, Any]:
     """The definitions that link ``site`` with each of ``peers`` (site: the AMQP URI of its
     broker, credentials included), for ``rabbitmqctl import_definitions`` at ``site``.
 
     Load the matching document at every peer too: the link each site runs pulls its
     inbound traffic, so a link both ways needs both documents. Needs the
-    ``rabbitmq_federation`` plugin.
+    ``rabbitmq_federation`` plugin. ``link_expires``: seconds the link's queue at a peer
+    outlives a cut link, with what it holds; ``link_message_ttl``: seconds anything waits
+    in it at most (None: each message's own TTL only).
 
     Raises:
         ConfigurationError: a site name is not an id, or a site is its own peer.
@@ -79,7 +82,7 @@ def federation_definitions(
         "queues": [_beacon(vhost, topology.site_beacon(peer)) for peer in peers],
         "bindings": _bindings(vhost, topology, peers),
         "parameters": [
-            _upstream(vhost, name, uri, topology.outbox(site), link_expires)
+            _upstream(vhost, name, uri, topology.outbox(site), link_expires, link_message_ttl)
             for name, uri in zip(upstreams, peers.values(), strict=True)
         ]
         + [
@@ -170,12 +173,16 @@ def erlang_uri(uri: str) -> str:
     return urlunsplit(parts._replace(path="")) if parts.path == "/" else uri
 
 
-def _upstream(vhost: str, name: str, uri: str, outbox: str, expires: float) -> dict[str, Any]:
+def _upstream(
+    vhost: str, name: str, uri: str, outbox: str, expires: float, message_ttl: float | None
+) -> dict[str, Any]:
+    ttl = {} if message_ttl is None else {"message-ttl": int(message_ttl * 1000)}
     return {
         "vhost": vhost,
         "component": "federation-upstream",
         "name": name,
         "value": {
+            **ttl,
             "uri": erlang_uri(uri),
             "exchange": outbox,
             "max-hops": 1,

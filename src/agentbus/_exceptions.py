@@ -19,7 +19,8 @@ envelope and a caller can act on the code it received::
     │   ├── AccessRefused             unauthorized: the broker's permissions refused it
     │   └── BusClosed                 the bus is closed or closing
     ├── Unroutable                    agent_unavailable: nobody is bound to the receiver
-    │   └── NoInstance                the receiver's queue is there, with no instance on it
+    │   ├── NoInstance                the receiver's queue is there, with no instance on it
+    │   └── SiteUnreachable           only a peer site could serve it, and its link is down
     ├── NoCapableAgent                no_capable_agent: no live agent offers the skill
     ├── UnknownAction                 unknown_action: the agent has no such skill
     ├── InvalidParameters             invalid_parameters: parameters do not fit the skill
@@ -53,6 +54,7 @@ __all__ = [
     "PublishFailed",
     "RemoteError",
     "RequestTimeout",
+    "SiteUnreachable",
     "TLSError",
     "TransportError",
     "UnknownAction",
@@ -158,6 +160,11 @@ class Unroutable(AgentBusError):
 
 class NoInstance(Unroutable):
     """The receiver's queue is there, but no instance consumes it: none is running."""
+
+
+class SiteUnreachable(Unroutable):
+    """Nothing here serves the receiver, and the peer sites that might are not heard from:
+    the link to them is down (docs/sites.md). ``details["sites"]`` names them."""
 
 
 class NoCapableAgent(AgentBusError):

@@ -14,6 +14,7 @@ from agentbus.envelopes import BROADCAST, Envelope, EventEnvelope, RequestEnvelo
 
 __all__ = [
     "DIRECT_REPLY_TO",
+    "SITE_HEADER",
     "Destination",
     "Topology",
     "reply_destination",
@@ -24,6 +25,9 @@ __all__ = [
 
 DIRECT_REPLY_TO: Final = "amq.rabbitmq.reply-to"
 """RabbitMQ's pseudo-queue for replies straight to the requesting channel."""
+
+SITE_HEADER: Final = "agentbus-site"
+"""The AMQP header a broadcast carries its sender's site in (docs/sites.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,15 @@ class Topology:
     def outbox(self, site: str) -> str:
         """The exchange whose messages the federation link carries to ``site`` (docs/sites.md)."""
         return f"{self.exchange}.outbox.{site}"
+
+    @property
+    def site_beacons(self) -> str:
+        """The headers exchange that sorts heartbeats by their site into ``site_beacon``s."""
+        return f"{self.exchange}.sites"
+
+    def site_beacon(self, site: str) -> str:
+        """The queue holding the latest heartbeat heard here from ``site`` (docs/sites.md)."""
+        return f"{self.exchange}.site.{site}"
 
     def feed_queue(self, agent_id: str, feed: str) -> str:
         """Return the exclusive queue of one instance's feed (``consume_feed``)."""

@@ -146,6 +146,24 @@ async def test_slow_delays_each_chunk(proxy: ChaosProxy) -> None:
     assert time.monotonic() - began < 0.2
 
 
+async def test_slow_is_a_latency_not_a_queue(proxy: ChaosProxy) -> None:
+    """Chunks in flight overlap: five, 50 ms apart, each delayed 0.2 s both ways, are all
+    back in about 0.6 s, not the 1.2 s and more of delays served one after another."""
+    proxy.slow(0.2)
+    reader, writer = await _open(proxy)
+    began = time.monotonic()
+    try:
+        for chunk in b"abcde":
+            writer.write(bytes([chunk]))
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the sender's pace: five separate chunks
+        async with asyncio.timeout(5):
+            assert await reader.readexactly(5) == b"abcde"
+    finally:
+        writer.close()
+    assert 0.4 <= time.monotonic() - began < 1.0
+
+
 async def test_close_by_a_peer_is_passed_on_and_counted(proxy: ChaosProxy) -> None:
     """A client that closes is seen by the target, and both ends are released."""
     _reader, writer = await _open(proxy)

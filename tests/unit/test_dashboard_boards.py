@@ -297,3 +297,21 @@ async def test_the_dead_letter_board_keeps_watching_after_an_unexpected_error() 
         await board.aclose()
     assert board.snapshot()["error"] is None
     assert [letter["id"] for letter in board.snapshot()["letters"]] == ["poison"]
+
+
+async def test_each_agent_row_carries_its_site() -> None:
+    """Across sites (docs/sites.md) a row says where its agent runs (the page adds a column)."""
+    broker = MemoryBroker()
+    settings = Settings(shutdown_grace=0.5, site="eu", peer_sites="us")
+    bus = await MemoryBus(broker, settings, agent_id="dashboard-1").open()
+    agent_bus = await MemoryBus(broker, settings, agent_id="squarer-eu").open()
+    agent = Squarer(agent_id="squarer-eu", bus=agent_bus, settings=settings, heartbeat_interval=0.1)
+    async with Dashboard(bus, missed_intervals=3) as dashboard:
+        await agent.start()
+        try:
+            await wait_until(lambda: "squarer-eu" in rows(dashboard), timeout=5)
+            assert rows(dashboard)["squarer-eu"]["site"] == "eu"
+        finally:
+            await agent.stop()
+            await agent_bus.aclose()
+    await bus.aclose()

@@ -46,3 +46,38 @@ def test_a_call_to_a_service_outside_the_team_is_one_line() -> None:
     assert done.returncode == 2
     assert "'text' calls ['ghost'], which the team does not have" in done.stderr
     assert done.stdout == ""
+
+
+def test_peer_sites_grant_requests_on_their_outboxes_and_a_link_user() -> None:
+    """With --peer-site, a requester may publish its requests (only) on the peer's outbox,
+    may call a service served at the peer only, and the peer's link user reads its outbox."""
+    result = CliRunner().invoke(
+        cli,
+        ["definitions", "registry", "--client", "ops=billing", "--peer-site", "us=fed-us"],
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert [u["name"] for u in document["users"]] == ["registry", "ops", "fed-us"]
+    permissions = {p["user"]: p for p in document["permissions"]}
+    assert permissions["ops"]["write"].endswith("|agentbus\\.outbox\\.us)$")
+    assert permissions["fed-us"]["read"] == "^(agentbus\\.outbox\\.us|federation: .*)$"
+    assert "outbox" not in permissions["fed-us"]["write"]
+    outbox = {
+        p["user"]: p["write"]
+        for p in document["topic_permissions"]
+        if p["exchange"] == "agentbus.outbox.us"
+    }
+    assert outbox["ops"] == "^(agent\\.(billing(-[^.-]+)?)\\.request)$"
+    assert set(outbox) == {"registry", "ops"}  # the registry's describe of any instance
+
+
+def test_a_bad_peer_site_is_one_line() -> None:
+    runner = CliRunner()
+    for flags, says in (
+        (["--peer-site", "us="], "expected SITE or SITE=LINKUSER"),
+        (["--peer-site", "us=registry"], "cannot be the link user"),
+        (["--peer-site", "us", "--format", "k8s"], "--format rabbitmq only"),
+    ):
+        result = runner.invoke(cli, ["definitions", "registry", *flags])
+        assert result.exit_code == 2, result.output
+        assert says in result.output

@@ -41,6 +41,7 @@ EXPECTED_TOP_LEVEL = [
     "RequestTimeout",
     "ResponseEnvelope",
     "Settings",
+    "SiteUnreachable",
     "TLSError",
     "Transport",
     "TransportError",

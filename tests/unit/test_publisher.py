@@ -17,7 +17,14 @@ from pamqp.header import ContentHeader
 from agentbus import PublishFailed, Unroutable
 from agentbus.bus import BusStats
 from agentbus.bus._publisher import Publisher
-from agentbus.envelopes import RequestEnvelope, RequestPayload, encode
+from agentbus.envelopes import (
+    BROADCAST,
+    EventEnvelope,
+    EventPayload,
+    RequestEnvelope,
+    RequestPayload,
+    encode,
+)
 
 SENT_AT = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC)
 
@@ -53,7 +60,7 @@ class FakeExchange:
 
 
 def publisher(
-    result: object = None, stats: BusStats | None = None
+    result: object = None, stats: BusStats | None = None, site: str | None = None
 ) -> tuple[Publisher, FakeUnderlay]:
     underlay = FakeUnderlay(Basic.Ack() if result is None else result)
     return (
@@ -65,6 +72,7 @@ def publisher(
             default_timeout=5.0,
             stats=stats or BusStats(),
             is_open=lambda: True,
+            site=site,
         ),
         underlay,
     )
@@ -109,6 +117,23 @@ async def test_publish_sends_the_properties_aio_pika_message_would() -> None:
     assert call["routing_key"] == "agent.summarizer.request"
     assert call["mandatory"] is True
     assert call["wait"] is False  # on a confirm channel the confirm alone is awaited
+
+
+async def test_a_broadcast_carries_its_site_and_nothing_else_does() -> None:
+    """With a site (docs/sites.md), broadcasts say where they come from; requests do not."""
+    pub, underlay = publisher(site="eu")
+    beat = EventEnvelope(
+        sender_id="worker-1",
+        receiver_id=BROADCAST,
+        payload=EventPayload(event_name="heartbeat", event_data={}),
+    )
+    await pub.publish(beat, mandatory=False)
+    await pub.publish(request())
+    headers = [call["properties"].headers for call in underlay.calls]
+    assert headers == [{"agentbus-site": "eu"}, {}]
+    plain, plain_calls = publisher()
+    await plain.publish(beat, mandatory=False)
+    assert plain_calls.calls[0]["properties"].headers == {}
 
 
 async def test_reply_is_transient_and_correlated() -> None:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from agentbus import Settings, Unroutable
+from agentbus import Settings, SiteUnreachable, Unroutable
 from agentbus._config import peer_sites
 from agentbus._topology import Topology
-from agentbus.bus._sites import Crossing, SiteRouter
+from agentbus.bus._sites import Across, Crossing, SiteRouter
 from agentbus.cli._render import agents_table
 from agentbus.envelopes import RequestEnvelope, RequestPayload
 from agentbus.security import federation_definitions
@@ -25,7 +25,29 @@ def test_federation_definitions_link_a_site_to_its_peer_outboxes() -> None:
     keys = {(b["destination"], b["routing_key"]) for b in document["bindings"]}
     assert keys == {
         ("ex.outbox.b", k) for k in ("broadcast.#", "agent.*.event", "agent.*.response")
+    } | {("ex.sites", "broadcast.event.heartbeat"), ("ex.site.b", "")}
+
+
+def test_a_links_queue_may_cap_how_long_anything_waits_in_it() -> None:
+    plain = federation_definitions("a", {"b": "amqp://b"}, exchange="ex")
+    assert "message-ttl" not in plain["parameters"][0]["value"]
+    capped = federation_definitions("a", {"b": "amqp://b"}, link_message_ttl=120, link_expires=600)
+    value = capped["parameters"][0]["value"]
+    assert (value["message-ttl"], value["expires"]) == (120_000, 600_000)
+
+
+def test_federation_definitions_keep_a_beacon_per_peer() -> None:
+    document = federation_definitions("a", {"b": "amqp://b", "c": "amqp://c"}, exchange="ex")
+    beacons = {q["name"]: q["arguments"] for q in document["queues"]}
+    assert beacons.keys() == {"ex.site.b", "ex.site.c"}
+    assert beacons["ex.site.b"]["x-max-length"] == 1
+    sorting = {
+        b["destination"]: b["arguments"] for b in document["bindings"] if b["source"] == "ex.sites"
     }
+    assert sorting["ex.site.c"] == {"x-match": "all", "agentbus-site": "c"}
+    assert {"name": "ex.sites", "type": "headers"}.items() <= next(
+        x for x in document["exchanges"] if x["name"] == "ex.sites"
+    ).items()
 
 
 def test_peer_sites_need_a_site_of_their_own() -> None:
@@ -41,10 +63,28 @@ async def test_router_crosses_only_when_nothing_serves_here() -> None:
         return receiver == "here"
 
     router = SiteRouter(Topology("ex"), ("b", "c"), local)
-    assert await router.crossing("here") == ()
-    assert await router.crossing("far") == ("ex.outbox.b", "ex.outbox.c")
-    assert await router.crossing("far") == ("ex.outbox.b", "ex.outbox.c")
+    assert await router.crossing("here") is None
+    assert await router.crossing("far") == Across(("ex.outbox.b", "ex.outbox.c"))
+    assert await router.crossing("far") == Across(("ex.outbox.b", "ex.outbox.c"))
     assert looks == ["here", "far"]  # the answer is remembered
+
+
+async def test_router_skips_a_peer_not_heard_from() -> None:
+    async def nowhere(receiver: str) -> bool:
+        return False
+
+    heard = {"b": False, "c": None, "d": True}
+    looks: list[str] = []
+
+    async def beacon(site: str) -> bool | None:
+        looks.append(site)
+        return heard[site]
+
+    router = SiteRouter(Topology("ex"), ("b", "c", "d"), nowhere, beacon)
+    assert await router.crossing("far") == Across(("ex.outbox.c", "ex.outbox.d"), ("b",))
+    heard["b"] = True  # remembered for a second: the same answer
+    assert await router.crossing("other") == Across(("ex.outbox.c", "ex.outbox.d"), ("b",))
+    assert sorted(looks) == ["b", "c", "d"]
 
 
 class _Outboxes:
@@ -63,13 +103,30 @@ async def test_crossing_tries_each_peer_in_order_without_reply_to() -> None:
         sender_id="client", receiver_id="greeter", payload=RequestPayload(action="greet")
     )
     outboxes = _Outboxes({"ex.outbox.c"})
-    await Crossing(outboxes, ("ex.outbox.b", "ex.outbox.c")).publish(request, reply_to="q")
+    await Crossing(outboxes, Across(("ex.outbox.b", "ex.outbox.c"))).publish(request, reply_to="q")
     assert [(o["exchange"], o["reply_to"]) for o in outboxes.tried] == [
         ("ex.outbox.b", None),
         ("ex.outbox.c", None),
     ]
-    with pytest.raises(Unroutable):
-        await Crossing(_Outboxes(set()), ("ex.outbox.b",)).publish(request)
+    with pytest.raises(Unroutable) as refused:
+        await Crossing(_Outboxes(set()), Across(("ex.outbox.b",))).publish(request)
+    assert type(refused.value) is Unroutable
+
+
+async def test_crossing_fails_fast_when_a_peer_that_might_serve_is_silent() -> None:
+    request = RequestEnvelope(
+        sender_id="client", receiver_id="greeter", payload=RequestPayload(action="greet")
+    )
+    nobody = _Outboxes(set())
+    with pytest.raises(SiteUnreachable) as raised:
+        await Crossing(nobody, Across((), ("b",))).publish(request)
+    assert nobody.tried == []  # nothing published: at once
+    assert (raised.value.code, raised.value.details) == (
+        "agent_unavailable",
+        {"receiver": "greeter", "sites": ["b"]},
+    )
+    with pytest.raises(SiteUnreachable):  # c refuses it, b might serve it
+        await Crossing(_Outboxes(set()), Across(("ex.outbox.c",), ("b",))).publish(request)
 
 
 def test_agents_table_shows_sites_when_agents_have_them() -> None:

@@ -23,6 +23,7 @@ import aiormq.abc
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection
 from pamqp.commands import Basic
+from pamqp.common import FieldTable
 
 from agentbus._topology import DIRECT_REPLY_TO
 
@@ -57,6 +58,7 @@ def message_properties(
     persistent: bool,
     ttl: float | None,
     user_id: str | None,
+    headers: FieldTable | None = None,
 ) -> Basic.Properties:
     """Build the AMQP properties ``aio_pika.Message`` would carry for these values."""
     return Basic.Properties(
@@ -65,7 +67,7 @@ def message_properties(
         correlation_id=correlation_id,
         delivery_mode=2 if persistent else 1,
         expiration=None if ttl is None else str(int(max(ttl, 0.001) * 1000)),
-        headers={},
+        headers=dict(headers) if headers else {},
         message_id=message_id,
         message_type=message_type,
         priority=0,

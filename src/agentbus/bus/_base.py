@@ -79,7 +79,9 @@ class BaseBus(Sending, BrokerHooks):
             presence=self._unserved,
             presence_after=self.settings.presence_check,
         )
-        self._sites = SiteRouter(self.topology, peer_sites(self.settings), self._served_here)
+        self._sites = SiteRouter(
+            self.topology, peer_sites(self.settings), self._served_here, self._heard_from
+        )
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
@@ -94,6 +96,10 @@ class BaseBus(Sending, BrokerHooks):
     async def _served_here(self, receiver: str) -> bool:
         """Whether something at this site consumes ``receiver``'s queue (default: assume so)."""
         return True
+
+    async def _heard_from(self, site: str) -> bool | None:
+        """Whether a heartbeat from peer ``site`` was heard here lately (default: not known)."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} agent_id={self.agent_id!r} state={self._state.value}>"

@@ -29,7 +29,7 @@ from agentbus.bus._errors import map_transport_errors, through_reconnects
 from agentbus.bus._feed import SHARED_FEED_EXPIRES, Feed
 from agentbus.bus._journal import Journal, StreamJournal
 from agentbus.bus._publisher import Publisher
-from agentbus.bus._sites import served_here
+from agentbus.bus._sites import heard_from, served_here
 from agentbus.bus._stats import BusState
 from agentbus.security import AuditTrail, publisher_user_id
 
@@ -159,6 +159,7 @@ class Bus(BaseBus):
             stats=self.stats,
             is_open=self._can_publish,
             user_id=publisher_user_id(self.settings, self.agent_id),
+            site=self.settings.site,
         )
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.
@@ -347,6 +348,10 @@ class Bus(BaseBus):
     async def _served_here(self, receiver: str) -> bool:
         assert self._connection is not None
         return await served_here(self._connection, self.topology, receiver)
+
+    async def _heard_from(self, site: str) -> bool | None:
+        assert self._connection is not None
+        return await heard_from(self._connection, self.topology, site)
 
     async def _stop_consuming(self, *, instance: bool) -> None:
         # The instance consumer ends with the connection (see _declare).

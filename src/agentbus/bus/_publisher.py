@@ -9,10 +9,11 @@ from typing import Unpack
 
 from aio_pika.abc import AbstractExchange, AbstractRobustChannel
 from pamqp.commands import Basic
+from pamqp.common import FieldTable
 
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
 from agentbus._logging import get_logger
-from agentbus._topology import DIRECT_REPLY_TO, reply_destination, routing_key
+from agentbus._topology import DIRECT_REPLY_TO, SITE_HEADER, reply_destination, routing_key
 from agentbus.bus._amqp import (
     Delivery,
     DirectReplyTo,
@@ -25,7 +26,7 @@ from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
 from agentbus.bus._options import PublishOptions, publication
 from agentbus.bus._stats import BusStats
-from agentbus.envelopes import Envelope, ErrorEnvelope, ResponseEnvelope, encode
+from agentbus.envelopes import BROADCAST, Envelope, ErrorEnvelope, ResponseEnvelope, encode
 
 __all__ = ["Publisher"]
 _RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.5)
@@ -47,8 +48,11 @@ class Publisher:
         stats: BusStats,
         is_open: Callable[[], bool],
         user_id: str | None = None,
+        site: str | None = None,
     ) -> None:
         self._channel = channel
+        # Broadcasts carry the site they come from: each site's beacons sort heartbeats by it.
+        self._site_headers: FieldTable | None = {SITE_HEADER: site} if site else None
         self._user_id = user_id  # the broker checks it is this connection's user
         self._exchange = exchange
         self._app_id = app_id
@@ -132,6 +136,7 @@ class Publisher:
             persistent=persistent,
             ttl=ttl,
             user_id=self._user_id,
+            headers=self._site_headers if envelope.receiver_id == BROADCAST else None,
         )
 
     async def _send(

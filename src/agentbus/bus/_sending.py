@@ -90,6 +90,8 @@ class Sending(abc.ABC):
                 (checked once, after the ``presence_check`` setting's seconds without an
                 answer; a request already taken by an instance that then stops consuming,
                 as one draining does, is waited for).
+            SiteUnreachable: nothing here serves ``receiver``, and a peer site that might
+                is not heard from: the link to it is down (docs/sites.md).
         """
         timeout = timeout if timeout is not None else self.settings.request_timeout
         deadline: dict[str, Any] = {"deadline": utcnow() + timedelta(seconds=timeout)}
@@ -127,15 +129,16 @@ class Sending(abc.ABC):
         that died) to that reply queue; only wait for its answer.
         Works while the bus drains, so a handler can finish work that needs requests.
         With peer sites (``peer_sites``), a request nothing serves at this site crosses to
-        the first peer that serves it (docs/sites.md).
+        the first peer that serves it (docs/sites.md); ``SiteUnreachable`` when only a peer
+        whose link is down might.
         """
         publisher = self._require_publisher()
         timeout = timeout if timeout is not None else self.settings.request_timeout
         if reply_to is None and not sent and self._sites.active:
-            outboxes = await self._sites.crossing(envelope.receiver_id)
-            if outboxes:  # nothing serves it here: to the first peer site that does
+            across = await self._sites.crossing(envelope.receiver_id)
+            if across is not None:  # nothing serves it here: to the first peer site that does
                 return await self._requests.send(
-                    Crossing(publisher, outboxes),
+                    Crossing(publisher, across),
                     envelope,
                     reply_to=None,
                     timeout=timeout,

@@ -5,18 +5,23 @@ A site is one broker (or cluster); sites are linked by RabbitMQ federation as
 here consumes its receiver's queue: then it is published on the outbox of each peer site
 in turn (``<exchange>.outbox.<site>``) until one routes it, without ``reply_to``, so its
 progress and answer come back by ``agent.<sender>.response``, which the link carries home.
+
+A peer whose beacon here is empty (no heartbeat of its agents heard for three of their
+intervals: the link is down) is skipped, and a request only it could serve fails at once
+with ``SiteUnreachable``, rather than waiting in the link's queue for its whole timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Final, Unpack
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar, Unpack
 
 import aiormq.exceptions
 from aio_pika.abc import AbstractRobustConnection
 
-from agentbus._exceptions import AgentBusError, Unroutable
+from agentbus._exceptions import AgentBusError, SiteUnreachable, Unroutable
 from agentbus._logging import get_logger
 from agentbus._topology import Topology
 from agentbus.bus._amqp import scratch_channel
@@ -25,14 +30,32 @@ from agentbus.bus._options import PublishOptions
 from agentbus.bus._requests import RequestPublisher
 from agentbus.envelopes import RequestEnvelope
 
-__all__ = ["Crossing", "SiteRouter", "served_here"]
+__all__ = ["Across", "Crossing", "SiteRouter", "heard_from", "served_here"]
+
+T = TypeVar("T")
 
 LocalCheck = Callable[[str], Awaitable[bool]]
 """Whether something at this site consumes the receiver's queue (service or instance)."""
 
-_REMEMBER: Final = 1.0  # s an answer of the local check holds, per receiver
+HeardCheck = Callable[[str], Awaitable[bool | None]]
+"""Whether a heartbeat from the peer site was heard here lately; None: no beacon to tell."""
+
+_REMEMBER: Final = 1.0  # s an answer of a look holds, per receiver or per peer
 _MAX_REMEMBERED: Final = 1024
 _log = get_logger("agentbus.bus")
+
+
+@dataclass(frozen=True, slots=True)
+class Across:
+    """Where a request that nothing here serves goes.
+
+    Attributes:
+        outboxes: The outboxes of the peers to try, in order.
+        unreachable: The peer sites skipped: none of their heartbeats heard lately.
+    """
+
+    outboxes: tuple[str, ...]
+    unreachable: tuple[str, ...] = ()
 
 
 class SiteRouter:
@@ -43,66 +66,105 @@ class SiteRouter:
         topology: Topology,
         peers: tuple[str, ...],
         local: LocalCheck,
+        heard: HeardCheck | None = None,
         *,
         remember: float = _REMEMBER,
     ) -> None:
-        self.outboxes = tuple(topology.outbox(peer) for peer in peers)
-        self._local = local
-        self._remember = remember
-        self._looks: dict[str, tuple[float, asyncio.Future[bool]]] = {}
+        self._peers = peers
+        self._outboxes = {peer: topology.outbox(peer) for peer in peers}
+        self._local = _Looks(local, remember)
+        self._heard = _Looks(heard or _no_beacon, remember)
 
     @property
     def active(self) -> bool:
         """Whether this bus has peer sites at all."""
-        return bool(self.outboxes)
+        return bool(self._peers)
 
-    async def crossing(self, receiver: str) -> tuple[str, ...]:
-        """The outboxes to try for a request to ``receiver``; empty: serve it here."""
-        if not self.outboxes:
-            return ()
+    async def crossing(self, receiver: str) -> Across | None:
+        """Where a request to ``receiver`` goes across; None: serve it here."""
+        if not self._peers:
+            return None
         try:
-            here = await self._served_here(receiver)
+            here = await self._local.look(receiver)
         except AgentBusError as exc:
             # Not known: stay here, as a bus without sites would (the presence check follows).
             _log.debug("local instance not checked", receiver=receiver, error=str(exc))
-            return ()
-        return () if here else self.outboxes
+            return None
+        if here:
+            return None
+        heard = await asyncio.gather(*(self._heard_from(peer) for peer in self._peers))
+        silent = {peer for peer, h in zip(self._peers, heard, strict=True) if h is False}
+        return Across(
+            tuple(self._outboxes[peer] for peer in self._peers if peer not in silent),
+            tuple(peer for peer in self._peers if peer in silent),
+        )
 
-    async def _served_here(self, receiver: str) -> bool:
-        # One look per receiver at a time, its answer good for ``remember`` seconds.
+    async def _heard_from(self, peer: str) -> bool | None:
+        try:
+            return await self._heard.look(peer)
+        except AgentBusError as exc:
+            _log.debug("peer site's beacon not checked", site=peer, error=str(exc))
+            return None  # not known: try the peer, its outbox decides
+
+
+class _Looks(Generic[T]):
+    """One look per key at a time, its answer good for ``remember`` seconds."""
+
+    def __init__(self, look: Callable[[str], Awaitable[T]], remember: float) -> None:
+        self._look = look
+        self._remember = remember
+        self._looks: dict[str, tuple[float, asyncio.Future[T]]] = {}
+
+    async def look(self, key: str) -> T:
         loop = asyncio.get_running_loop()
-        cached = self._looks.get(receiver)
+        cached = self._looks.get(key)
         if cached is None or (cached[1].done() and loop.time() - cached[0] > self._remember):
-            fresh = asyncio.ensure_future(self._local(receiver))
-            cached = self._looks[receiver] = (loop.time(), fresh)
+            fresh = asyncio.ensure_future(self._look(key))
+            cached = self._looks[key] = (loop.time(), fresh)
             fresh.add_done_callback(_retrieved)
             if len(self._looks) > _MAX_REMEMBERED:
                 self._looks.pop(next(iter(self._looks)))
         try:
             return await asyncio.shield(cached[1])
         except AgentBusError:
-            self._looks.pop(receiver, None)  # the next request looks again
+            self._looks.pop(key, None)  # the next request looks again
             raise
 
 
 class Crossing:
-    """Publishes a request on each peer's outbox in turn, until one routes it."""
+    """Publishes a request on each reachable peer's outbox in turn, until one routes it."""
 
-    def __init__(self, publisher: RequestPublisher, outboxes: tuple[str, ...]) -> None:
+    def __init__(self, publisher: RequestPublisher, across: Across) -> None:
         self._publisher = publisher
-        self._outboxes = outboxes
+        self._across = across
 
     async def publish(self, envelope: RequestEnvelope, **options: Unpack[PublishOptions]) -> None:
-        """Publish ``envelope`` across; ``Unroutable`` when no peer serves its receiver."""
+        """Publish ``envelope`` across.
+
+        Raises:
+            SiteUnreachable: no reachable peer serves its receiver, and some peer is not
+                heard from (it might, with its link up).
+            Unroutable: no peer serves its receiver.
+        """
         # No reply_to: a queue name means nothing at the far site; the answer comes back
         # by the requester's routing key, which the link carries home.
-        for outbox in self._outboxes[:-1]:
+        refused: Unroutable | None = None
+        for outbox in self._across.outboxes:
             try:
                 await self._publisher.publish(envelope, **_across(options, outbox))
-            except Unroutable:
+            except Unroutable as exc:
+                refused = exc
                 continue
             return
-        await self._publisher.publish(envelope, **_across(options, self._outboxes[-1]))
+        if self._across.unreachable:
+            sites = ", ".join(self._across.unreachable)
+            raise SiteUnreachable(
+                f"nothing at this site serves {envelope.receiver_id!r}, and no heartbeat was "
+                f"heard lately from the site(s) that might: {sites} (the link is down)",
+                details={"receiver": envelope.receiver_id, "sites": list(self._across.unreachable)},
+            )
+        assert refused is not None  # a router has peers, and an empty Across skips none
+        raise refused
 
 
 async def served_here(
@@ -110,22 +172,41 @@ async def served_here(
 ) -> bool:
     """Whether something consumes ``receiver``'s service queue, else its instance queue."""
     for name in (topology.service_queue(receiver), topology.instance_queue(receiver)):
-        # A passive declare of a missing queue closes its channel: one per look.
-        with map_transport_errors():
-            try:
-                async with scratch_channel(connection) as channel:
-                    queue = await channel.declare_queue(name, passive=True)
-            except aiormq.exceptions.ChannelNotFoundEntity:
-                continue
-        if queue.declaration_result.consumer_count:
+        declared = await _declared(connection, name)
+        if declared is not None and declared[1]:  # a consumer
             return True
     return False
+
+
+async def heard_from(
+    connection: AbstractRobustConnection, topology: Topology, site: str
+) -> bool | None:
+    """Whether this site's beacon for ``site`` holds a heartbeat; None: there is no beacon."""
+    declared = await _declared(connection, topology.site_beacon(site))
+    return None if declared is None else declared[0] > 0
+
+
+async def _declared(connection: AbstractRobustConnection, name: str) -> tuple[int, int] | None:
+    # A queue's ready messages and consumers; None: there is no such queue. A passive
+    # declare of a missing queue closes its channel: one channel per look.
+    with map_transport_errors():
+        try:
+            async with scratch_channel(connection) as channel:
+                queue = await channel.declare_queue(name, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return None
+    result = queue.declaration_result
+    return result.message_count or 0, result.consumer_count or 0
 
 
 def _across(options: PublishOptions, outbox: str) -> PublishOptions:
     return {**options, "reply_to": None, "mandatory": True, "exchange": outbox}
 
 
-def _retrieved(look: asyncio.Future[bool]) -> None:
+async def _no_beacon(site: str) -> bool | None:
+    return None
+
+
+def _retrieved(look: asyncio.Future[T]) -> None:
     if not look.cancelled():
         look.exception()

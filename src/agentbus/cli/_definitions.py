@@ -76,6 +76,15 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
     help="A user that may watch the whole team (agentbus dashboard): announce, describe "
     "any instance, browse the dead-letter queue, cancel plans.",
 )
+@click.option(
+    "--peer-site",
+    "peer_sites",
+    multiple=True,
+    metavar="SITE[=LINKUSER]",
+    help="A peer site requests may cross to (repeatable; docs/sites.md): requesters may "
+    "publish their requests on its outbox; LINKUSER, the user its link logs in here as, "
+    "may read that outbox. Calls may then name services that run at peer sites only.",
+)
 @click.option("--audit-max-age", default="7D", show_default=True, help="Audit retention.")
 @click.option(
     "--merge", metavar="JSON", help="Definitions to add (users, permissions...): inline or @file."
@@ -110,6 +119,7 @@ def definitions_command(
     client: tuple[str, ...],
     auditor: tuple[str, ...],
     dashboard: tuple[str, ...],
+    peer_sites: tuple[str, ...],
     audit_max_age: str,
     merge: str | None,
     vhost: str,
@@ -130,6 +140,9 @@ def definitions_command(
     extra: Any = load_json(merge, "--merge")
     if extra is not None and not isinstance(extra, dict):
         raise click.BadParameter("expected a JSON object of definitions", param_hint="--merge")
+    peers = _peers(peer_sites)
+    if peers and output != "rabbitmq":
+        raise click.UsageError("--peer-site is for --format rabbitmq only, for now")
     try:
         grants = team_grants(
             [_service_name(m) for m in members],
@@ -137,6 +150,7 @@ def definitions_command(
             clients=_pairs(client, "--client"),
             auditors=auditor,
             dashboards=dashboard,
+            across_sites=bool(peers),
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
@@ -149,17 +163,34 @@ def definitions_command(
     if output == "k8s-secrets":
         _print_documents(credential_secrets(grants))
         return
-    document = definitions(
-        grants,
-        exchange=exchange,
-        vhost=vhost,
-        queue_type=queue_type,
-        delivery_limit=delivery_limit,
-        users=not topology_only,
-        audit_max_age=audit_max_age,
-        extra=extra,
-    )
+    try:
+        document = definitions(
+            grants,
+            exchange=exchange,
+            vhost=vhost,
+            queue_type=queue_type,
+            delivery_limit=delivery_limit,
+            users=not topology_only,
+            audit_max_age=audit_max_age,
+            extra=extra,
+            peers=peers,
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
     print_json(document)
+
+
+def _peers(values: tuple[str, ...]) -> dict[str, str | None]:
+    """``SITE[=LINKUSER]`` options as {site: link user or None}."""
+    found: dict[str, str | None] = {}
+    for value in values:
+        site, sep, user = value.partition("=")
+        if not site or (sep and not user):
+            raise click.BadParameter(
+                f"expected SITE or SITE=LINKUSER, got {value!r}", param_hint="--peer-site"
+            )
+        found[site] = user or None
+    return found
 
 
 def _print_documents(documents: list[dict[str, Any]]) -> None:
@@ -187,9 +218,20 @@ def _print_documents(documents: list[dict[str, Any]]) -> None:
     show_default=True,
     help="Seconds a cut link's queue at a peer (and what it holds) is kept.",
 )
+@click.option(
+    "--link-message-ttl",
+    type=click.FloatRange(min=0.001),
+    default=None,
+    help="Seconds anything waits in a link's queue at most (default: each message's own).",
+)
 @click.pass_context
 def federation_command(
-    ctx: click.Context, site: str, peers: tuple[str, ...], vhost: str, link_expires: float
+    ctx: click.Context,
+    site: str,
+    peers: tuple[str, ...],
+    vhost: str,
+    link_expires: float,
+    link_message_ttl: float | None,
 ) -> None:
     """Print the definitions that link SITE's broker with its peers' by federation.
 
@@ -210,6 +252,7 @@ def federation_command(
             exchange=settings_of(ctx).exchange,
             vhost=vhost,
             link_expires=link_expires,
+            link_message_ttl=link_message_ttl,
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc

@@ -6,7 +6,7 @@ external A2A agent on the bus.
 """
 
 from agentbus.gateway._app import Gateway
-from agentbus.gateway._cards import SCHEMAS_EXTENSION, a2a_card
+from agentbus.gateway._cards import SCHEMAS_EXTENSION, SITES_EXTENSION, a2a_card
 from agentbus.gateway._executor import PARTIAL_KEY
 from agentbus.gateway._keys import ApiKeys, Identity
 from agentbus.gateway._parts import SKILL_KEY
@@ -16,6 +16,7 @@ from agentbus.gateway._settings import GatewaySettings
 __all__ = [
     "PARTIAL_KEY",
     "SCHEMAS_EXTENSION",
+    "SITES_EXTENSION",
     "SKILL_KEY",
     "ApiKeys",
     "Gateway",

@@ -155,7 +155,8 @@ class Gateway:
             return None
         url = self.card_url(service, root=root)
         rest_url = self.public_url if root else None  # at the root, HTTP+JSON is there too
-        return a2a_card(card, url, secured=self._secured, rest_url=rest_url)
+        sites = self.directory.sites.get(service, ())
+        return a2a_card(card, url, secured=self._secured, rest_url=rest_url, sites=sites)
 
     def _routes(self) -> list[BaseRoute]:
         routes: list[BaseRoute] = [Route(_PREFIX, self._listing, methods=["GET"])]

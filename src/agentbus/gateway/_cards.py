@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from a2a.types import a2a_pb2 as a2a
@@ -10,10 +11,19 @@ from google.protobuf.struct_pb2 import Struct
 
 from agentbus.agents import AgentCard, SkillCard
 
-__all__ = ["BEARER", "REST_PREFIX", "SCHEMAS_EXTENSION", "a2a_card", "skill_schemas"]
+__all__ = [
+    "BEARER",
+    "REST_PREFIX",
+    "SCHEMAS_EXTENSION",
+    "SITES_EXTENSION",
+    "a2a_card",
+    "skill_schemas",
+]
 
 SCHEMAS_EXTENSION = "urn:agentbus:a2a:skill-schemas:v1"
 """An A2A card extension whose params hold each skill's parameter and result JSON Schemas."""
+SITES_EXTENSION = "urn:agentbus:a2a:sites:v1"
+"""An A2A card extension whose params list the sites the service's live instances run at."""
 BEARER = "bearer"
 REST_PREFIX = "/rest"
 """Where, under an agent's URL, the HTTP+JSON (REST) binding is served."""
@@ -26,13 +36,15 @@ def a2a_card(
     streaming: bool = True,
     secured: bool = True,
     rest_url: str | None = None,
+    sites: Sequence[str] = (),
 ) -> a2a.AgentCard:
     """Return the A2A card of the bus service ``card`` describes, served at ``url``.
 
     The card names two interfaces: JSON-RPC at ``url``, HTTP+JSON at ``rest_url`` (by default
     ``url`` + ``/rest``).
     ``secured``: it declares the bearer scheme and requires it; else (a gateway without
-    keys) it declares no scheme and no requirement.
+    keys) it declares no scheme and no requirement. ``sites``: where its live instances
+    run, for a team across sites (docs/sites.md), in the extension ``SITES_EXTENSION``.
     """
     schemas = Struct()
     schemas.update(
@@ -67,6 +79,16 @@ def a2a_card(
         default_output_modes=["application/json", "text/plain"],
         skills=[_skill(card.name, skill) for skill in card.skills],
     )
+    if sites:
+        where = Struct()
+        where.update({"sites": list(sites)})
+        found.capabilities.extensions.append(
+            a2a.AgentExtension(
+                uri=SITES_EXTENSION,
+                description="the sites the service's live instances run at",
+                params=where,
+            )
+        )
     if secured:
         found.security_schemes[BEARER].CopyFrom(
             a2a.SecurityScheme(

@@ -22,7 +22,8 @@ _ASK_TIMEOUT: Final = 5.0
 
 
 class ServiceDirectory:
-    """Live services with skills and one card each, from the registry's ``list_agents``.
+    """Live services with skills and one card each, from the registry's ``list_agents``,
+    and the sites each runs at (``sites``: none for a team of one site).
 
     Looks every ``interval`` seconds, and at once on ``agent_online`` / ``agent_offline``;
     ``on_change`` is called when a service appears, leaves, or changes its card.
@@ -41,6 +42,7 @@ class ServiceDirectory:
         self._interval = interval
         self._on_change = on_change
         self.cards: dict[str, AgentCard] = {}
+        self.sites: dict[str, tuple[str, ...]] = {}
         self._digests: dict[str, str] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -93,10 +95,7 @@ class ServiceDirectory:
             AgentBusError: the registry did not answer.
         """
         reply = await self._bus.request(self._registry, "list_agents", {}, timeout=_ASK_TIMEOUT)
-        live: dict[str, dict[str, Any]] = {}
-        for row in reply.result:
-            if row.get("skills") and row.get("status") != "offline":
-                live.setdefault(row["service"], row)
+        live, where = _live(reply.result)
         cards: dict[str, AgentCard] = {}
         digests: dict[str, str] = {}
         for service, row in live.items():
@@ -107,8 +106,9 @@ class ServiceDirectory:
             if card is not None:
                 cards[service] = card
                 digests[service] = digest
-        changed = digests != self._digests
-        self.cards, self._digests = cards, digests
+        sites = {service: tuple(sorted(where[service])) for service in cards if service in where}
+        changed = digests != self._digests or sites != self.sites
+        self.cards, self._digests, self.sites = cards, digests, sites
         if changed:
             _log.info("services changed", services=sorted(cards))
             if self._on_change is not None:
@@ -123,3 +123,15 @@ class ServiceDirectory:
         except (AgentBusError, ValidationError) as exc:
             _log.info("card not fetched", agent_id=agent_id, error=str(exc))
             return None
+
+
+def _live(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
+    # One live row per service with skills, and the sites each runs at.
+    live: dict[str, dict[str, Any]] = {}
+    where: dict[str, set[str]] = {}
+    for row in rows:
+        if row.get("skills") and row.get("status") != "offline":
+            live.setdefault(row["service"], row)
+            if row.get("site"):
+                where.setdefault(row["service"], set()).add(row["site"])
+    return live, where

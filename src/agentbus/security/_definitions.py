@@ -27,6 +27,12 @@ from typing import Any, Final
 from agentbus._exceptions import ConfigurationError
 from agentbus._topology import Topology
 from agentbus.envelopes import is_valid_id
+from agentbus.security._site_grants import (
+    check_peers,
+    link_users,
+    outbox_names,
+    outbox_topic_permissions,
+)
 
 __all__ = [
     "Grant",
@@ -80,6 +86,7 @@ def team_grants(
     clients: Mapping[str, Iterable[str]] | None = None,
     auditors: Iterable[str] = (),
     dashboards: Iterable[str] = (),
+    across_sites: bool = False,
 ) -> list[Grant]:
     """Return the grants of a team: one per service, one per client.
 
@@ -88,7 +95,8 @@ def team_grants(
     broadcasts ``cancel``. Other services call what ``calls`` gives them; a client (a user
     that serves nothing, such as the CLI of an operator) calls what ``clients`` gives it.
     ``auditors`` may read the audit stream, ``dashboards`` watch the team (``Grant.watches``);
-    a client of that name is added if needed.
+    a client of that name is added if needed. ``across_sites``: calls may name services
+    that run at a peer site only (docs/sites.md), not among ``services``.
 
     Raises:
         ConfigurationError: a name is not a valid id, is given twice, or a call names
@@ -99,7 +107,8 @@ def team_grants(
     asked = dict(clients or {})
     users = [*team, *asked]
     _check_users(users)
-    _check_calls([*extra.items(), *((c, set(t)) for c, t in asked.items())], team, users)
+    known = None if across_sites else team
+    _check_calls([*extra.items(), *((c, set(t)) for c, t in asked.items())], known, users)
     grants = [_service_grant(service, team, extra.get(service, ())) for service in team]
     grants += [Grant(user=client, calls=frozenset(wanted)) for client, wanted in asked.items()]
     readers, watchers = set(auditors), set(dashboards)
@@ -127,9 +136,13 @@ def _check_users(users: Sequence[str]) -> None:
 
 
 def _check_calls(
-    calls: Iterable[tuple[str, set[str]]], team: Sequence[str], users: Sequence[str]
+    calls: Iterable[tuple[str, set[str]]], team: Sequence[str] | None, users: Sequence[str]
 ) -> None:
+    # team None: any valid service name may be called (one served at a peer site).
     for name, targets in calls:
+        if team is None:
+            _check_users(sorted(targets))
+            continue
         unknown = sorted(targets - set(team))
         if unknown:
             raise ConfigurationError(f"{name!r} calls {unknown}, which the team does not have")
@@ -186,6 +199,7 @@ def definitions(
     users: bool = True,
     audit_max_age: str = "7D",
     extra: Mapping[str, Any] | None = None,
+    peers: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Build the definitions document of the team ``grants`` describe.
 
@@ -199,6 +213,13 @@ def definitions(
         audit_max_age: How long the audit stream keeps records (its retention policy).
         extra: Definitions an operator adds (users, permissions, topic permissions of
             clients that are not agents, ...): each list is appended to the document's.
+        peers: The peer sites this site's requests may cross to (docs/sites.md), each
+            with the user its link logs in here as (None: one the operator adds): each
+            requester may publish its requests on their outboxes, each link user read
+            its site's outbox.
+
+    Raises:
+        ConfigurationError: a peer site or link user is not valid.
     """
     topology = Topology(exchange)
     services = [grant.service for grant in grants if grant.service is not None]
@@ -236,18 +257,37 @@ def definitions(
         ],
     }
     if users:
-        document["users"] = [
-            {"name": g.user, "password_hash": "", "hashing_algorithm": _HASHING, "tags": []}
-            for g in grants
-        ]
-        document["permissions"] = [permissions_of(g, topology, vhost) for g in grants]
-        document["topic_permissions"] = [
-            topic_permissions_of(g, topology, vhost, grants) for g in grants
-        ]
+        _add_users(document, grants, topology, vhost, peers or {})
     for key, entries in (extra or {}).items():
         document.setdefault(key, [])
         document[key] = [*document[key], *entries]
     return document
+
+
+def _add_users(
+    document: dict[str, Any],
+    grants: Sequence[Grant],
+    topology: Topology,
+    vhost: str,
+    peers: Mapping[str, str | None],
+) -> None:
+    check_peers(peers, [g.user for g in grants])
+    team = frozenset(g.service for g in grants if g.service is not None)
+    requests = {g.user: request_writes(g, team) for g in grants}
+    outboxes = outbox_names(topology, list(peers))
+    document["users"] = [
+        {"name": g.user, "password_hash": "", "hashing_algorithm": _HASHING, "tags": []}
+        for g in grants
+    ]
+    document["permissions"] = [
+        permissions_of(g, topology, vhost, outboxes if requests[g.user] else ()) for g in grants
+    ]
+    document["topic_permissions"] = [
+        topic_permissions_of(g, topology, vhost, grants) for g in grants
+    ] + outbox_topic_permissions(requests, topology, vhost, list(peers))
+    links = link_users(topology, vhost, peers, _HASHING)
+    document["users"] += links["users"]
+    document["permissions"] += links["permissions"]
 
 
 def _dead_letter_arguments(queue_type: str) -> dict[str, Any]:
@@ -290,8 +330,13 @@ def _ids(names: Iterable[str], *, bare: bool = True) -> str:
     return f"({'|'.join(forms)})"
 
 
-def permissions_of(grant: Grant, topology: Topology, vhost: str) -> dict[str, str]:
-    """The vhost permissions of ``grant``'s user (a definitions document's entry)."""
+def permissions_of(
+    grant: Grant, topology: Topology, vhost: str, outboxes: Sequence[str] = ()
+) -> dict[str, str]:
+    """The vhost permissions of ``grant``'s user (a definitions document's entry).
+
+    ``outboxes``: the peer sites' outboxes (regexes) it may publish its requests on.
+    """
     e = _escape
     own = _ids([grant.user])
     queues = [
@@ -316,7 +361,7 @@ def permissions_of(grant: Grant, topology: Topology, vhost: str) -> dict[str, st
         "user": grant.user,
         "vhost": vhost,
         "configure": f"^({'|'.join(declared)})$",
-        "write": f"^({'|'.join([*declared, _DEFAULT_EXCHANGE])})$",
+        "write": f"^({'|'.join([*declared, _DEFAULT_EXCHANGE, *outboxes])})$",
         "read": f"^({'|'.join(readable)})$",
     }
 
@@ -330,6 +375,16 @@ def topic_permissions_of(
     return _topic_permissions(grant, topology, vhost, callers, team)
 
 
+def request_writes(grant: Grant, team: frozenset[str]) -> list[str]:
+    """The routing keys of the requests ``grant``'s user may send (regexes, unanchored)."""
+    writes = []
+    if grant.calls:
+        writes.append(rf"agent\.{_ids(grant.calls)}\.request")
+    if grant.calls_instances and team:
+        writes.append(rf"agent\.{_ids(team, bare=False)}\.request")
+    return writes
+
+
 def _topic_permissions(
     grant: Grant, topology: Topology, vhost: str, callers: set[str], team: frozenset[str]
 ) -> dict[str, str]:
@@ -337,10 +392,7 @@ def _topic_permissions(
     if grant.service is not None:
         # A classic service queue's poison count republishes a request to its own key.
         writes.append(rf"agent\.{_escape(grant.service)}\.request")
-    if grant.calls:
-        writes.append(rf"agent\.{_ids(grant.calls)}\.request")
-    if grant.calls_instances and team:
-        writes.append(rf"agent\.{_ids(team, bare=False)}\.request")
+    writes += request_writes(grant, team)
     if grant.broadcasts:
         writes.append(rf"broadcast\.request\.({_alternatives(grant.broadcasts)})")
     # Its callers, and itself: a broadcaster gets its own broadcast and answers it.

@@ -74,11 +74,14 @@ function renderService(service) {
       : el("span", { class: "muted" },
           `${service.live} live · ${service.in_flight}/${service.capacity} in flight`),
   );
+  // The site column, where the team spans sites (docs/sites.md): any agent here has one.
+  const sited = service.agents.some((agent) => agent.site);
   const rows = service.agents.map((agent) =>
     el(
       "tr",
       { "data-agent-id": agent.agent_id, "data-status": agent.status },
       cell("agent", el("strong", {}, agent.agent_id)),
+      ...(sited ? [cell("site", el("span", { "data-site": agent.site || "" }, agent.site || "–"))] : []),
       cell("status", pill(agent.status)),
       cell("in flight", el("span", { class: "load" }, `${agent.in_flight}/${agent.capacity}`),
         bar(agent.in_flight / agent.capacity)),
@@ -90,8 +93,8 @@ function renderService(service) {
   const table = el(
     "table",
     {},
-    el("thead", {}, el("tr", {}, ...["agent", "status", "in flight", "skills", "version", "last beat"]
-      .map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ...["agent", ...(sited ? ["site"] : []), "status", "in flight",
+      "skills", "version", "last beat"].map((h) => el("th", {}, h)))),
     el("tbody", {}, rows),
   );
   return el("div", { class: service.gone ? "card gone" : "card", "data-service": service.service,

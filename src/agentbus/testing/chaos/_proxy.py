@@ -30,6 +30,8 @@ _CHUNK: Final = 65536
 _CONNECT_TIMEOUT: Final = 10.0
 _EOF: Final = b""  # queued after the last chunk of a direction
 
+_Chunk = tuple[float, bytes]  # when it was read (the loop's clock), and its bytes
+
 
 class ProxyState(enum.Enum):
     """Where a ``ChaosProxy`` is in its life."""
@@ -190,7 +192,11 @@ class ChaosProxy:
         self._cut_after_count = connections
 
     def slow(self, delay: float) -> None:
-        """Delay every chunk relayed, in both directions, by ``delay`` seconds."""
+        """Delay every chunk relayed, in both directions, by ``delay`` seconds.
+
+        Each chunk goes ``delay`` after it was read, as over a link with that latency:
+        chunks in flight overlap, they do not queue behind each other's delay.
+        """
         if delay < 0:
             raise ValueError("delay must be >= 0")
         self._delay = delay
@@ -258,8 +264,8 @@ class ChaosProxy:
             return
         for side in (writer, up_writer):
             side.transport.set_write_buffer_limits(high=0)  # drain() waits for a full flush
-        up_queue: asyncio.Queue[bytes] = asyncio.Queue()
-        down_queue: asyncio.Queue[bytes] = asyncio.Queue()
+        up_queue: asyncio.Queue[_Chunk] = asyncio.Queue()
+        down_queue: asyncio.Queue[_Chunk] = asyncio.Queue()
         link.tasks = [
             asyncio.create_task(self._read(reader, up_queue, from_client=True)),
             asyncio.create_task(self._read(up_reader, down_queue, from_client=False)),
@@ -273,31 +279,34 @@ class ChaosProxy:
                 side.close()
 
     async def _read(
-        self, reader: asyncio.StreamReader, queue: asyncio.Queue[bytes], *, from_client: bool
+        self, reader: asyncio.StreamReader, queue: asyncio.Queue[_Chunk], *, from_client: bool
     ) -> None:
         # Reads go on during a stall, so that a close is seen (and counted) when it happens.
+        loop = asyncio.get_running_loop()
         with contextlib.suppress(OSError):
             while chunk := await reader.read(_CHUNK):
-                queue.put_nowait(chunk)
+                queue.put_nowait((loop.time(), chunk))
         if from_client:
             self.closed_by_client += 1
         else:
             self.closed_by_target += 1
-        queue.put_nowait(_EOF)
+        queue.put_nowait((loop.time(), _EOF))
 
     async def _write(
         self,
         link: _Link,
-        queue: asyncio.Queue[bytes],
+        queue: asyncio.Queue[_Chunk],
         writer: asyncio.StreamWriter,
         *,
         upward: bool,
     ) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            chunk = await queue.get()
+            read_at, chunk = await queue.get()
             await self._flowing.wait()
-            if self._delay > 0:
-                await asyncio.sleep(self._delay)
+            due = read_at + self._delay - loop.time()
+            if self._delay > 0 and due > 0:
+                await asyncio.sleep(due)
                 await self._flowing.wait()
             if chunk == _EOF:  # the sending side closed: pass the close on (half-close)
                 with contextlib.suppress(OSError):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import ValidationError
 
+from agentbus import _loop as loop
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus.agents import run_until_signalled
@@ -76,7 +77,7 @@ def gateway(
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
-    asyncio.run(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
+    loop.run(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
 
 
 async def _serve(

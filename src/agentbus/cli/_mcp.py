@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import ValidationError
 
+from agentbus import _loop as loop
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus.agents import run_until_signalled
@@ -69,7 +70,7 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
         return
     if config.keys_file is None and not config.allow_anonymous:
         raise click.UsageError("over HTTP give --keys FILE (API keys), or --anonymous")
-    asyncio.run(_serve_http(settings, config, _keys(config)))
+    loop.run(_serve_http(settings, config, _keys(config)))
 
 
 def _keys(config: McpSettings) -> ApiKeys:

@@ -33,10 +33,13 @@ from agentbus.gateway._follow import Chunk, Follow, Unfollowed, Update
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._tasks import OpenTasks
 
-__all__ = ["CALL_KEY", "PARTIAL_KEY", "BusExecutor", "error_message"]
+__all__ = ["CALL_KEY", "PARTIAL_KEY", "WAITED_KEY", "BusExecutor", "error_message"]
 
 CALL_KEY = "agentbus.call"
 """Call-context state key: the ``BusCall`` the request handler made of the message."""
+WAITED_KEY = "agentbus.waited"
+"""Call-context state key: true when the caller waits for the task's end (a blocking
+``SendMessage``): its task is told as working at once, not as submitted, then working."""
 PARTIAL_KEY = "agentbus.partial"
 """Artifact metadata key: true on an artifact of partial results, false on the result's."""
 
@@ -76,14 +79,15 @@ class BusExecutor(AgentExecutor):
         return f"<BusExecutor flights={len(self._flights)}>"
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        call: BusCall = context.call_context.state[CALL_KEY]
+        state = context.call_context.state
+        call: BusCall = state[CALL_KEY]
         key = context.message.message_id if context.message is not None else ""
         self._open.claim(key)
         task_id = context.task_id or ""
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         flight: _Flight | None = None
         try:
-            await _start(context, event_queue, updater)
+            await _start(context, event_queue, updater, waited=state.get(WAITED_KEY) is True)
             bus = await self._callers.bus(context.call_context.user.user_name)
             call = self._follow.prepare(call, task_id)
             envelope = self._envelope(bus, call, task_id)
@@ -157,14 +161,20 @@ class BusExecutor(AgentExecutor):
             await _send_cancel(flight)
 
 
-async def _start(context: RequestContext, event_queue: EventQueue, updater: TaskUpdater) -> None:
-    # A new task is told as submitted first: its history is the message that made it.
+async def _start(
+    context: RequestContext, event_queue: EventQueue, updater: TaskUpdater, *, waited: bool
+) -> None:
+    # A new task is told as submitted first (as working at once to a caller who sees only
+    # its end): its history is the message that made it.
     if context.current_task is None:
         history = [context.message] if context.message is not None else []
-        submitted = a2a.TaskState.TASK_STATE_SUBMITTED
-        await event_queue.enqueue_event(
-            new_task(updater.task_id, updater.context_id, submitted, history=history)
-        )
+        state = a2a.TaskState.TASK_STATE_WORKING if waited else a2a.TaskState.TASK_STATE_SUBMITTED
+        task = new_task(updater.task_id, updater.context_id, state, history=history)
+        if waited:
+            task.status.timestamp.GetCurrentTime()  # as the updater stamps working
+            await event_queue.enqueue_event(task)
+            return
+        await event_queue.enqueue_event(task)
     await updater.start_work()
 
 

@@ -12,7 +12,7 @@ from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 
 from agentbus.agents import AgentCard
-from agentbus.gateway._executor import CALL_KEY, BusExecutor
+from agentbus.gateway._executor import CALL_KEY, WAITED_KEY, BusExecutor
 from agentbus.gateway._parts import bus_call
 from agentbus.gateway._tasks import OpenTasks
 
@@ -62,6 +62,8 @@ class GatewayHandler(DefaultRequestHandler):
         self, params: a2a.SendMessageRequest, context: ServerCallContext
     ) -> a2a.Message | a2a.Task:
         key = self._admit(params, context)
+        # The caller waits for the end: its task starts as working, one event fewer.
+        context.state[WAITED_KEY] = not params.configuration.return_immediately
         try:
             result: a2a.Message | a2a.Task = await super().on_message_send(params, context)
             return result

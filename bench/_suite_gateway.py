@@ -207,9 +207,15 @@ def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
         for port, traced in zip(ports, ("false", "true"), strict=True):
             fleet.spawn("sdk", f"sdk-{traced}", [sys.executable, BARE_SERVER, str(port)],
                         env={"OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": traced})  # fmt: skip
-        ctx = Config(exchange=exchange, key=key, keys=str(keys), cli=cli,
-                     redis=redis_url() if shared else "",
-                     bare=f"http://127.0.0.1:{ports[0]}", traced=f"http://127.0.0.1:{ports[1]}")
+        ctx = Config(
+            exchange=exchange,
+            key=key,
+            keys=str(keys),
+            cli=cli,
+            redis=redis_url() if shared else "",
+            bare=f"http://127.0.0.1:{ports[0]}",
+            traced=f"http://127.0.0.1:{ports[1]}",
+        )
         config = Config(**{**vars(cfg), "gateways": gateways})
         figures = asyncio.run(measure(fleet, ctx, config))
     params = {k: v for k, v in vars(cfg).items() if k != "gateways"}

@@ -1,4 +1,4 @@
-"""The a2a-sdk's OpenTelemetry wrappers: there only with agentbus's own tracing (``AGENTBUS_TRACING``).
+"""The a2a-sdk's OpenTelemetry wrappers: only with agentbus's own tracing (``AGENTBUS_TRACING``).
 
 The SDK wraps the methods of its request handlers, event queues and dispatchers in spans
 unless ``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED`` is ``false``, a variable it reads once, when

@@ -13,12 +13,14 @@ broadcast, before one is known).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from a2a.helpers import new_data_part, new_message, new_task, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as a2a
@@ -50,6 +52,8 @@ _log = get_logger("agentbus.gateway")
 class _Flight:
     bus: Bus
     message_id: str
+    updater: TaskUpdater
+    context: ServerCallContext
     holder: str | None = None
     cancelled: bool = False
 
@@ -91,7 +95,9 @@ class BusExecutor(AgentExecutor):
             bus = await self._callers.bus(context.call_context.user.user_name)
             call = self._follow.prepare(call, task_id)
             envelope = self._envelope(bus, call, task_id)
-            flight = self._flights[task_id] = _Flight(bus, envelope.message_id)
+            flight = self._flights[task_id] = _Flight(
+                bus, envelope.message_id, updater, context.call_context
+            )
             reply = await self._request(flight, envelope, call, updater)
             if not flight.cancelled:
                 await updater.add_artifact(
@@ -149,6 +155,24 @@ class BusExecutor(AgentExecutor):
         for flight in flights:
             flight.cancelled = True
         await asyncio.gather(*(_send_cancel(flight) for flight in flights))
+
+    async def cancelled_elsewhere(
+        self, task_id: str, confirm: Callable[[ServerCallContext], Awaitable[bool]]
+    ) -> bool:
+        """Stop the task ``task_id`` if it runs here and ``confirm`` (given its caller's
+        context) says another gateway process cancelled it in the shared store. Return
+        whether it was stopped.
+
+        Its bus request is cancelled (at the agent holding it) and the task told cancelled:
+        the SDK, finding it cancelled in the store already, ends it as stored.
+        """
+        flight = self._flights.get(task_id)
+        if flight is None or flight.cancelled or not await confirm(flight.context):
+            return False
+        flight.cancelled = True
+        await flight.updater.cancel()
+        await _send_cancel(flight)
+        return True
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""

@@ -93,8 +93,7 @@ def gateway(
         serve_workers(
             settings_of(ctx),
             config,
-            log_level=root["log_level"],
-            log_format=root["log_format"],
+            log=(root["log_level"], root["log_format"]),
             certfile=ssl_certfile,
             keyfile=ssl_keyfile,
         )

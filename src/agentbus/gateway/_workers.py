@@ -1,33 +1,22 @@
-"""Several gateway processes on one address: uvicorn's workers, each a whole gateway.
+"""Several gateway processes on one address (``agentbus gateway --workers N``).
 
-``agentbus gateway --workers N --task-store redis://...`` binds the address once and
-starts N worker processes (uvicorn's supervisor: a worker that dies is replaced; SIGTERM
-stops them all). Each worker builds its own ``Gateway`` from the settings the parent
-hands down in its environment, opens it in the ASGI lifespan's startup (its buses, the
-registry) and closes it in its shutdown; the kernel spreads the connections over them.
-They share their tasks through the task store (``_shared_tasks``) and their cancels over
-the bus (``_peers``).
+Each worker is a whole ``Gateway`` built from the settings the parent hands down, opened
+in the ASGI lifespan (``agentbus._workers``). They share their tasks through the task
+store (``_shared_tasks``) and their cancels over the bus (``_peers``).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator
 
-import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
-
+from agentbus import _workers
 from agentbus._config import Settings
-from agentbus._logging import configure_logging
 from agentbus.gateway._app import Gateway
 from agentbus.gateway._keys import ApiKeys
 from agentbus.gateway._settings import GatewaySettings
 
 __all__ = ["keys_of", "serve_workers", "worker_app"]
-
-_PLAN = "AGENTBUS_GATEWAY__WORKER_PLAN"
-"""The environment variable the parent hands the workers their settings in (JSON)."""
 
 
 def keys_of(config: GatewaySettings) -> ApiKeys:
@@ -45,65 +34,37 @@ def serve_workers(
     settings: Settings,
     config: GatewaySettings,
     *,
-    log_level: str,
-    log_format: str,
+    log: tuple[str, str],
     certfile: str | None = None,
     keyfile: str | None = None,
 ) -> None:
-    """Serve ``config.workers`` gateway processes on ``config.host``:``config.port`` until
-    SIGTERM or SIGINT (blocks)."""
-    import uvicorn
-
-    plan = {
+    """Serve ``config.workers`` gateways on ``config.host``:``config.port`` until SIGTERM or
+    SIGINT (blocks); ``log``: their log level and format."""
+    handed = {
         "settings": settings.model_dump(mode="json"),
         "gateway": config.model_dump(mode="json"),
-        "log": [log_level, log_format],
     }
-    os.environ[_PLAN] = orjson.dumps(plan).decode()
-    uvicorn.run(
+    _workers.serve(
         f"{__name__}:worker_app",
-        factory=True,
+        handed,
         host=config.host,
         port=config.port,
         workers=config.workers,
-        lifespan="on",
-        ssl_certfile=certfile,
-        ssl_keyfile=keyfile,
-        log_config=None,
-        timeout_graceful_shutdown=5,
+        log=log,
+        certfile=certfile,
+        keyfile=keyfile,
     )
 
 
-def worker_app() -> ASGIApp:
+def worker_app() -> _workers.Lifespan:
     """Return a worker's app: its gateway, opened and closed by the ASGI lifespan."""
-    plan: dict[str, Any] = orjson.loads(os.environ[_PLAN])
-    level, log_format = plan["log"]
-    configure_logging(level, log_format, transport_level=logging.WARNING)
-    config = GatewaySettings(**plan["gateway"])
-    return _Worker(Gateway(Settings(**plan["settings"]), config, keys_of(config)))
+    handed = _workers.plan()
+    config = GatewaySettings(**handed["gateway"])
+    gateway = Gateway(Settings(**handed["settings"]), config, keys_of(config))
 
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[Gateway]:
+        async with gateway:
+            yield gateway
 
-class _Worker:
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-
-    def __repr__(self) -> str:
-        return f"<gateway worker {self.gateway!r}>"
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            await self.gateway.app(scope, receive, send)
-            return
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.gateway.open()
-                except Exception as exc:
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.gateway.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    return _workers.Lifespan(gateway.app, opened)

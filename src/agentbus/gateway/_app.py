@@ -278,6 +278,7 @@ class _Shared:
         store = RedisTaskStore(
             redis,
             prefix=f"{settings.exchange}:a2a",
+            size=gateway.max_tasks,
             retention=gateway.task_retention,
             open_expiry=gateway.request_timeout + gateway.task_retention,
         )

@@ -32,7 +32,8 @@ class GatewaySettings(BaseSettings):
     max_open_tasks: int = Field(default=256, ge=1)
     """Tasks running at once; a message beyond this is refused with an error."""
     max_tasks: int = Field(default=10_000, ge=1)
-    """Tasks kept in the task store; the oldest finished ones go first."""
+    """Tasks kept in the task store (a shared one: per caller identity); the oldest finished
+    ones go first."""
     task_retention: float = Field(default=3600.0, gt=0)
     """Seconds a finished task can still be read back."""
     task_store: str | None = None

@@ -17,7 +17,8 @@ gateway ``RedisTaskStore`` and ``RedisTaskEvents``, the SDK's ``VersionedTaskSto
 - Each owner's tasks are indexed by their last write in ``<prefix>:index:<owner>`` (a
   sorted set) for ``ListTasks``, which filters and pages as the SDK's in-memory store does.
 - A finished task and its events expire ``retention`` seconds after its last write; one
-  still open after ``open_expiry`` seconds (its process died) too.
+  still open after ``open_expiry`` seconds (its process died) too. An owner keeps ``size``
+  tasks at most: over it, its oldest finished tasks go first.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ __all__ = ["RedisTaskEvents", "RedisTaskStore", "connect"]
 
 # KEYS: the task, its events, its owner's index. ARGV: the version the task was derived
 # from (0: none, a first write), 1 for a cancel, the task, 1 if it is over, the event
-# ('' for none), seconds to keep it, its index score (ms), its id.
+# ('' for none), seconds to keep it, its index score (ms), its id, the most tasks an owner
+# keeps, the prefix of the owner's task keys, the prefix of event keys.
 # Returns the new version, or -1 for a stale write (a cancel: the task is absent or over).
+# Over the bound, the owner's oldest finished tasks go (open ones stay, as in memory).
 _SAVE: Final = """
 local stored = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
 local version
@@ -74,6 +77,17 @@ if ARGV[5] ~= '' then
 end
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[8])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
+local excess = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[9])
+if excess > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, excess + 255)) do
+    if excess == 0 then break end
+    if redis.call('HGET', ARGV[10] .. id, 'x') ~= '0' then
+      redis.call('DEL', ARGV[10] .. id, ARGV[11] .. id)
+      redis.call('ZREM', KEYS[3], id)
+      excess = excess - 1
+    end
+  end
+end
 return version
 """
 _BLOCK_MS: Final = 5000  # a subscriber's wait for its next event, a read at a time
@@ -97,6 +111,8 @@ class RedisTaskStore(VersionedTaskStore):
     Args:
         redis: The client (its connection pool is shared with ``RedisTaskEvents``).
         prefix: The keys' prefix (the gateway uses ``<exchange>:a2a``).
+        size: The most tasks kept for one owner (caller identity); the oldest finished
+            ones go first.
         retention: Seconds a finished task can still be read back.
         open_expiry: Seconds an open task is kept after its last write.
     """
@@ -106,12 +122,14 @@ class RedisTaskStore(VersionedTaskStore):
         redis: Redis,
         *,
         prefix: str,
+        size: int,
         retention: float,
         open_expiry: float,
         owner_resolver: OwnerResolver = resolve_user_scope,
     ) -> None:
         self._redis = redis
         self._prefix = prefix
+        self._size = size
         self._retention = max(1, round(retention))
         self._open_expiry = max(1, round(open_expiry))
         self._owner = owner_resolver
@@ -149,6 +167,9 @@ class RedisTaskStore(VersionedTaskStore):
             self._retention if over else self._open_expiry,
             int(time.time() * 1000),
             task.id,
+            self._size,
+            self._task_key(owner, ""),
+            self.events_key(""),
         ]
         version = int(await self._save(keys=keys, args=args))
         if version < 0:

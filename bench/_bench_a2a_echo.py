@@ -1,10 +1,12 @@
 """The a2a-sdk's own server with an echo executor and no bus: the floor the gateway stands on.
 
-``python bench/_bench_a2a_echo.py PORT``: JSON-RPC at ``http://127.0.0.1:PORT/``, served by
-uvicorn as ``agentbus gateway`` serves (its loop and HTTP parser: uvloop and httptools when
-installed). Each message becomes a task with the gateway's events: submitted, working, an
-artifact with the message's data, completed. The SDK's OpenTelemetry wrappers follow
-``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED`` (on unless ``false``), as the SDK reads it.
+``python bench/_bench_a2a_echo.py PORT [--unwrapped]``: JSON-RPC at
+``http://127.0.0.1:PORT/``, served by uvicorn as ``agentbus gateway`` serves (its loop and
+HTTP parser: uvloop and httptools when installed). Each message becomes a task with the
+gateway's events: submitted, working, an artifact with the message's data, completed. The
+SDK's OpenTelemetry wrappers follow ``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED`` (on unless
+``false``), as the SDK reads it; ``--unwrapped`` (with it ``false``) also takes the no-op
+wrappers out, as the gateway does.
 """
 
 from __future__ import annotations
@@ -63,4 +65,8 @@ def app(port: int) -> Starlette:
 
 if __name__ == "__main__":
     port = int(sys.argv[1])
+    if "--unwrapped" in sys.argv[2:]:
+        from agentbus.gateway._sdk_tracing import unwrap
+
+        unwrap()
     uvicorn.run(app(port), host="127.0.0.1", port=port, log_level="warning", lifespan="off")

@@ -1,18 +1,19 @@
 """The A2A gateway against the a2a-sdk's own server and a direct bus request, for suite.py.
 
 Registry and ``Echo`` processes; the SDK's server alone with an echo executor
-(``_bench_a2a_echo.py``: the same task events, no bus), its OpenTelemetry wrappers off and
-on; then ``agentbus gateway`` as each variant of ``cfg.gateways`` (label: workers, task
-store): one process with its in-memory store, and 1, 2, 4 worker processes behind one
-address sharing their tasks in Redis (``scripts/ensure-redis``'s, or
-``$AGENTBUS_DEDUP_URL``). Each HTTP path answers ``count`` blocking ``SendMessage`` calls in
-a row (p50), then ``workers`` concurrent callers for ``seconds`` (calls/s); the direct bus
-request is the floor of the gateway's latency, the bare SDK the ceiling of its throughput.
-Every variant is started, measured and stopped in turn, the bare SDK measured again
-between them (its median is the ratios' baseline: the host is shared).
+(``_bench_a2a_echo.py``: the same task events, no bus), its OpenTelemetry spans off, on, and
+off with its no-op wrappers taken out (as the gateway does); then ``agentbus gateway`` as
+each variant of ``cfg.gateways`` (label: workers, task store): one process with its
+in-memory store, and 1, 2, 4 worker processes behind one address sharing their tasks in
+Redis (``scripts/ensure-redis``'s, or ``$AGENTBUS_DEDUP_URL``). Each HTTP path answers
+``count`` blocking ``SendMessage`` calls in a row (p50), then ``workers`` concurrent callers
+for ``seconds`` (calls/s, and the CPU µs a call costs each process meanwhile); the direct
+bus request is the floor of the gateway's latency, the bare SDK the ceiling of its
+throughput. Every variant is started, measured and stopped in turn, the bare SDK (spans
+off) measured again between them: its median is the ratios' baseline (the host is shared).
 
-``python bench/_suite_gateway.py [--count N] [--seconds S] [--only LABEL,...]`` runs it
-alone and prints the figures as JSON.
+``python bench/_suite_gateway.py [--count N] [--seconds S] [--only memory-1,redis-2,...]``
+runs it alone and prints the figures as JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace as Config
 from typing import Any
+from urllib.parse import urlsplit
 
 import _harness as harness
 import agentbus
@@ -39,6 +41,7 @@ from agentbus import Settings
 BARE_SERVER = str(Path(__file__).with_name("_bench_a2a_echo.py"))
 BARE = "SDK server alone, tracing off"
 BARE_TRACED = "SDK server alone, tracing on"
+BARE_UNWRAPPED = "SDK server alone, tracing off, its wrappers out"
 DEFAULT_GATEWAYS = {
     "gateway: 1 process, tasks in memory": (1, "memory"),
     "gateway: 1 process, tasks in Redis": (1, "redis"),
@@ -56,6 +59,21 @@ def redis_url() -> str:
     script = Path(__file__).resolve().parents[1] / "scripts" / "ensure-redis"
     subprocess.run([str(script)], check=True, capture_output=True, timeout=120)
     return DEFAULT_REDIS
+
+
+def redis_pid(url: str) -> int | None:
+    """The local redis-server serving ``url``'s port, to read its CPU; None if not found."""
+    port = urlsplit(url).port or 6379
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            words = cmdline.read_bytes().split(b"\0")
+            if (
+                words
+                and b"redis-server" in words[0]
+                and any(f":{port}".encode() in word or word == str(port).encode() for word in words)
+            ):
+                return int(cmdline.parent.name)
+    return None
 
 
 def free_port() -> int:
@@ -146,9 +164,10 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
             bare_rounds.append(await measure_http(http, f"{ctx.bare}/", cfg, roles))
 
         await bare()
-        await ready(fleet, http, f"{ctx.traced}/.well-known/agent-card.json", BARE_TRACED)
-        roles = {"server": fleet.pids("sdk")[1:]}
-        figures[BARE_TRACED] = await measure_http(http, f"{ctx.traced}/", cfg, roles)
+        for label, k, base in ((BARE_TRACED, 1, ctx.traced), (BARE_UNWRAPPED, 2, ctx.unwrapped)):
+            await ready(fleet, http, f"{base}/.well-known/agent-card.json", label)
+            roles = {"server": fleet.pids("sdk")[k : k + 1]}
+            figures[label] = await measure_http(http, f"{base}/", cfg, roles)
         for label, (workers, store) in cfg.gateways.items():
             port = free_port()
             argv = [*ctx.cli, "gateway", "--port", str(port), "--keys", ctx.keys]
@@ -159,6 +178,8 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
             try:
                 await ready(fleet, http, f"{base}/agents/echo/.well-known/agent-card.json", label)
                 roles = {"server": family(proc.pid)} | bus_side
+                if store == "redis" and (pid := redis_pid(ctx.redis)) is not None:
+                    roles["redis"] = [pid]
                 figures[label] = await measure_http(http, f"{base}/agents/echo/", cfg, roles)
             finally:
                 harness.stop([proc])
@@ -203,9 +224,12 @@ def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
             ("agent", ["run", "_bench_agents:Echo", "--id", "echo-b", "--heartbeat", "0.5"]),
         ):
             fleet.spawn(role, role, [*cli, *argv], env=env)
-        ports = free_port(), free_port()
-        for port, traced in zip(ports, ("false", "true"), strict=True):
-            fleet.spawn("sdk", f"sdk-{traced}", [sys.executable, BARE_SERVER, str(port)],
+        ports = free_port(), free_port(), free_port()
+        for port, traced, more in zip(
+            ports, ("false", "true", "false"), ([], [], ["--unwrapped"]), strict=True
+        ):
+            fleet.spawn("sdk", f"sdk-{traced}{''.join(more)}",
+                        [sys.executable, BARE_SERVER, str(port), *more],
                         env={"OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": traced})  # fmt: skip
         ctx = Config(
             exchange=exchange,
@@ -215,6 +239,7 @@ def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
             redis=redis_url() if shared else "",
             bare=f"http://127.0.0.1:{ports[0]}",
             traced=f"http://127.0.0.1:{ports[1]}",
+            unwrapped=f"http://127.0.0.1:{ports[2]}",
         )
         config = Config(**{**vars(cfg), "gateways": gateways})
         figures = asyncio.run(measure(fleet, ctx, config))

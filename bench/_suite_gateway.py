@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace as Config
 from typing import Any
@@ -173,7 +174,8 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
             argv = [*ctx.cli, "gateway", "--port", str(port), "--keys", ctx.keys]
             argv += ["--workers", str(workers)] if workers > 1 else []
             env = {"AGENTBUS_GATEWAY_TASK_STORE": ctx.redis} if store == "redis" else {}
-            proc = fleet.spawn("gateway", label, argv, env=env)
+            with _source(cfg.before if store == "before" else None):
+                proc = fleet.spawn("gateway", label, argv, env=env)
             base = f"http://127.0.0.1:{port}"
             try:
                 await ready(fleet, http, f"{base}/agents/echo/.well-known/agent-card.json", label)
@@ -189,6 +191,23 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
                      for key in bare_rounds[0]}  # fmt: skip
     figures[BARE]["rounds"] = len(bare_rounds)
     return figures
+
+
+@contextlib.contextmanager
+def _source(src: str | None) -> Iterator[None]:
+    # A process started in the block imports agentbus from ``src`` (the code before a change).
+    if src is None:
+        yield
+        return
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = src
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = previous
 
 
 async def _echo_up(bus: agentbus.Bus) -> bool:
@@ -214,6 +233,7 @@ def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float]:
 def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     exchange, key = f"bench-gw-{uuid.uuid4().hex[:8]}", f"bench-key-{uuid.uuid4().hex}"
     gateways = getattr(cfg, "gateways", DEFAULT_GATEWAYS)
+    cfg.before = getattr(cfg, "before", None)
     shared = any(store == "redis" for _, store in gateways.values())
     with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
         (keys := Path(tmp, "keys.json")).write_text(json.dumps({key: "bench"}))
@@ -243,7 +263,7 @@ def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
         )
         config = Config(**{**vars(cfg), "gateways": gateways})
         figures = asyncio.run(measure(fleet, ctx, config))
-    params = {k: v for k, v in vars(cfg).items() if k != "gateways"}
+    params = {k: v for k, v in vars(cfg).items() if k not in ("gateways", "before")}
     return {"params": params | {"cpus": os.cpu_count()}, "figures": figures,
             "ratios": ratios(figures)}  # fmt: skip
 
@@ -254,13 +274,19 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--only", default="", help="gateways: memory-1,redis-1,redis-2,redis-4")
+    parser.add_argument(
+        "--before", metavar="SRC", help="also a gateway importing agentbus from SRC (1 process)"
+    )
     args = parser.parse_args()
     harness.quiet_logging()
     harness.raise_on_sigterm()
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     gateways = {label: (workers, store) for label, (workers, store) in DEFAULT_GATEWAYS.items()
                 if not only or f"{store}-{workers}" in only}  # fmt: skip
-    cfg = Config(count=args.count, workers=args.workers, seconds=args.seconds, gateways=gateways)
+    if args.before:
+        gateways = {f"gateway before ({args.before}): 1 process": (1, "before"), **gateways}
+    cfg = Config(count=args.count, workers=args.workers, seconds=args.seconds,
+                 gateways=gateways, before=args.before)  # fmt: skip
     start = time.monotonic()
     result = run_gateway(args.url, cfg, lambda text: print(text, file=sys.stderr))
     result["seconds"] = round(time.monotonic() - start, 1)

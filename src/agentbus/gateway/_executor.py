@@ -195,25 +195,32 @@ class BusExecutor(AgentExecutor):
     async def _request(
         self, flight: _Flight, envelope: RequestEnvelope, call: BusCall, telling: _Telling
     ) -> ResponseEnvelope:
-        updates: asyncio.Queue[Update | None] = asyncio.Queue()
+        # Updates go to a pump of their own, started with the first (most calls have none).
+        pumping: list[tuple[asyncio.Queue[Update | None], asyncio.Task[None]]] = []
+
+        def update(item: Update) -> None:
+            if not pumping:
+                updates: asyncio.Queue[Update | None] = asyncio.Queue()
+                pumping.append((updates, asyncio.create_task(_pump(updates, telling))))
+            pumping[0][0].put_nowait(item)
 
         def on_reply(reply: ResponseEnvelope) -> None:
             flight.holder = reply.sender_id
             report = reply.payload.result
             if isinstance(report, dict) and report.get("state") == "partial":
-                updates.put_nowait(Chunk("partial", "partial", result_parts(report.get("chunk"))))
+                update(Chunk("partial", "partial", result_parts(report.get("chunk"))))
             else:
-                updates.put_nowait({"in_progress": report})
+                update({"in_progress": report})
 
-        pump = asyncio.create_task(_pump(updates, telling))
         try:
-            with self._follow.watching(flight.bus, call, updates.put_nowait):
+            with self._follow.watching(flight.bus, call, update):
                 return await flight.bus.send_request(
                     envelope, timeout=self._timeout, on_progress=on_reply
                 )
         finally:
-            updates.put_nowait(None)
-            await pump
+            for updates, pump in pumping:
+                updates.put_nowait(None)
+                await pump
 
     async def aclose(self) -> None:
         """Send the bus cancel for every request still running: the gateway is going away."""

@@ -174,7 +174,7 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
             argv = [*ctx.cli, "gateway", "--port", str(port), "--keys", ctx.keys]
             argv += ["--workers", str(workers)] if workers > 1 else []
             env = {"AGENTBUS_GATEWAY_TASK_STORE": ctx.redis} if store == "redis" else {}
-            with _source(cfg.before if store == "before" else None):
+            with source(cfg.before if store == "before" else None):
                 proc = fleet.spawn("gateway", label, argv, env=env)
             base = f"http://127.0.0.1:{port}"
             try:
@@ -194,8 +194,8 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
 
 
 @contextlib.contextmanager
-def _source(src: str | None) -> Iterator[None]:
-    # A process started in the block imports agentbus from ``src`` (the code before a change).
+def source(src: str | None) -> Iterator[None]:
+    """A process started in the block imports agentbus from ``src`` (code before a change)."""
     if src is None:
         yield
         return

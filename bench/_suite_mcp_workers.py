@@ -30,7 +30,7 @@ from typing import Any
 
 import _harness as harness
 import agentbus
-from _suite_gateway import family, free_port
+from _suite_gateway import family, free_port, source
 from _suite_mcp import ECHO_SERVER, caller, http_client
 from agentbus import Settings
 
@@ -111,8 +111,10 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
         for label, workers in cfg.servers.items():
             port = free_port()
             argv = [*ctx.cli, "mcp", "--transport", "http", "--port", str(port)]
-            argv += ["--keys", ctx.keys, "--workers", str(workers)]
-            proc = fleet.spawn("mcp", label, argv)
+            argv += ["--keys", ctx.keys]
+            argv += ["--workers", str(workers)] if workers > 1 else []
+            with source(cfg.before if label.startswith("agentbus mcp before") else None):
+                proc = fleet.spawn("mcp", label, argv)
             try:
                 await listening(fleet, port, label)
                 async with http_client(f"http://127.0.0.1:{port}/mcp", ctx.key, ERA) as client:
@@ -152,6 +154,7 @@ def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float]:
 def run_mcp_workers(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     exchange, key = f"bench-mcpw-{uuid.uuid4().hex[:8]}", f"bench-key-{uuid.uuid4().hex}"
     servers = getattr(cfg, "servers", DEFAULT_SERVERS)
+    cfg.before = getattr(cfg, "before", None)
     with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
         (keys := Path(tmp, "keys.json")).write_text(json.dumps({key: "bench"}))
         fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
@@ -167,7 +170,7 @@ def run_mcp_workers(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
                      bare=f"http://127.0.0.1:{bare_port}/mcp", bare_port=bare_port)  # fmt: skip
         config = Config(**{**vars(cfg), "servers": servers})
         figures = asyncio.run(measure(fleet, ctx, config))
-    params = {k: v for k, v in vars(cfg).items() if k != "servers"}
+    params = {k: v for k, v in vars(cfg).items() if k not in ("servers", "before")}
     return {"params": params | {"cpus": os.cpu_count(), "era": ERA}, "figures": figures,
             "ratios": ratios(figures)}  # fmt: skip
 
@@ -178,12 +181,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--only", default="", help="processes: 1,2,4")
+    parser.add_argument(
+        "--before", metavar="SRC", help="also a server importing agentbus from SRC (1 process)"
+    )
     args = parser.parse_args()
     harness.quiet_logging()
     harness.raise_on_sigterm()
     only = {int(s) for s in args.only.split(",") if s.strip()}
     servers = {k: v for k, v in DEFAULT_SERVERS.items() if not only or v in only}
-    cfg = Config(count=args.count, workers=args.workers, seconds=args.seconds, servers=servers)
+    if args.before:
+        servers = {f"agentbus mcp before ({args.before}): 1 process": 1, **servers}
+    cfg = Config(count=args.count, workers=args.workers, seconds=args.seconds,
+                 servers=servers, before=args.before)  # fmt: skip
     start = time.monotonic()
     result = run_mcp_workers(args.url, cfg, lambda text: print(text, file=sys.stderr))
     result["seconds"] = round(time.monotonic() - start, 1)

@@ -204,3 +204,23 @@ def _send(n: int) -> dict[str, Any]:
     message = {"messageId": f"m-{os.urandom(8).hex()}", "role": "ROLE_USER",
                "parts": [{"data": {"n": n}}], "metadata": {"skill": "double"}}  # fmt: skip
     return {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": message}}
+
+
+async def test_workers_need_a_task_store_and_the_store_must_answer(team: Team, keys: Path) -> None:
+    """``--workers 2`` alone, and a task store nobody serves: a one-line error, status 2."""
+    common = ["--url", team.settings.url, "--exchange", team.settings.exchange, "gateway"]
+    common += ["--keys", str(keys), "--port", str(free_port())]
+    alone = await asyncio.create_subprocess_exec(
+        AGENTBUS, *common, "--workers", "2", stderr=asyncio.subprocess.PIPE
+    )
+    _, alone_err = await alone.communicate()
+    nobody = f"redis://127.0.0.1:{free_port()}/0"
+    unreachable = await asyncio.create_subprocess_exec(
+        AGENTBUS, *common, "--task-store", nobody, stderr=asyncio.subprocess.PIPE
+    )
+    _, unreachable_err = await unreachable.communicate()
+    assert alone.returncode == 2
+    assert "--workers over 1 needs --task-store" in alone_err.decode()
+    assert unreachable.returncode == 2
+    assert "cannot be reached" in unreachable_err.decode()
+    assert "Traceback" not in unreachable_err.decode()

@@ -7,7 +7,10 @@ of their own, appended one after the other and marked ``agentbus.partial`` in it
 The response is an artifact (marked not partial) and ``completed``;
 an error envelope (or a bus error) is ``failed`` with a message carrying the wire error code.
 Cancelling a task sends the bus ``cancel`` to the agent holding the request (or on
-broadcast, before one is known).
+broadcast, before one is known). A task starts ``submitted``, then ``working``; one whose
+caller waits for its end (a blocking ``SendMessage``) is told once, whole, as it ends (one
+event for the SDK to record, not four), unless an update comes first: then it is told
+``working`` from that update on.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ CALL_KEY = "agentbus.call"
 """Call-context state key: the ``BusCall`` the request handler made of the message."""
 WAITED_KEY = "agentbus.waited"
 """Call-context state key: true when the caller waits for the task's end (a blocking
-``SendMessage``): its task is told as working at once, not as submitted, then working."""
+``SendMessage``): its task is told once, whole, as it ends, or as working from its first
+update on."""
 PARTIAL_KEY = "agentbus.partial"
 """Artifact metadata key: true on an artifact of partial results, false on the result's."""
 

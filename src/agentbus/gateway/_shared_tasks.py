@@ -13,7 +13,8 @@ gateway ``RedisTaskStore`` and ``RedisTaskEvents``, the SDK's ``VersionedTaskSto
   task's event stream ``<prefix>:events:<id>`` (a Redis stream): one round trip.
 - ``RedisTaskEvents.subscribe`` reads that stream from its start, so an event written
   between a subscriber's snapshot and its first read is not lost; ``publish`` has nothing
-  left to do (as the SDK's own database stream).
+  left to do (as the SDK's own database stream). A subscription ends with the task's end
+  (the SDK stops at it), or when the stream has expired.
 - Each owner's tasks are indexed by their last write in ``<prefix>:index:<owner>`` (a
   sorted set) for ``ListTasks``, which filters and pages as the SDK's in-memory store does.
 - A finished task and its events expire ``retention`` seconds after its last write; one
@@ -251,6 +252,8 @@ class RedisTaskEvents(TaskEventStream):
         last = "0-0"
         while True:
             answer: Any = await self._redis.xread({key: last}, count=100, block=_BLOCK_MS)
+            if not answer and not await self._redis.exists(key):
+                return  # the task and its events expired: its process died long ago
             for _, entries in answer or ():
                 for entry_id, fields in entries:
                     last = entry_id.decode()

@@ -219,6 +219,11 @@ async def test_workers_need_a_task_store_and_the_store_must_answer(team: Team, k
         AGENTBUS, *common, "--task-store", nobody, stderr=asyncio.subprocess.PIPE
     )
     _, unreachable_err = await unreachable.communicate()
+    workers = await asyncio.create_subprocess_exec(
+        AGENTBUS, *common, "--task-store", nobody, "--workers", "2", stderr=asyncio.subprocess.PIPE
+    )
+    _, workers_err = await workers.communicate()
+    assert (workers.returncode, "cannot be reached" in workers_err.decode()) == (2, True)
     assert alone.returncode == 2
     assert "--workers over 1 needs --task-store" in alone_err.decode()
     assert unreachable.returncode == 2

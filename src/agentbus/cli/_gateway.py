@@ -90,13 +90,16 @@ def gateway(
         raise click.UsageError(exc.message) from exc
     if config.workers > 1:
         root = ctx.find_root().params
-        serve_workers(
-            settings_of(ctx),
-            config,
-            log=(root["log_level"], root["log_format"]),
-            certfile=ssl_certfile,
-            keyfile=ssl_keyfile,
-        )
+        try:
+            serve_workers(
+                settings_of(ctx),
+                config,
+                log=(root["log_level"], root["log_format"]),
+                certfile=ssl_certfile,
+                keyfile=ssl_keyfile,
+            )
+        except ConfigurationError as exc:
+            raise click.UsageError(exc.message) from exc
         return
     try:
         loop.run(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))

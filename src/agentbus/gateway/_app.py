@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentbus._config import Settings, mask_url
+from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus.bus import Bus
 from agentbus.gateway._callers import Callers
@@ -47,7 +47,7 @@ from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
 from agentbus.gateway._peers import PeerCancels
 from agentbus.gateway._settings import GatewaySettings
-from agentbus.gateway._shared_tasks import RedisTaskEvents, RedisTaskStore, connect
+from agentbus.gateway._shared_tasks import RedisTaskEvents, RedisTaskStore, connect, reachable
 from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
 from agentbus.registry import ServiceDirectory
 from agentbus.security import default_id
@@ -285,14 +285,7 @@ class _Shared:
         return cls(redis, store, RedisTaskEvents(redis, store), url)
 
     async def start(self) -> None:
-        from redis.exceptions import RedisError
-
-        try:
-            await self.redis.ping()
-        except (OSError, RedisError) as exc:
-            raise ConfigurationError(
-                f"the task store {mask_url(self.url)} cannot be reached: {exc}"
-            ) from exc
+        await reachable(self.redis, self.url)
         await self.peers.start()
 
     async def aclose(self) -> None:

@@ -43,13 +43,15 @@ from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.proto_utils import to_stream_response
 
+from agentbus._config import mask_url
+from agentbus._exceptions import ConfigurationError
 from agentbus.gateway._tasks import TERMINAL
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
 
-__all__ = ["RedisTaskEvents", "RedisTaskStore", "connect"]
+__all__ = ["RedisTaskEvents", "RedisTaskStore", "connect", "reachable"]
 
 # KEYS: the task, its events, its owner's index. ARGV: the version the task was derived
 # from (0: none, a first write), 1 for a cancel, the task, 1 if it is over, the event
@@ -104,6 +106,22 @@ def connect(url: str) -> Redis:
 
     client: Redis = Redis.from_url(url)
     return client
+
+
+async def reachable(redis: Redis, url: str) -> None:
+    """Return once ``redis`` (at ``url``) answers.
+
+    Raises:
+        ConfigurationError: it does not (the message names the URL, its password masked).
+    """
+    from redis.exceptions import RedisError
+
+    try:
+        await redis.ping()
+    except (OSError, RedisError) as exc:
+        raise ConfigurationError(
+            f"the task store {mask_url(url)} cannot be reached: {exc}"
+        ) from exc
 
 
 class RedisTaskStore(VersionedTaskStore):

@@ -7,6 +7,7 @@ store (``_shared_tasks``) and their cancels over the bus (``_peers``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -15,6 +16,7 @@ from agentbus._config import Settings
 from agentbus.gateway._app import Gateway
 from agentbus.gateway._keys import ApiKeys
 from agentbus.gateway._settings import GatewaySettings
+from agentbus.gateway._shared_tasks import connect, reachable
 
 __all__ = ["keys_of", "serve_workers", "worker_app"]
 
@@ -39,7 +41,14 @@ def serve_workers(
     keyfile: str | None = None,
 ) -> None:
     """Serve ``config.workers`` gateways on ``config.host``:``config.port`` until SIGTERM or
-    SIGINT (blocks); ``log``: their log level and format."""
+    SIGINT (blocks); ``log``: their log level and format.
+
+    Raises:
+        ConfigurationError: the task store does not answer (checked before any worker
+            starts: a worker that cannot start would be started again and again).
+    """
+    if config.task_store is not None:
+        asyncio.run(_answers(config.task_store))
     handed = {
         "settings": settings.model_dump(mode="json"),
         "gateway": config.model_dump(mode="json"),
@@ -54,6 +63,14 @@ def serve_workers(
         certfile=certfile,
         keyfile=keyfile,
     )
+
+
+async def _answers(url: str) -> None:
+    redis = connect(url)
+    try:
+        await reachable(redis, url)
+    finally:
+        await redis.aclose()
 
 
 def worker_app() -> _workers.Lifespan:

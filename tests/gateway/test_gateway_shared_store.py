@@ -147,3 +147,16 @@ async def test_a_subscriber_gets_the_events_after_its_version_even_written_befor
     assert isinstance(first.event, a2a.TaskStatusUpdateEvent)
     assert isinstance(second.event, a2a.TaskStatusUpdateEvent)
     assert second.event.status.state == COMPLETED
+
+
+async def test_a_new_task_id_reads_as_nothing_until_written_then_as_written(
+    store: RedisTaskStore,
+) -> None:
+    alice = caller()
+    task_id = store.new_id()
+    assert await store.get(task_id, alice) is None
+    version = await store.save(task(WORKING, task_id), event=None, prev=None,
+                               prev_version=TaskVersion.MISSING, context=alice)  # fmt: skip
+    stored = await store.get(task_id, alice)
+    assert stored is not None
+    assert (stored.task.id, stored.version) == (task_id, version)

@@ -47,7 +47,13 @@ from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
 from agentbus.gateway._peers import PeerCancels
 from agentbus.gateway._settings import GatewaySettings
-from agentbus.gateway._shared_tasks import RedisTaskEvents, RedisTaskStore, connect, reachable
+from agentbus.gateway._shared_tasks import (
+    NewTaskIds,
+    RedisTaskEvents,
+    RedisTaskStore,
+    connect,
+    reachable,
+)
 from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
 from agentbus.registry import ServiceDirectory
 from agentbus.security import default_id
@@ -205,6 +211,7 @@ class Gateway:
             open_tasks=self.open_tasks,
             events=self._shared.events if self._shared is not None else None,
             cancelled=self._shared.peers.tell if self._shared is not None else None,
+            task_ids=NewTaskIds(self._shared.store) if self._shared is not None else None,
         )
         self._handlers[service] = handler
         routes = self._service_routes(service, root=False)

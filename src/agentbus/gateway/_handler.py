@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
+from a2a.server.agent_execution import SimpleRequestContextBuilder
 from a2a.server.cluster import TaskEventStream, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
+from a2a.server.id_generator import IDGenerator
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as a2a
@@ -40,9 +42,14 @@ class GatewayHandler(DefaultRequestHandler):
         open_tasks: OpenTasks,
         events: TaskEventStream | None = None,
         cancelled: Callable[[str], Awaitable[None]] | None = None,
+        task_ids: IDGenerator | None = None,
     ) -> None:
         super().__init__(
-            agent_executor=executor, task_store=store, agent_card=a2a_card, event_stream=events
+            agent_executor=executor,
+            task_store=store,
+            agent_card=a2a_card,
+            event_stream=events,
+            request_context_builder=SimpleRequestContextBuilder(task_id_generator=task_ids),
         )
         self.service = service
         self._card = card

@@ -17,6 +17,9 @@ gateway ``RedisTaskStore`` and ``RedisTaskEvents``, the SDK's ``VersionedTaskSto
   (the SDK stops at it), or when the stream has expired.
 - Each owner's tasks are indexed by their last write in ``<prefix>:index:<owner>`` (a
   sorted set) for ``ListTasks``, which filters and pages as the SDK's in-memory store does.
+- A task id this process made (``new_id``, the handler's task id generator) names no task
+  in Redis before this process writes it: until then, reading it is not asked of Redis (a
+  new task is read three times before its first write).
 - A finished task and its events expire ``retention`` seconds after its last write; one
   still open after ``open_expiry`` seconds (its process died) too. An owner keeps ``size``
   tasks at most: over it, its oldest finished tasks go first.
@@ -25,6 +28,8 @@ gateway ``RedisTaskStore`` and ``RedisTaskEvents``, the SDK's ``VersionedTaskSto
 from __future__ import annotations
 
 import time
+import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -38,6 +43,7 @@ from a2a.server.cluster import (
 )
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
+from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.owner_resolver import OwnerResolver, resolve_user_scope
 from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import a2a_pb2 as a2a
@@ -51,7 +57,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
 
-__all__ = ["RedisTaskEvents", "RedisTaskStore", "connect", "reachable"]
+__all__ = ["NewTaskIds", "RedisTaskEvents", "RedisTaskStore", "connect", "reachable"]
 
 # KEYS: the task, its events, its owner's index. ARGV: the version the task was derived
 # from (0: none, a first write), 1 for a cancel, the task, 1 if it is over, the event
@@ -94,6 +100,7 @@ end
 return version
 """
 _BLOCK_MS: Final = 5000  # a subscriber's wait for its next event, a read at a time
+_UNBORN: Final = 4096  # new task ids remembered until written (older ones: asked of Redis)
 
 
 def connect(url: str) -> Redis:
@@ -153,6 +160,7 @@ class RedisTaskStore(VersionedTaskStore):
         self._open_expiry = max(1, round(open_expiry))
         self._owner = owner_resolver
         self._save: AsyncScript = redis.register_script(_SAVE)
+        self._unborn: OrderedDict[str, None] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"<RedisTaskStore {self._prefix}>"
@@ -190,6 +198,7 @@ class RedisTaskStore(VersionedTaskStore):
             self._task_key(owner, ""),
             self.events_key(""),
         ]
+        self._unborn.pop(task.id, None)
         version = int(await self._save(keys=keys, args=args))
         if version < 0:
             raise ConcurrentTaskModificationError(task.id)
@@ -197,6 +206,8 @@ class RedisTaskStore(VersionedTaskStore):
 
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
         """Return the caller's task ``task_id`` with its version, or None."""
+        if task_id in self._unborn:
+            return None  # made here, not written yet: Redis has none
         row: list[Any] = await self._redis.hmget(
             self._task_key(self._owner(context), task_id), ["v", "t"]
         )
@@ -237,6 +248,14 @@ class RedisTaskStore(VersionedTaskStore):
             pipe.zrem(self._index(owner), task_id)
             await pipe.execute()
 
+    def new_id(self) -> str:
+        """Return a new task id, known to name no stored task until it is written here."""
+        task_id = str(uuid.uuid4())
+        self._unborn[task_id] = None
+        if len(self._unborn) > _UNBORN:
+            self._unborn.popitem(last=False)
+        return task_id
+
     def events_key(self, task_id: str) -> str:
         """Return the key of the event stream of task ``task_id``."""
         return f"{self._prefix}:events:{task_id}"
@@ -246,6 +265,20 @@ class RedisTaskStore(VersionedTaskStore):
 
     def _index(self, owner: str) -> str:
         return f"{self._prefix}:index:{owner}"
+
+
+class NewTaskIds(IDGenerator):
+    """The request handler's task ids: ``store``'s new ones."""
+
+    def __init__(self, store: RedisTaskStore) -> None:
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"<NewTaskIds {self._store!r}>"
+
+    def generate(self, context: IDGeneratorContext) -> str:
+        """Return a new task id."""
+        return self._store.new_id()
 
 
 class RedisTaskEvents(TaskEventStream):

@@ -226,6 +226,8 @@ def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float]:
             continue
         out[f"throughput, {label} / SDK alone"] = row["calls_per_s"] / base["calls_per_s"]
         out[f"p50, {label} / SDK alone"] = row["p50_us"] / base["p50_us"]
+        if (cpu := row.get("cpu µs/call, server")) is not None:
+            out[f"server CPU per call, {label} / SDK alone"] = cpu / base["cpu µs/call, server"]
         row["p50 over the direct bus µs"] = row["p50_us"] - direct["p50_us"]
     return out
 

@@ -7,9 +7,9 @@
   requests/s with a window in flight; for presence, how fast a request to a stopped service
   fails (its queue stays), and how;
 - ``durable``: a plan of N ``echo`` subtasks through a leader without and with the journal
-  (registry, leader and two workers in this process): subtasks/s, heap peak;
-- ``gateway``: registry, ``Echo`` and ``agentbus gateway`` processes; direct bus requests
-  against A2A ``SendMessage`` over HTTP JSON-RPC and the a2a-sdk client, then throughput.
+  (registry, leader and two workers in this process): subtasks/s, heap peak.
+
+The gateway's section is ``_suite_gateway.py``.
 """
 
 from __future__ import annotations
@@ -17,12 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 import uuid
@@ -217,80 +214,3 @@ def run_durable(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
               "durable / plain, median": median["durable"] / median["plain"],
               "one-step plan p50, durable / plain": small["durable"] / small["plain"]}  # fmt: skip
     return result | {"params": vars(cfg), "ratios": ratios}
-
-
-def rpc_body(n: int) -> dict[str, Any]:
-    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": {"n": n}}],
-               "metadata": {"skill": "echo"}}  # fmt: skip
-    return {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": message}}
-
-
-async def gateway(fleet: harness.Fleet, base: str, key: str, exchange: str, cfg: Config) -> dict:
-    import httpx
-    from a2a.client import ClientConfig, create_client
-    from a2a.helpers import new_data_part, new_message
-    from a2a.types import a2a_pb2 as a2a
-
-    assert fleet.url is not None
-    headers = {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}
-    limits = httpx.Limits(max_connections=cfg.workers + 4)
-    bus = agentbus.Bus(Settings(url=fleet.url, exchange=exchange), agent_id=f"{exchange}-cli")
-    async with bus, httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as http:
-
-        async def listed() -> bool:
-            with contextlib.suppress(httpx.HTTPError, json.JSONDecodeError, KeyError):
-                cards = (await http.get(f"{base}/agents")).json()["agents"]
-                return any(card["name"] == "echo" for card in cards)
-            return False
-
-        await fleet.wait(listed, "the gateway")
-
-        async def direct(n: int) -> None:
-            assert (await bus.request("echo", "echo", {"n": n}, timeout=30)).result == n
-
-        async def raw(n: int) -> None:
-            task = (await http.post(f"{base}/agents/echo/", json=rpc_body(n))).json()["result"]
-            assert task["task"]["status"]["state"] == "TASK_STATE_COMPLETED", task
-
-        config = ClientConfig(streaming=False, httpx_client=http)
-        client = await create_client(f"{base}/agents/echo", config)
-
-        async def sdk(n: int) -> None:
-            message = new_message([new_data_part({"n": n})], role=a2a.Role.ROLE_USER)
-            message.metadata.update({"skill": "echo"})
-            async for item in client.send_message(a2a.SendMessageRequest(message=message)):
-                assert item.task.status.state == a2a.TaskState.TASK_STATE_COMPLETED
-
-        paths = {"direct bus": direct, "gateway, raw HTTP": raw, "gateway, a2a-sdk client": sdk}
-        figures = {path: harness.summary(await harness.sequential(call, cfg.count, warmup=20))
-                   for path, call in paths.items()}  # fmt: skip
-        for path in list(paths)[:2]:
-            load = await harness.windowed(paths[path], cfg.workers, cfg.seconds)
-            figures[path]["calls_per_s"] = load["per_s"]
-        await client.close()
-    direct_p50 = figures["direct bus"]["p50_us"]
-    for row in figures.values():
-        row["p50 overhead µs"] = row["p50_us"] - direct_p50
-    ratios = {f"p50 {path} / direct": row["p50_us"] / direct_p50
-              for path, row in figures.items() if path != "direct bus"}  # fmt: skip
-    rates = [figures[path]["calls_per_s"] for path in ("gateway, raw HTTP", "direct bus")]
-    ratios["throughput, raw HTTP / direct"] = rates[0] / rates[1]
-    return {"params": vars(cfg), "figures": figures, "ratios": ratios}
-
-
-def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
-    exchange, key = f"bench-gw-{uuid.uuid4().hex[:8]}", f"bench-key-{uuid.uuid4().hex}"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
-        (keys := Path(tmp, "keys.json")).write_text(json.dumps({key: "bench"}))
-        fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
-        cli, env = harness.agentbus_cli(url, exchange), {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
-        for role, argv in (
-            ("registry", ["registry", "--id", "registry-b", "--heartbeat", "0.5"]),
-            ("agent", ["run", "_bench_agents:Echo", "--id", "echo-b", "--heartbeat", "0.5"]),
-            ("gateway", ["gateway", "--port", str(port), "--keys", str(keys)]),
-        ):
-            fleet.spawn(role, role, [*cli, *argv], env=env)
-        return asyncio.run(gateway(fleet, f"http://127.0.0.1:{port}", key, exchange, cfg))

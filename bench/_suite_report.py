@@ -41,11 +41,15 @@ STUDIES = {  # the cost sections, by results key: their title
     "presence": f"The presence check {ECHO}, and a request to a stopped service",
     "durable": "Durable plans: the leader's journal ({subtasks:,} echo subtasks, {rounds} "
     "rounds, registry, leader and two workers in one process; medians)",
-    "gateway": "The A2A gateway against a direct bus request ({count} sequential calls a "
-    "path; throughput: {workers} concurrent callers for {seconds:g} s)",
+    "gateway": "The A2A gateway against the a2a-sdk's server alone and a direct bus request, "
+    "1, 2 and 4 processes ({count} sequential calls a path; throughput: {workers} concurrent "
+    "callers for {seconds:g} s; CPU µs a call costs each process meanwhile; {cpus} cores)",
     "mcp": "MCP tool calls against a direct bus request ({count} sequential calls a path, "
     "the SDK's client, both protocol eras; throughput: {workers} concurrent callers for "
     "{seconds:g} s)",
+    "mcp_workers": "agentbus mcp over HTTP with 1, 2 and 4 processes against the MCP SDK's "
+    "server alone ({era}; {count} sequential calls a path; throughput: {workers} concurrent "
+    "callers for {seconds:g} s; {cpus} cores)",
     "seams": "Seams: each fast path against the library's public way (µs per call)",
     "dedup": f"The in-process de-duplication window or the Redis store {ECHO}; the store "
     "alone: check-in and completion of a request, sequential, then 64 at once",

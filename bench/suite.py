@@ -6,8 +6,9 @@
 Sections run by default: request/response (rr), fan-out and fan-in through the leader with
 its memory (fanout), the registry under simulated agents (registry), the envelope codec
 (codec) and what starting costs (startup); ``--only`` also takes what a feature costs:
-audit, queue-type, presence, durable, gateway, mcp, seams, dedup (the shared de-duplication
-store, on the Redis of ``$AGENTBUS_DEDUP_URL``, else ``scripts/ensure-redis``'s). ``--sides``
+audit, queue-type, presence, durable, gateway, mcp, mcp-workers, seams, dedup (the shared
+de-duplication store, on the Redis of ``$AGENTBUS_DEDUP_URL``, else
+``scripts/ensure-redis``'s). ``--sides``
 limits request/response to some sides (``--only rr --sides agent,aio-pika``: the quick check
 against raw);
 ``--quick`` runs smaller sizes. The report leads with issue 17's targets and verdicts; it
@@ -41,7 +42,9 @@ import _suite_costs as costs
 from _suite_codec import run_codec, run_seams
 from _suite_dedup import run_dedup
 from _suite_fanout import run_fanout
+from _suite_gateway import run_gateway
 from _suite_mcp import run_mcp
+from _suite_mcp_workers import run_mcp_workers
 from _suite_report import chart, markdown, targets
 from _suite_rr import SIDES, run_rr
 from bench_registry import run_registry
@@ -57,8 +60,8 @@ SECTIONS = {
                                          values={"classic": "classic", "quorum": "quorum"}), False),
     "presence": ("presence", costs.run_presence, False),
     "durable": ("durable", costs.run_durable, False),
-    "gateway": ("gateway", costs.run_gateway, False), "seams": ("seams", run_seams, False),
-    "mcp": ("mcp", run_mcp, False),
+    "gateway": ("gateway", run_gateway, False), "seams": ("seams", run_seams, False),
+    "mcp": ("mcp", run_mcp, False), "mcp-workers": ("mcp_workers", run_mcp_workers, False),
     "dedup": ("dedup", run_dedup, False),
 }  # fmt: skip
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
@@ -79,6 +82,7 @@ FULL = {
     "durable": Config(subtasks=2000, rounds=3), "seams": Config(messages=20_000),
     "gateway": Config(count=300, workers=16, seconds=4.0),
     "mcp": Config(count=300, workers=16, seconds=4.0), "dedup": BUS,
+    "mcp-workers": Config(count=300, workers=16, seconds=4.0),
 }  # fmt: skip
 QUICK = FULL | {
     "rr": Config(requests=150, rounds=4, load_rounds=2, seconds=2.0, procs=(1, 4), window=64),
@@ -90,6 +94,7 @@ QUICK = FULL | {
     "durable": Config(subtasks=300, rounds=2), "seams": Config(messages=5000),
     "gateway": Config(count=100, workers=16, seconds=2.0),
     "mcp": Config(count=100, workers=16, seconds=2.0), "dedup": QUICK_BUS,
+    "mcp-workers": Config(count=100, workers=16, seconds=2.0),
 }  # fmt: skip
 
 

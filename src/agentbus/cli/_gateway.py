@@ -41,6 +41,16 @@ __all__ = ["gateway", "run_a2a"]
     help="Serve this service at the root too: its card at /.well-known/agent-card.json, "
     "calls at / (discovery by host) [AGENTBUS_GATEWAY_ROOT_SERVICE].",
 )  # fmt: skip
+@click.option(
+    "--task-store", metavar="URL",
+    help="Redis URL for tasks shared by several gateway processes [AGENTBUS_GATEWAY_TASK_STORE; "
+    "in memory].",
+)  # fmt: skip
+@click.option(
+    "--workers", type=click.IntRange(min=1),
+    help="Gateway processes on this address; over 1 needs --task-store "
+    "[AGENTBUS_GATEWAY_WORKERS; 1].",
+)  # fmt: skip
 @click.option("--max-open-tasks", type=click.IntRange(min=1), help="Tasks running at once [256].")
 @click.option("--retention", "task_retention", type=click.FloatRange(min=1), help="Seconds [3600].")
 @click.option("--max-body", "max_body_size", type=click.IntRange(min=1), help="Bytes [1 MiB].")
@@ -54,10 +64,13 @@ def gateway(
 
     Cards: GET /agents (the list) and /agents/SERVICE/.well-known/agent-card.json;
     calls: POST /agents/SERVICE/ with Authorization: Bearer KEY. With --root-service NAME,
-    NAME is served at the root too (/.well-known/agent-card.json, POST /).
+    NAME is served at the root too (/.well-known/agent-card.json, POST /). With
+    --task-store redis://..., processes share their tasks: --workers N serves N on this
+    address, and gateways on other hosts naming the same store and bus serve the same tasks.
     """
     try:
-        from agentbus.gateway import ApiKeys, GatewaySettings
+        from agentbus.gateway import GatewaySettings
+        from agentbus.gateway._workers import keys_of, serve_workers
     except ImportError as exc:
         raise click.UsageError(
             f"the gateway needs the a2a extra: pip install 'agentbus[a2a]' ({exc})"
@@ -68,15 +81,29 @@ def gateway(
         raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc
     if config.keys_file is None and not config.allow_anonymous:
         raise click.UsageError("give --keys FILE (API keys), or --anonymous for local use")
+    if config.workers > 1 and config.task_store is None:
+        raise click.UsageError("--workers over 1 needs --task-store: the processes share tasks")
     try:
-        keys = (
-            ApiKeys.from_file(config.keys_file)
-            if config.keys_file is not None
-            else ApiKeys({}, allow_anonymous=True)
-        )
+        keys = keys_of(config)
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
-    run_loop(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
+    if config.workers > 1:
+        root = ctx.find_root().params
+        try:
+            serve_workers(
+                settings_of(ctx),
+                config,
+                log=(root["log_level"], root["log_format"]),
+                certfile=ssl_certfile,
+                keyfile=ssl_keyfile,
+            )
+        except ConfigurationError as exc:
+            raise click.UsageError(exc.message) from exc
+        return
+    try:
+        run_loop(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
 
 
 async def _serve(

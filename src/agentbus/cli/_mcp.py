@@ -48,6 +48,10 @@ def _extra(command: str) -> click.UsageError:
     "--anonymous", "allow_anonymous", is_flag=True, default=None,
     help="HTTP without keys: every caller is 'anonymous' (local use only).",
 )  # fmt: skip
+@click.option(
+    "--workers", type=click.IntRange(min=1),
+    help="HTTP: processes on this address; over 1, no sessions [AGENTBUS_MCP_WORKERS; 1].",
+)  # fmt: skip
 @click.pass_context
 def mcp(ctx: click.Context, /, **options: Any) -> None:
     """Serve the team as one MCP server: every live skill a tool, every card a resource.
@@ -65,12 +69,21 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
     except ValidationError as exc:
         raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc
     settings = settings_of(ctx)
+    if config.transport == "stdio" and config.workers > 1:
+        raise click.UsageError("--workers is for --transport http")
     if config.transport == "stdio":
         run_loop(_serve_stdio(settings, config))
         return
     if config.keys_file is None and not config.allow_anonymous:
         raise click.UsageError("over HTTP give --keys FILE (API keys), or --anonymous")
-    run_loop(_serve_http(settings, config, _keys(config)))
+    keys = _keys(config)
+    if config.workers > 1:
+        from agentbus.mcp._workers import serve_workers
+
+        root = ctx.find_root().params
+        serve_workers(settings, config, log=(root["log_level"], root["log_format"]))
+        return
+    run_loop(_serve_http(settings, config, keys))
 
 
 def _keys(config: McpSettings) -> ApiKeys:

@@ -5,6 +5,8 @@ tasks); ``ApiKeys`` maps bearer keys to bus identities. ``RemoteA2AAgent`` puts 
 external A2A agent on the bus.
 """
 
+# First: the SDK reads whether to trace when it is first imported.
+from agentbus.gateway import _sdk_tracing  # isort: skip
 from agentbus.gateway._app import Gateway
 from agentbus.gateway._cards import SCHEMAS_EXTENSION, SITES_EXTENSION, a2a_card
 from agentbus.gateway._executor import PARTIAL_KEY
@@ -12,6 +14,8 @@ from agentbus.gateway._keys import ApiKeys, Identity
 from agentbus.gateway._parts import SKILL_KEY
 from agentbus.gateway._remote import RemoteA2AAgent
 from agentbus.gateway._settings import GatewaySettings
+
+_sdk_tracing.unwrap()
 
 __all__ = [
     "PARTIAL_KEY",

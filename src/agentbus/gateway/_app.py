@@ -12,15 +12,18 @@ discover by host look for it. The routes follow the registry: a service that lea
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
+from a2a.server.cluster import VersionedTaskStore
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import (
     create_agent_card_routes,
     create_jsonrpc_routes,
     create_rest_routes,
 )
+from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
@@ -33,6 +36,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentbus._config import Settings
+from agentbus._exceptions import ConfigurationError
 from agentbus.bus import Bus
 from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
@@ -41,10 +45,21 @@ from agentbus.gateway._executor import BusExecutor
 from agentbus.gateway._follow import PlanProgress
 from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
+from agentbus.gateway._peers import PeerCancels
 from agentbus.gateway._settings import GatewaySettings
+from agentbus.gateway._shared_tasks import (
+    NewTaskIds,
+    RedisTaskEvents,
+    RedisTaskStore,
+    connect,
+    reachable,
+)
 from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
 from agentbus.registry import ServiceDirectory
 from agentbus.security import default_id
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 __all__ = ["Gateway"]
 
@@ -69,7 +84,6 @@ class Gateway:
         self.root_service = gateway.root_service
         self._secured = not keys.allow_anonymous
         self.open_tasks = OpenTasks(gateway.max_open_tasks)
-        self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
         self._bus = Bus(settings, agent_id=default_id(settings, "gateway"), app_id="gateway")
         self.callers = Callers(settings, keys)
         self.directory = ServiceDirectory(
@@ -84,6 +98,14 @@ class Gateway:
             timeout=gateway.request_timeout,
             follow=PlanProgress(self.callers, leader=gateway.leader),
         )
+        self.store: TaskStore | VersionedTaskStore
+        self._shared: _Shared | None = None
+        if gateway.task_store is None:
+            self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
+        else:
+            self._shared = _Shared.of(gateway.task_store, settings, gateway, self._bus)
+            self.store = self._shared.store
+            self._shared.peers = PeerCancels(self._bus, self._executor, self.store)
         self._handlers: dict[str, GatewayHandler] = {}
         self._mounts: dict[str, Mount] = {}
         self._root: dict[str, list[BaseRoute]] = {}
@@ -123,9 +145,13 @@ class Gateway:
         """
         await self._bus.open()
         try:
+            if self._shared is not None:
+                await self._shared.start()
             await self.directory.start()
         except BaseException:
             await self._bus.aclose()
+            if self._shared is not None:
+                await self._shared.aclose()
             raise
         return self
 
@@ -137,6 +163,8 @@ class Gateway:
             await handler.aclose()
         await self.callers.aclose()
         await self._bus.aclose()
+        if self._shared is not None:
+            await self._shared.aclose()
 
     def card_url(self, service: str, *, root: bool = False) -> str:
         """Return the URL of ``service``'s A2A endpoint (its card is under it).
@@ -182,6 +210,9 @@ class Gateway:
             executor=self._executor,
             store=self.store,
             open_tasks=self.open_tasks,
+            events=self._shared.events if self._shared is not None else None,
+            cancelled=self._shared.peers.tell if self._shared is not None else None,
+            task_ids=NewTaskIds(self._shared.store) if self._shared is not None else None,
         )
         self._handlers[service] = handler
         routes = self._service_routes(service, root=False)
@@ -233,6 +264,42 @@ class Gateway:
         await JSONResponse(body, status_code=404)(scope, receive, send)
 
 
+@dataclass(slots=True)
+class _Shared:
+    """The tasks every gateway process shares: the store and its events on Redis, and
+    the cancels told over the bus."""
+
+    redis: Redis
+    store: RedisTaskStore
+    events: RedisTaskEvents
+    url: str
+    peers: PeerCancels = field(init=False)
+
+    @classmethod
+    def of(cls, url: str, settings: Settings, gateway: GatewaySettings, bus: Bus) -> _Shared:
+        try:
+            redis = connect(url)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"a shared task store needs redis-py: pip install 'agentbus[redis]' ({exc})"
+            ) from exc
+        store = RedisTaskStore(
+            redis,
+            prefix=f"{settings.exchange}:a2a",
+            size=gateway.max_tasks,
+            retention=gateway.task_retention,
+            open_expiry=gateway.request_timeout + gateway.task_retention,
+        )
+        return cls(redis, store, RedisTaskEvents(redis, store), url)
+
+    async def start(self) -> None:
+        await reachable(self.redis, self.url)
+        await self.peers.start()
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
 def _is_public(scope: Scope) -> bool:
     # Discovery is open: the listing and the cards (they name the security scheme).
     path: str = scope.get("path", "")
@@ -253,6 +320,10 @@ class _BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
+        if declared is not None and declared <= self.max_size:
+            # The HTTP parser reads no more than the declared length: nothing to count.
+            await self.app(scope, receive, send)
+            return
         seen = 0
 
         async def limited() -> Message:

@@ -7,21 +7,28 @@ of their own, appended one after the other and marked ``agentbus.partial`` in it
 The response is an artifact (marked not partial) and ``completed``;
 an error envelope (or a bus error) is ``failed`` with a message carrying the wire error code.
 Cancelling a task sends the bus ``cancel`` to the agent holding the request (or on
-broadcast, before one is known).
+broadcast, before one is known). A task starts ``submitted``, then ``working``; one whose
+caller waits for its end (a blocking ``SendMessage``) is told once, whole, as it ends (one
+event for the SDK to record, not four), unless an update comes first: then it is told
+``working`` from that update on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from a2a.helpers import new_data_part, new_message, new_task, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as a2a
+from google.protobuf.json_format import MessageToDict
 
 from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
 from agentbus._logging import get_logger
@@ -33,10 +40,14 @@ from agentbus.gateway._follow import Chunk, Follow, Unfollowed, Update
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._tasks import OpenTasks
 
-__all__ = ["CALL_KEY", "PARTIAL_KEY", "BusExecutor", "error_message"]
+__all__ = ["CALL_KEY", "PARTIAL_KEY", "WAITED_KEY", "BusExecutor", "error_message"]
 
 CALL_KEY = "agentbus.call"
 """Call-context state key: the ``BusCall`` the request handler made of the message."""
+WAITED_KEY = "agentbus.waited"
+"""Call-context state key: true when the caller waits for the task's end (a blocking
+``SendMessage``): its task is told once, whole, as it ends, or as working from its first
+update on."""
 PARTIAL_KEY = "agentbus.partial"
 """Artifact metadata key: true on an artifact of partial results, false on the result's."""
 
@@ -44,9 +55,69 @@ _log = get_logger("agentbus.gateway")
 
 
 @dataclass(slots=True)
+class _Telling:
+    """How a task's events are told: its start at once, or, to a caller who waits for its
+    end (``waited``), with its first update, or as the whole task when it ends."""
+
+    context: RequestContext
+    queue: EventQueue
+    updater: TaskUpdater
+    waited: bool
+    told: bool = False
+
+    async def start(self) -> None:
+        """Tell the task's start, once: submitted then working (working, to a caller who
+        waits: it sees only the end)."""
+        if self.told:
+            return
+        self.told = True
+        if self.waited:
+            await self.queue.enqueue_event(self._task(a2a.TaskState.TASK_STATE_WORKING))
+            return
+        await self.queue.enqueue_event(self._task(a2a.TaskState.TASK_STATE_SUBMITTED))
+        await self.updater.start_work()
+
+    async def end(
+        self,
+        state: a2a.TaskState,
+        message: a2a.Message | None = None,
+        artifact: a2a.Artifact | None = None,
+    ) -> None:
+        """Tell the task's end: an artifact and the final state; if nothing was told yet,
+        one event, the whole task as it ends."""
+        if not self.told:
+            self.told = True
+            task = self._task(state, message)
+            if artifact is not None:
+                task.artifacts.append(artifact)
+            await self.queue.enqueue_event(task)
+            return
+        if artifact is not None:
+            await self.updater.add_artifact(
+                list(artifact.parts),
+                artifact_id=artifact.artifact_id,
+                name=artifact.name,
+                metadata=MessageToDict(artifact.metadata),
+            )
+        await self.updater.update_status(state, message=message)
+
+    def _task(self, state: a2a.TaskState, message: a2a.Message | None = None) -> a2a.Task:
+        # Its history is the message that made it.
+        history = [self.context.message] if self.context.message is not None else []
+        task = new_task(self.updater.task_id, self.updater.context_id, state, history=history)
+        if message is not None:
+            task.status.message.CopyFrom(message)
+        if state != a2a.TaskState.TASK_STATE_SUBMITTED:
+            task.status.timestamp.GetCurrentTime()  # as the updater stamps a status
+        return task
+
+
+@dataclass(slots=True)
 class _Flight:
     bus: Bus
     message_id: str
+    telling: _Telling
+    context: ServerCallContext
     holder: str | None = None
     cancelled: bool = False
 
@@ -76,28 +147,37 @@ class BusExecutor(AgentExecutor):
         return f"<BusExecutor flights={len(self._flights)}>"
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        call: BusCall = context.call_context.state[CALL_KEY]
+        state = context.call_context.state
+        call: BusCall = state[CALL_KEY]
         key = context.message.message_id if context.message is not None else ""
         self._open.claim(key)
         task_id = context.task_id or ""
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+        telling = _Telling(context, event_queue, updater, waited=state.get(WAITED_KEY) is True)
         flight: _Flight | None = None
         try:
-            await _start(context, event_queue, updater)
+            if not telling.waited:
+                await telling.start()
             bus = await self._callers.bus(context.call_context.user.user_name)
             call = self._follow.prepare(call, task_id)
             envelope = self._envelope(bus, call, task_id)
-            flight = self._flights[task_id] = _Flight(bus, envelope.message_id)
-            reply = await self._request(flight, envelope, call, updater)
-            if not flight.cancelled:
-                await updater.add_artifact(
-                    result_parts(reply.payload.result),
-                    name=call.skill,
-                    metadata={PARTIAL_KEY: False},
-                )
-                await updater.complete()
+            flight = self._flights[task_id] = _Flight(
+                bus, envelope.message_id, telling, context.call_context
+            )
+            reply = await self._request(flight, envelope, call, telling)
+            if flight.cancelled:
+                if not telling.told:  # the gateway closed before anything was told
+                    await telling.end(a2a.TaskState.TASK_STATE_CANCELED)
+                return
+            artifact = a2a.Artifact(
+                artifact_id=str(uuid.uuid4()),
+                name=call.skill,
+                parts=result_parts(reply.payload.result),
+            )
+            artifact.metadata.update({PARTIAL_KEY: False})
+            await telling.end(a2a.TaskState.TASK_STATE_COMPLETED, artifact=artifact)
         except AgentBusError as exc:
-            await _failed(exc, flight, updater)
+            await _failed(exc, flight, telling)
         finally:
             self._flights.pop(task_id, None)
             self._open.release(key)
@@ -117,27 +197,34 @@ class BusExecutor(AgentExecutor):
         )
 
     async def _request(
-        self, flight: _Flight, envelope: RequestEnvelope, call: BusCall, updater: TaskUpdater
+        self, flight: _Flight, envelope: RequestEnvelope, call: BusCall, telling: _Telling
     ) -> ResponseEnvelope:
-        updates: asyncio.Queue[Update | None] = asyncio.Queue()
+        # Updates go to a pump of their own, started with the first (most calls have none).
+        pumping: list[tuple[asyncio.Queue[Update | None], asyncio.Task[None]]] = []
+
+        def update(item: Update) -> None:
+            if not pumping:
+                updates: asyncio.Queue[Update | None] = asyncio.Queue()
+                pumping.append((updates, asyncio.create_task(_pump(updates, telling))))
+            pumping[0][0].put_nowait(item)
 
         def on_reply(reply: ResponseEnvelope) -> None:
             flight.holder = reply.sender_id
             report = reply.payload.result
             if isinstance(report, dict) and report.get("state") == "partial":
-                updates.put_nowait(Chunk("partial", "partial", result_parts(report.get("chunk"))))
+                update(Chunk("partial", "partial", result_parts(report.get("chunk"))))
             else:
-                updates.put_nowait({"in_progress": report})
+                update({"in_progress": report})
 
-        pump = asyncio.create_task(_pump(updates, updater))
         try:
-            with self._follow.watching(flight.bus, call, updates.put_nowait):
+            with self._follow.watching(flight.bus, call, update):
                 return await flight.bus.send_request(
                     envelope, timeout=self._timeout, on_progress=on_reply
                 )
         finally:
-            updates.put_nowait(None)
-            await pump
+            for updates, pump in pumping:
+                updates.put_nowait(None)
+                await pump
 
     async def aclose(self) -> None:
         """Send the bus cancel for every request still running: the gateway is going away."""
@@ -145,6 +232,24 @@ class BusExecutor(AgentExecutor):
         for flight in flights:
             flight.cancelled = True
         await asyncio.gather(*(_send_cancel(flight) for flight in flights))
+
+    async def cancelled_elsewhere(
+        self, task_id: str, confirm: Callable[[ServerCallContext], Awaitable[bool]]
+    ) -> bool:
+        """Stop the task ``task_id`` if it runs here and ``confirm`` (given its caller's
+        context) says another gateway process cancelled it in the shared store. Return
+        whether it was stopped.
+
+        Its bus request is cancelled (at the agent holding it) and the task told cancelled:
+        the SDK, finding it cancelled in the store already, ends it as stored.
+        """
+        flight = self._flights.get(task_id)
+        if flight is None or flight.cancelled or not await confirm(flight.context):
+            return False
+        flight.cancelled = True
+        await flight.telling.end(a2a.TaskState.TASK_STATE_CANCELED)
+        await _send_cancel(flight)
+        return True
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
@@ -157,33 +262,28 @@ class BusExecutor(AgentExecutor):
             await _send_cancel(flight)
 
 
-async def _start(context: RequestContext, event_queue: EventQueue, updater: TaskUpdater) -> None:
-    # A new task is told as submitted first: its history is the message that made it.
-    if context.current_task is None:
-        history = [context.message] if context.message is not None else []
-        submitted = a2a.TaskState.TASK_STATE_SUBMITTED
-        await event_queue.enqueue_event(
-            new_task(updater.task_id, updater.context_id, submitted, history=history)
-        )
-    await updater.start_work()
-
-
-async def _failed(exc: AgentBusError, flight: _Flight | None, updater: TaskUpdater) -> None:
+async def _failed(exc: AgentBusError, flight: _Flight | None, telling: _Telling) -> None:
     if isinstance(exc, RequestTimeout) and flight is not None:
         await _send_cancel(flight)  # the answer would come to nobody: stop the work
     if flight is not None and flight.cancelled:
+        if not telling.told:  # the gateway closed before anything was told
+            await telling.end(a2a.TaskState.TASK_STATE_CANCELED)
         return  # the task says it was cancelled already
     if isinstance(exc, RemoteError):  # the agent's own error envelope
         error = exc.envelope.payload
-        await updater.failed(error_message(error.code, error.message, error.details))
+        message = error_message(error.code, error.message, error.details)
     else:
-        await updater.failed(error_message(exc.code, exc.message, exc.details))
+        message = error_message(exc.code, exc.message, exc.details)
+    await telling.end(a2a.TaskState.TASK_STATE_FAILED, message=message)
 
 
-async def _pump(updates: asyncio.Queue[Update | None], updater: TaskUpdater) -> None:
-    # In arrival order: status updates, and each partial appended to its artifact.
+async def _pump(updates: asyncio.Queue[Update | None], telling: _Telling) -> None:
+    # In arrival order: status updates, and each partial appended to its artifact (the
+    # task's start told first, if it was not).
+    updater = telling.updater
     started: set[str] = set()
     while (update := await updates.get()) is not None:
+        await telling.start()
         if isinstance(update, Chunk):
             await updater.add_artifact(
                 update.parts,

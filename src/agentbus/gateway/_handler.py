@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
+from a2a.server.agent_execution import SimpleRequestContextBuilder
+from a2a.server.cluster import TaskEventStream, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
+from a2a.server.id_generator import IDGenerator
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 
 from agentbus.agents import AgentCard
-from agentbus.gateway._executor import CALL_KEY, BusExecutor
+from agentbus.gateway._executor import CALL_KEY, WAITED_KEY, BusExecutor
 from agentbus.gateway._parts import bus_call
 from agentbus.gateway._tasks import OpenTasks
 
@@ -23,7 +26,9 @@ class GatewayHandler(DefaultRequestHandler):
     """Handles one service's A2A requests; a message becomes a ``BusCall`` before any task.
 
     A message that fits no skill, or comes when every task slot is taken, gets the A2A
-    error at once: no task is created and nothing is sent on the bus.
+    error at once: no task is created and nothing is sent on the bus. With a shared
+    ``store`` and its ``events``, a cancel is told to the other gateway processes
+    (``cancelled``), one of which may run the task.
     """
 
     def __init__(
@@ -33,13 +38,23 @@ class GatewayHandler(DefaultRequestHandler):
         a2a_card: a2a.AgentCard,
         *,
         executor: BusExecutor,
-        store: TaskStore,
+        store: TaskStore | VersionedTaskStore,
         open_tasks: OpenTasks,
+        events: TaskEventStream | None = None,
+        cancelled: Callable[[str], Awaitable[None]] | None = None,
+        task_ids: IDGenerator | None = None,
     ) -> None:
-        super().__init__(agent_executor=executor, task_store=store, agent_card=a2a_card)
+        super().__init__(
+            agent_executor=executor,
+            task_store=store,
+            agent_card=a2a_card,
+            event_stream=events,
+            request_context_builder=SimpleRequestContextBuilder(task_id_generator=task_ids),
+        )
         self.service = service
         self._card = card
         self._open = open_tasks
+        self._cancelled = cancelled
 
     def __repr__(self) -> str:
         return f"<GatewayHandler {self.service}>"
@@ -62,11 +77,21 @@ class GatewayHandler(DefaultRequestHandler):
         self, params: a2a.SendMessageRequest, context: ServerCallContext
     ) -> a2a.Message | a2a.Task:
         key = self._admit(params, context)
+        # The caller waits for the end: its task starts as working, one event fewer.
+        context.state[WAITED_KEY] = not params.configuration.return_immediately
         try:
             result: a2a.Message | a2a.Task = await super().on_message_send(params, context)
             return result
         finally:
             self._open.release_unclaimed(key)
+
+    async def on_cancel_task(
+        self, params: a2a.CancelTaskRequest, context: ServerCallContext
+    ) -> a2a.Task | None:
+        task: a2a.Task | None = await super().on_cancel_task(params, context)
+        if self._cancelled is not None:
+            await self._cancelled(params.id)  # the process running it may be another
+        return task
 
     async def on_message_send_stream(
         self, params: a2a.SendMessageRequest, context: ServerCallContext

@@ -63,10 +63,19 @@ def bus_call(card: AgentCard, message: a2a.Message) -> BusCall:
     return BusCall(card.name, skill.name, parameters)
 
 
+def _wanted_skill(message: a2a.Message) -> Any:
+    # The metadata's skill, read from its Struct as it is (a string, mostly).
+    value = message.metadata.fields.get(SKILL_KEY) if message.HasField("metadata") else None
+    if value is None:
+        return None
+    if value.WhichOneof("kind") == "string_value":
+        return value.string_value
+    return MessageToDict(value)
+
+
 def _choose_skill(card: AgentCard, message: a2a.Message) -> SkillCard:
-    metadata = MessageToDict(message.metadata) if message.HasField("metadata") else {}
     names = card.skill_names
-    wanted = metadata.get(SKILL_KEY)
+    wanted = _wanted_skill(message)
     if wanted is None:
         if len(card.skills) == 1:
             return card.skills[0]

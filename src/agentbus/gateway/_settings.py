@@ -32,9 +32,18 @@ class GatewaySettings(BaseSettings):
     max_open_tasks: int = Field(default=256, ge=1)
     """Tasks running at once; a message beyond this is refused with an error."""
     max_tasks: int = Field(default=10_000, ge=1)
-    """Tasks kept in the task store; the oldest finished ones go first."""
+    """Tasks kept in the task store (a shared one: per caller identity); the oldest finished
+    ones go first."""
     task_retention: float = Field(default=3600.0, gt=0)
     """Seconds a finished task can still be read back."""
+    task_store: str | None = None
+    """Where tasks are kept: None, in this process's memory; a Redis URL
+    (``redis://host:6379/0``, the ``redis`` extra), shared by every gateway process that
+    names it, so that any of them answers ``GetTask``, ``ListTasks``, ``CancelTask`` and
+    ``SubscribeToTask`` for a task another runs."""
+    workers: int = Field(default=1, ge=1)
+    """Gateway processes serving one address (``agentbus gateway --workers N``); more than
+    one needs a shared ``task_store``."""
     max_body_size: int = Field(default=1_048_576, ge=1)
     request_timeout: float = Field(default=300.0, gt=0)
     """Seconds a task waits for its bus answer (a plan's own deadline still applies)."""

@@ -75,16 +75,14 @@ class BoundedTaskStore(InMemoryTaskStore):
         self._size = size
         self._retention = retention
         self._finished: OrderedDict[str, tuple[float, ServerCallContext]] = OrderedDict()
-        self._count = 0
+        self._known: set[tuple[str, str]] = set()  # (owner, task id), without reading a copy
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._known)
 
     async def save(self, task: a2a.Task, context: ServerCallContext) -> None:
-        known = await super().get(task.id, context)
         await super().save(task, context)
-        if known is None:
-            self._count += 1
+        self._known.add((context.user.user_name, task.id))
         if task.status.state in TERMINAL:
             self._finished[task.id] = (time.monotonic(), context)
             self._finished.move_to_end(task.id)
@@ -96,8 +94,7 @@ class BoundedTaskStore(InMemoryTaskStore):
         return task
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
-        if await super().get(task_id, context) is not None:
-            self._count -= 1
+        self._known.discard((context.user.user_name, task_id))
         self._finished.pop(task_id, None)
         await super().delete(task_id, context)
 
@@ -105,6 +102,6 @@ class BoundedTaskStore(InMemoryTaskStore):
         now = time.monotonic()
         while self._finished:
             task_id, (finished, context) = next(iter(self._finished.items()))
-            if now - finished <= self._retention and self._count <= self._size:
+            if now - finished <= self._retention and len(self._known) <= self._size:
                 break
             await self.delete(task_id, context)

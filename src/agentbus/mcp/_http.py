@@ -17,11 +17,15 @@ def http_app(team: TeamServer, keys: ApiKeys) -> Starlette:
     lifespan on: the app's lifespan runs the SDK's session manager).
 
     Every request needs ``Authorization: Bearer <key>`` of ``keys`` (the SDK's bearer
-    middleware answers 401 otherwise), unless ``keys`` allows anonymous callers.
+    middleware answers 401 otherwise), unless ``keys`` allows anonymous callers. With
+    several ``workers`` in the settings, the endpoint keeps no sessions (stateless).
     """
     config = team.config
+    stateless = config.workers > 1
     if keys.allow_anonymous:
-        return team.server.streamable_http_app(streamable_http_path=config.path, host=config.host)
+        return team.server.streamable_http_app(
+            streamable_http_path=config.path, host=config.host, stateless_http=stateless
+        )
     # The SDK's bearer middleware, with no OAuth routes (no provider) and no resource
     # metadata: the keys are checked as bearer tokens. The issuer it requires is unused.
     issuer = f"http://{config.host}:{config.port}"
@@ -29,6 +33,7 @@ def http_app(team: TeamServer, keys: ApiKeys) -> Starlette:
     return team.server.streamable_http_app(
         streamable_http_path=config.path,
         host=config.host,
+        stateless_http=stateless,
         auth=auth,
         token_verifier=KeyVerifier(keys),
     )

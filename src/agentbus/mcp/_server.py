@@ -105,6 +105,7 @@ class TeamServer:
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
             on_subscriptions_listen=self.changes.listen,
+            get_tool_input_schema=self._input_schema,
         )
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self.changes.follow
@@ -167,6 +168,12 @@ class TeamServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[tool.listing for tool in self.tools.values()])
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        # What a call's Mcp-Param-* headers are checked against: from the tools at hand (the
+        # SDK would otherwise run the whole tools/list for each call to find it).
+        tool = self.tools.get(name)
+        return tool.listing.input_schema if tool is not None else None
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

@@ -30,5 +30,8 @@ class McpSettings(BaseSettings):
     """The leader service: its ``run_plan`` is the tool ``run_plan``, with the plan's progress."""
     refresh_interval: float = Field(default=1.0, gt=0)
     """Seconds between looks at the registry (online/offline events also trigger one)."""
+    workers: int = Field(default=1, ge=1)
+    """HTTP: processes serving the endpoint on one address; with more than one the endpoint
+    is stateless (earlier-protocol clients get no session: no notifications outside a call)."""
     request_timeout: float = Field(default=300.0, gt=0)
     """Seconds a tool call waits for its bus answer (a plan's own deadline still applies)."""

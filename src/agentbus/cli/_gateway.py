@@ -69,20 +69,12 @@ def gateway(
     address, and gateways on other hosts naming the same store and bus serve the same tasks.
     """
     try:
-        from agentbus.gateway import GatewaySettings
-        from agentbus.gateway._workers import keys_of, serve_workers
+        from agentbus.gateway import GatewaySettings, keys_of, serve_workers
     except ImportError as exc:
         raise click.UsageError(
             f"the gateway needs the a2a extra: pip install 'agentbus[a2a]' ({exc})"
         ) from exc
-    try:
-        config = GatewaySettings(**{k: v for k, v in options.items() if v is not None})
-    except ValidationError as exc:
-        raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc
-    if config.keys_file is None and not config.allow_anonymous:
-        raise click.UsageError("give --keys FILE (API keys), or --anonymous for local use")
-    if config.workers > 1 and config.task_store is None:
-        raise click.UsageError("--workers over 1 needs --task-store: the processes share tasks")
+    config = _settings(GatewaySettings, options)
     try:
         keys = keys_of(config)
     except ConfigurationError as exc:
@@ -104,6 +96,18 @@ def gateway(
         run_loop(_serve(settings_of(ctx), config, keys, ssl_certfile, ssl_keyfile))
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
+
+
+def _settings(kind: type[GatewaySettings], options: dict[str, Any]) -> GatewaySettings:
+    try:
+        config = kind(**{k: v for k, v in options.items() if v is not None})
+    except ValidationError as exc:
+        raise click.UsageError(f"invalid setting: {exc.errors()[0]['msg']}") from exc
+    if config.keys_file is None and not config.allow_anonymous:
+        raise click.UsageError("give --keys FILE (API keys), or --anonymous for local use")
+    if config.workers > 1 and config.task_store is None:
+        raise click.UsageError("--workers over 1 needs --task-store: the processes share tasks")
+    return config
 
 
 async def _serve(

@@ -78,7 +78,7 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
         raise click.UsageError("over HTTP give --keys FILE (API keys), or --anonymous")
     keys = _keys(config)
     if config.workers > 1:
-        from agentbus.mcp._workers import serve_workers
+        from agentbus.mcp import serve_workers
 
         root = ctx.find_root().params
         serve_workers(settings, config, log=(root["log_level"], root["log_format"]))

@@ -14,6 +14,7 @@ from agentbus.gateway._keys import ApiKeys, Identity
 from agentbus.gateway._parts import SKILL_KEY
 from agentbus.gateway._remote import RemoteA2AAgent
 from agentbus.gateway._settings import GatewaySettings
+from agentbus.gateway._workers import keys_of, serve_workers
 
 _sdk_tracing.unwrap()
 
@@ -28,4 +29,6 @@ __all__ = [
     "Identity",
     "RemoteA2AAgent",
     "a2a_card",
+    "keys_of",
+    "serve_workers",
 ]

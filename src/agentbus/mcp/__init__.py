@@ -13,6 +13,7 @@ from agentbus.mcp._remote import RemoteMcpAgent
 from agentbus.mcp._server import CARD_URI, TeamServer
 from agentbus.mcp._settings import McpSettings
 from agentbus.mcp._tools import ERROR_META, RUN_PLAN, SEPARATOR, UPDATE_META, tool_name
+from agentbus.mcp._workers import serve_workers
 
 __all__ = [
     "CARD_URI",
@@ -28,5 +29,6 @@ __all__ = [
     "RemoteMcpAgent",
     "TeamServer",
     "http_app",
+    "serve_workers",
     "tool_name",
 ]

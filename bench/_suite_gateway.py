@@ -151,7 +151,7 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
         async def direct(n: int) -> None:
             assert (await bus.request("echo", "echo", {"n": n}, timeout=30)).result == n
 
-        await fleet.wait(lambda: _echo_up(bus), "the echo agent")
+        await fleet.wait(lambda: echo_up(bus), "the echo agent")
         figures["direct bus"] = harness.summary(await harness.sequential(direct, cfg.count, 50))
         load = await harness.windowed(direct, cfg.workers, cfg.seconds)
         figures["direct bus"]["calls_per_s"] = load["per_s"]
@@ -211,7 +211,20 @@ def source(src: str | None) -> Iterator[None]:
             os.environ["PYTHONPATH"] = previous
 
 
-async def _echo_up(bus: agentbus.Bus) -> bool:
+def echo_team(fleet: harness.Fleet, url: str, exchange: str) -> list[str]:
+    """Start a registry and an ``Echo`` agent on ``exchange``; return the agentbus command."""
+    fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
+    cli, env = harness.agentbus_cli(url, exchange), {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
+    for role, argv in (
+        ("registry", ["registry", "--id", "registry-b", "--heartbeat", "0.5"]),
+        ("agent", ["run", "_bench_agents:Echo", "--id", "echo-b", "--heartbeat", "0.5"]),
+    ):
+        fleet.spawn(role, role, [*cli, *argv], env=env)
+    return cli
+
+
+async def echo_up(bus: agentbus.Bus) -> bool:
+    """Whether the echo agent answers."""
     try:
         await bus.request("echo", "echo", {"n": 0}, timeout=2)
     except agentbus.AgentBusError:
@@ -219,11 +232,12 @@ async def _echo_up(bus: agentbus.Bus) -> bool:
     return True
 
 
-def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float]:
-    base, direct = figures[BARE], figures["direct bus"]
+def ratios(figures: dict[str, dict[str, Any]], bare: str = BARE) -> dict[str, float]:
+    """Each variant against the SDK's server alone (``bare``): throughput, p50, server CPU."""
+    base, direct = figures[bare], figures["direct bus"]
     out: dict[str, float] = {}
     for label, row in figures.items():
-        if label in (BARE, "direct bus"):
+        if label in (bare, "direct bus"):
             continue
         out[f"throughput, {label} / SDK alone"] = row["calls_per_s"] / base["calls_per_s"]
         out[f"p50, {label} / SDK alone"] = row["p50_us"] / base["p50_us"]
@@ -240,13 +254,7 @@ def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     shared = any(store == "redis" for _, store in gateways.values())
     with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
         (keys := Path(tmp, "keys.json")).write_text(json.dumps({key: "bench"}))
-        fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
-        cli, env = harness.agentbus_cli(url, exchange), {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
-        for role, argv in (
-            ("registry", ["registry", "--id", "registry-b", "--heartbeat", "0.5"]),
-            ("agent", ["run", "_bench_agents:Echo", "--id", "echo-b", "--heartbeat", "0.5"]),
-        ):
-            fleet.spawn(role, role, [*cli, *argv], env=env)
+        cli = echo_team(fleet, url, exchange)
         ports = free_port(), free_port(), free_port()
         for port, traced, more in zip(
             ports, ("false", "true", "false"), ([], [], ["--unwrapped"]), strict=True

@@ -30,7 +30,7 @@ from typing import Any
 
 import _harness as harness
 import agentbus
-from _suite_gateway import family, free_port, source
+from _suite_gateway import echo_team, echo_up, family, free_port, ratios, source
 from _suite_mcp import ECHO_SERVER, caller, http_client
 from agentbus import Settings
 
@@ -94,7 +94,7 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
         async def direct(n: int) -> None:
             assert (await bus.request("echo", "echo", {"n": n}, timeout=30)).result == n
 
-        await fleet.wait(lambda: _echo_up(bus), "the echo agent")
+        await fleet.wait(lambda: echo_up(bus), "the echo agent")
         figures["direct bus"] = harness.summary(await harness.sequential(direct, cfg.count, 50))
         figures["direct bus"]["calls_per_s"] = (
             await harness.windowed(direct, cfg.workers, cfg.seconds)
@@ -132,41 +132,13 @@ async def measure(fleet: harness.Fleet, ctx: Config, cfg: Config) -> dict[str, A
     return figures
 
 
-async def _echo_up(bus: agentbus.Bus) -> bool:
-    try:
-        await bus.request("echo", "echo", {"n": 0}, timeout=2)
-    except agentbus.AgentBusError:
-        return False
-    return True
-
-
-def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float]:
-    base, direct = figures[BARE], figures["direct bus"]
-    out: dict[str, float] = {}
-    for label, row in figures.items():
-        if label in (BARE, "direct bus"):
-            continue
-        out[f"throughput, {label} / SDK alone"] = row["calls_per_s"] / base["calls_per_s"]
-        out[f"p50, {label} / SDK alone"] = row["p50_us"] / base["p50_us"]
-        if (cpu := row.get("cpu µs/call, server")) is not None:
-            out[f"server CPU per call, {label} / SDK alone"] = cpu / base["cpu µs/call, server"]
-        row["p50 over the direct bus µs"] = row["p50_us"] - direct["p50_us"]
-    return out
-
-
 def run_mcp_workers(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     exchange, key = f"bench-mcpw-{uuid.uuid4().hex[:8]}", f"bench-key-{uuid.uuid4().hex}"
     servers = getattr(cfg, "servers", DEFAULT_SERVERS)
     cfg.before = getattr(cfg, "before", None)
     with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
         (keys := Path(tmp, "keys.json")).write_text(json.dumps({key: "bench"}))
-        fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
-        cli, env = harness.agentbus_cli(url, exchange), {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
-        for role, argv in (
-            ("registry", ["registry", "--id", "registry-b", "--heartbeat", "0.5"]),
-            ("agent", ["run", "_bench_agents:Echo", "--id", "echo-b", "--heartbeat", "0.5"]),
-        ):
-            fleet.spawn(role, role, [*cli, *argv], env=env)
+        cli = echo_team(fleet, url, exchange)
         bare_port = free_port()
         fleet.spawn("sdk", "sdk", [sys.executable, ECHO_SERVER, "--http", str(bare_port)])
         ctx = Config(exchange=exchange, key=key, keys=str(keys), cli=cli,
@@ -175,7 +147,7 @@ def run_mcp_workers(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
         figures = asyncio.run(measure(fleet, ctx, config))
     params = {k: v for k, v in vars(cfg).items() if k not in ("servers", "before")}
     return {"params": params | {"cpus": os.cpu_count(), "era": ERA}, "figures": figures,
-            "ratios": ratios(figures)}  # fmt: skip
+            "ratios": ratios(figures, BARE)}  # fmt: skip
 
 
 def main() -> None:

@@ -93,6 +93,8 @@ class Registry(Agent):
         self._verified = False  # whether the bus verifies senders; read once, on start
         self._lags: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
         self._overloaded = False
+        self._heard_at = 0.0  # monotonic: when the last beat was taken, off the feed or a digest
+        self._peer_lags: dict[str, tuple[float, float]] = {}  # registry: (monotonic, lag)
         self._lost_reported = 0  # table.lost when the metric was last brought up to date
 
     async def on_start(self) -> None:
@@ -106,7 +108,7 @@ class Registry(Agent):
             group=self.name if self.share else None,
         )
         if self.share:
-            self._digests = BeatDigests(self.bus)
+            self._digests = BeatDigests(self.bus, self._own_lag)
             await self.bus.consume_feed(
                 f"broadcast.event.{DIGEST}", self._on_digest, name="digests"
             )
@@ -208,6 +210,7 @@ class Registry(Agent):
 
     def _take(self, data: Mapping[str, Any], sender_id: object) -> bool | None:
         # Whether the beat was a common one (the fast path); None: malformed, dropped.
+        self._heard_at = time.monotonic()
         refreshed = self.table.refresh(data)
         if refreshed is None:
             return False if self._observe(data, sender_id) else None
@@ -231,9 +234,21 @@ class Registry(Agent):
         if not isinstance(data, dict):
             self._counts["malformed"] += 1
             return
+        self._note_peer_lag(sender_id, envelope.get("timestamp"), data.get("lag"))
         for beat in beats_of(data, self._malformed_digest):
             self._counts["shared"] += 1
             self._take(beat, sender_id)
+
+    def _note_peer_lag(self, sender_id: str, timestamp: object, lag: object) -> None:
+        # How late the beats in a digest are: the sharing registry's own lag, the time the
+        # digest gathered them, and its way here. A registry that falls behind holds the
+        # others' verdicts on the agents whose beats it takes.
+        if not isinstance(timestamp, str) or not isinstance(lag, int | float):
+            return
+        with contextlib.suppress(ValueError):
+            sent = datetime.fromisoformat(timestamp).timestamp()
+            late = max(time.time() - sent, 0.0) + max(float(lag), 0.0) + DIGEST_EVERY
+            self._peer_lags[sender_id] = (time.monotonic(), late)
 
     def _malformed_digest(self, reason: str) -> None:
         self._counts["malformed"] += 1
@@ -273,13 +288,30 @@ class Registry(Agent):
             self._lags.append((time.monotonic(), time.time() - sent))
 
     def _feed_lag(self) -> float:
+        lag = self._own_lag()
+        if self._peer_lags:  # sharing: the latest word of each registry heard lately
+            now = time.monotonic()
+            # A registry silent since its last digest may have stalled: that counts too.
+            fresh = [late + now - at for at, late in self._peer_lags.values()
+                     if now - at <= _LAG_WINDOW]  # fmt: skip
+            lag = max([lag, *fresh])
+        return min(lag, _LAG_SLACK_MAX)
+
+    def _own_lag(self) -> float:
         # How late beats come now (the median of the last samples: one agent's skewed
         # clock moves it little). A registry or broker behind by seconds would otherwise
         # call every agent offline whose beat is still waiting in the queue.
         now = time.monotonic()
         last = itertools.islice(reversed(self._lags), _LAG_RECENT)
         recent = sorted(lag for at, lag in last if now - at <= _LAG_WINDOW)
-        return min(max(recent[len(recent) // 2], 0.0), _LAG_SLACK_MAX) if recent else 0.0
+        lag = max(recent[len(recent) // 2], 0.0) if recent else 0.0
+        # A registry that took no beat for longer than the shortest interval has stalled
+        # (a host out of CPU): the beats of that time wait unread, and the samples, all
+        # from before the stall, cannot say so. The stall counts as lag.
+        shortest = self.table.shortest_interval()
+        if self._heard_at and shortest is not None:
+            lag += max(now - self._heard_at - shortest, 0.0)
+        return min(lag, _LAG_SLACK_MAX)
 
     def _maybe_fetch_card(self, agent_id: str) -> None:
         if agent_id in self._card_fetches or len(self._card_fetches) >= _CARD_FETCHES_AT_ONCE:

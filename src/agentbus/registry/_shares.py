@@ -33,8 +33,9 @@ _log = get_logger("agentbus.registry")
 class BeatDigests:
     """The beats one registry heard itself, published to the others every ``DIGEST_EVERY``."""
 
-    def __init__(self, bus: Transport) -> None:
+    def __init__(self, bus: Transport, lag: Callable[[], float]) -> None:
         self._bus = bus
+        self._lag = lag  # how late this registry takes its beats: the others wait it out too
         self._rows: list[list[Any]] = []
         self._whole: list[Mapping[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
@@ -65,7 +66,7 @@ class BeatDigests:
             for start in range(0, max(len(rows), len(whole)), _ROWS_PER_DIGEST):
                 part_rows = rows[start : start + _ROWS_PER_DIGEST]
                 part_beats = whole[start : start + _ROWS_PER_DIGEST]
-                part = {"rows": part_rows, "beats": part_beats}
+                part = {"rows": part_rows, "beats": part_beats, "lag": self._lag()}
                 try:  # a digest lost costs what a beat lost does: the next one says it again
                     await self._bus.emit(DIGEST, part, persistent=False, mandatory=False)
                 except BusClosed:

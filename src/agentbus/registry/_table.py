@@ -166,6 +166,10 @@ class LivenessTable:
             self.lost += seq - last - 1
             self._lost_at = self._clock()
 
+    def shortest_interval(self) -> float | None:
+        """The shortest heartbeat interval of the live agents, if any is live."""
+        return min(self._live, default=None)
+
     def lossy(self, slack: float = 0.0) -> bool:
         """Whether beats were lost lately: within ``missed`` of the longest interval."""
         longest = max(self._live, default=0.0)

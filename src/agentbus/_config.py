@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     """The instance queue's type (replies and direct requests); None: as ``queue_type``.
     Quorum survives the loss of the node that holds it: replies are not dropped meanwhile."""
     delivery_limit: int = Field(default=5, ge=1)
+    plan_delivery_limit: int = Field(default=20, ge=1)
+    """The delivery limit of the leaders' service queue. Every fault under a leader (its
+    connection, its node, its process) returns the plans it runs, and a durable plan
+    resumes from its journal: a plan needs more returns than a request to get through an
+    unlucky run of faults. The queue keeps the limit it was first declared with."""
     durable_plans: bool = True
     """Leaders journal each plan on the broker, so another leader finishes a plan whose
     leader died (``Leader(durable=...)``, ``agentbus leader --no-durable`` to turn it off).

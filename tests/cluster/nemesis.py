@@ -16,12 +16,15 @@ refuses new ones) and healed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
+
+import aio_pika
 
 from agentbus.testing.chaos import AgentProcess, ChaosProxy, Ledger, PrivateCluster
 
@@ -171,3 +174,20 @@ _FAULT_ACTIONS: Final = dict(
         strict=True,
     )
 )
+
+
+async def dead_letters(url: str, queue: str) -> collections.Counter[tuple[str, str]]:
+    """Drain the dead-letter ``queue``: how many left each queue, for each reason (x-death)."""
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        try:
+            source = await channel.declare_queue(queue, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            return counts
+        while (message := await source.get(no_ack=True, fail=False)) is not None:
+            deaths: Any = message.headers.get("x-death") or [{}]
+            first = deaths[0] if isinstance(deaths, list) and deaths else {}
+            counts[(str(first.get("queue", "?")), str(first.get("reason", "?")))] += 1
+    return counts

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from chaos_support import BusOpener, broker_required
 from fault_support import SERVICE, Producer, steady_traffic, wait_for
-from nemesis import Crew, Nemesis
+from nemesis import Crew, Nemesis, dead_letters
 
 from agentbus.bus import Topology
 from agentbus.leader import Aggregate, Plan, PlanClient, PlanStatus, SubtaskStatus
@@ -139,6 +139,7 @@ async def test_nemesis(
         elapsed = time.monotonic() - began
         queue = Topology(cluster_exchange).service_queue(SERVICE)
         report = await ledger.check(url=cluster.urls[0], queues=[queue])
+        dead = await dead_letters(cluster.urls[0], Topology(cluster_exchange).dead_letter_queue)
 
     answered = {plan_id: len(answers) for plan_id, answers in plans.answers.items()}
     statuses = {a.status for answers in plans.answers.values() for a in answers}
@@ -146,6 +147,8 @@ async def test_nemesis(
         f"[nemesis] seed={SEED} {elapsed:.0f} s: {report.summary()} requests={producer.calls} "
         f"plans={len(answered)} ({sum(answered.values())} answers)\n"
         + nemesis.table()
+        + "\n[nemesis] dead-lettered (queue, reason): "
+        + (", ".join(f"{q} {r}: {n}" for (q, r), n in sorted(dead.items())) or "none")
         + "\n"
         + "\n".join(nemesis.log)
     )

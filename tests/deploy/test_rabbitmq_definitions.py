@@ -85,7 +85,8 @@ def test_import_creates_quorum_queues_under_the_policies(node: PrivateBroker) ->
 
     policies = {row[1]: row for row in _rows(node.rabbitmqctl("list_policies"))}
     services = json.loads(policies["agentbus-services"][4])
-    assert services["delivery-limit"] == 5
+    # The larger of the two limits: a queue keeps the lower of its own and its policy's.
+    assert services["delivery-limit"] == Settings().plan_delivery_limit
     assert services["dead-letter-exchange"] == TOPOLOGY.dead_letter_exchange
     assert services["dead-letter-strategy"] == "at-least-once"
 
@@ -94,6 +95,13 @@ def test_import_creates_quorum_queues_under_the_policies(node: PrivateBroker) ->
     assert exchanges[TOPOLOGY.dead_letter_exchange] == "fanout"
     bindings = _rows(node.rabbitmqctl("list_bindings", "source_name", "destination_name"))
     assert [TOPOLOGY.exchange, TOPOLOGY.service_queue("text")] in bindings
+
+    # What the agents declare: a service's own limit, the leaders' for plans.
+    listed = _rows(node.rabbitmqctl("list_queues", "name", "arguments"))
+    arguments = {row[0]: row[1] for row in listed}
+    leader = arguments[TOPOLOGY.service_queue("leader")]
+    assert '{"x-delivery-limit",20}' in leader
+    assert '{"x-delivery-limit",5}' in arguments[TOPOLOGY.service_queue("text")]
 
 
 async def test_a_quorum_bus_serves_on_the_imported_queues(node: PrivateBroker) -> None:

@@ -228,10 +228,14 @@ class Agent:
             prefetch=self.capacity,
             broadcast_actions=(ANNOUNCE, "cancel"),
             acks_early=_long_running(self.skills),
+            delivery_limit=self._delivery_limit(),
         )
         await self.beat(full=True)
         self._heartbeat_task = asyncio.create_task(self._beat_forever())
         self._log.info("agent started", service=self.name, capacity=self.capacity, loop=loop_name())
+
+    def _delivery_limit(self) -> int | None:
+        return None  # the setting's
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain: stop taking work, finish in-flight work, say ``agent_offline``, close."""

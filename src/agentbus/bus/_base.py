@@ -165,6 +165,7 @@ class BaseBus(Sending, BrokerHooks):
         prefetch: int | None = None,
         broadcast_actions: Iterable[str] = (),
         acks_early: Callable[[RequestEnvelope], bool] | None = None,
+        delivery_limit: int | None = None,
     ) -> None:
         """Answer requests with ``handler``.
 
@@ -174,6 +175,8 @@ class BaseBus(Sending, BrokerHooks):
         received when broadcast to everyone. A request for which ``acks_early`` says
         true is acknowledged before the handler runs (long work, past the broker's
         consumer timeout); if this process dies meanwhile, it is not redelivered.
+        ``delivery_limit`` (default: the setting's) is the returns of a request to the
+        service's queue before it is dead-lettered.
         """
         self._require_open()
         self._routes.serve(handler, acks_early)
@@ -189,7 +192,10 @@ class BaseBus(Sending, BrokerHooks):
         if service == self.agent_id:
             raise ConfigurationError("a service name must differ from the instance id")
         self._routes.service = service  # before consuming: admission checks requests against it
-        await self._declare_service(service, prefetch or self.settings.prefetch)
+        limit = delivery_limit or self.settings.delivery_limit
+        if self._dispatcher is not None:
+            self._dispatcher.delivery_limit = limit
+        await self._declare_service(service, prefetch or self.settings.prefetch, limit)
         self.service = service
 
     async def subscribe(self, pattern: str, handler: EventHandler) -> None:

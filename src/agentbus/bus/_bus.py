@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, Self
@@ -211,20 +212,30 @@ class Bus(BaseBus):
             await channel.set_qos(prefetch_count=prefetch)
         return channel
 
-    async def _declare_service(self, service: str, prefetch: int) -> None:
+    async def _declare_service(self, service: str, prefetch: int, delivery_limit: int) -> None:
         assert self._dispatcher is not None
+        name = self.topology.service_queue(service)
         with map_transport_errors():
             channel = await self._channel(prefetch=prefetch)
-            queue = await channel.declare_queue(
-                self.topology.service_queue(service), durable=True, arguments=self._service_args()
-            )
+            try:
+                queue = await channel.declare_queue(
+                    name, durable=True, arguments=self._service_args(delivery_limit)
+                )
+            except aiormq.exceptions.ChannelPreconditionFailed as exc:
+                # Declared before with other arguments (an older delivery limit, say): the
+                # broker keeps a queue's arguments, so it is served as it is.
+                _log.warning("service queue kept as declared before", queue=name, error=str(exc))
+                with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError):
+                    await channel.close()
+                channel = await self._channel(prefetch=prefetch)
+                queue = await channel.declare_queue(name, passive=True)
             for kind in ("request", "event"):
                 await queue.bind(self.topology.exchange, routing_key=f"agent.{service}.{kind}")
             consumer = DeliveryConsumer(channel, queue.name, self._dispatcher.on_service_message)
             await consumer.start()
         self._service_consumers.append(consumer)
 
-    def _service_args(self) -> dict[str, Any]:
+    def _service_args(self, delivery_limit: int) -> dict[str, Any]:
         arguments: dict[str, Any] = {
             "x-dead-letter-exchange": self.topology.dead_letter_exchange,
         }
@@ -232,7 +243,7 @@ class Bus(BaseBus):
             # A request that keeps killing its consumer is dead-lettered (reason
             # delivery_limit) after this many redeliveries instead of looping forever.
             arguments["x-queue-type"] = "quorum"
-            arguments["x-delivery-limit"] = self.settings.delivery_limit
+            arguments["x-delivery-limit"] = delivery_limit
         return arguments
 
     async def _bind_instance(self, pattern: str) -> None:

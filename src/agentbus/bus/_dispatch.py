@@ -70,6 +70,16 @@ class Dispatcher:
         self._rates = rates
         self._held = held
 
+    @property
+    def delivery_limit(self) -> int | None:
+        """Returns counted here (classic service queues) before a request is poison."""
+        return None if self._limit is None else self._limit.limit
+
+    @delivery_limit.setter
+    def delivery_limit(self, limit: int) -> None:
+        if self._limit is not None:
+            self._limit.limit = limit
+
     def __repr__(self) -> str:
         return f"<Dispatcher agent_id={self.agent_id!r} inflight={len(self.inflight)}>"
 

@@ -21,7 +21,7 @@ class BrokerHooks(abc.ABC):
         """Connect, declare the instance queue and start consuming it."""
 
     @abc.abstractmethod
-    async def _declare_service(self, service: str, prefetch: int) -> None:
+    async def _declare_service(self, service: str, prefetch: int, delivery_limit: int) -> None:
         """Declare and bind the service's shared queue, and consume it."""
 
     @abc.abstractmethod

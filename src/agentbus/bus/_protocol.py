@@ -70,6 +70,7 @@ class Transport(Protocol):
         prefetch: int | None = None,
         broadcast_actions: Any = (),
         acks_early: Callable[[RequestEnvelope], bool] | None = None,
+        delivery_limit: int | None = None,
     ) -> None: ...
 
     async def subscribe(self, pattern: str, handler: EventHandler) -> None: ...

@@ -94,6 +94,13 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
     "--queue-type", type=click.Choice(["quorum", "classic"]), default="quorum", show_default=True
 )
 @click.option("--delivery-limit", type=click.IntRange(1), default=5, show_default=True)
+@click.option(
+    "--plan-delivery-limit",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="The leader's queue's (a plan is returned by every fault under its leader).",
+)
 @click.option("--topology-only", is_flag=True, help="Leave out the users and their permissions.")
 @click.option(
     "--format",
@@ -125,6 +132,7 @@ def definitions_command(
     vhost: str,
     queue_type: str,
     delivery_limit: int,
+    plan_delivery_limit: int,
     topology_only: bool,
     output: str,
     cluster: str,
@@ -170,6 +178,7 @@ def definitions_command(
             vhost=vhost,
             queue_type=queue_type,
             delivery_limit=delivery_limit,
+            plan_delivery_limit=plan_delivery_limit,
             users=not topology_only,
             audit_max_age=audit_max_age,
             extra=extra,

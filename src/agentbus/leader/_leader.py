@@ -59,6 +59,9 @@ class Leader(Agent):
         self._runners: set[PlanRunner] = set()
         self._directory: SkillDirectory | None = None
 
+    def _delivery_limit(self) -> int | None:
+        return self.settings.plan_delivery_limit
+
     async def on_start(self) -> None:
         self._directory = SkillDirectory(self.bus, registry=self._registry)
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_offline)

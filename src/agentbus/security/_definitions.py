@@ -196,6 +196,7 @@ def definitions(
     vhost: str = "/",
     queue_type: str = "quorum",
     delivery_limit: int = 5,
+    plan_delivery_limit: int = 20,
     users: bool = True,
     audit_max_age: str = "7D",
     extra: Mapping[str, Any] | None = None,
@@ -209,6 +210,9 @@ def definitions(
         vhost: The virtual host.
         queue_type: The service queues' type (``quorum`` or ``classic``).
         delivery_limit: The redeliveries a quorum service queue allows.
+        plan_delivery_limit: The redeliveries the leader's quorum queue allows (its
+            policy allows the larger of the two: a queue keeps the lower of its own and
+            its policy's).
         users: Whether to add the users and their permissions (else the topology only).
         audit_max_age: How long the audit stream keeps records (its retention policy).
         extra: Definitions an operator adds (users, permissions, topic permissions of
@@ -225,7 +229,9 @@ def definitions(
     services = [grant.service for grant in grants if grant.service is not None]
     document: dict[str, Any] = {
         "vhosts": [{"name": vhost}],
-        "policies": _policies(topology, vhost, delivery_limit, audit_max_age),
+        "policies": _policies(
+            topology, vhost, max(delivery_limit, plan_delivery_limit), audit_max_age
+        ),
         "exchanges": [
             _exchange(vhost, topology.exchange, "topic"),
             _exchange(vhost, topology.dead_letter_exchange, "fanout"),
@@ -245,7 +251,16 @@ def definitions(
                 "auto_delete": False,
                 "arguments": {"x-queue-type": "stream"},
             },
-            *(_service_queue(topology, vhost, s, queue_type, delivery_limit) for s in services),
+            *(
+                _service_queue(
+                    topology,
+                    vhost,
+                    s,
+                    queue_type,
+                    plan_delivery_limit if s == LEADER else delivery_limit,
+                )
+                for s in services
+            ),
         ],
         "bindings": [
             _binding(vhost, topology.dead_letter_exchange, topology.dead_letter_queue, ""),

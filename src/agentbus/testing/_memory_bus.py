@@ -93,7 +93,7 @@ class MemoryBus(BaseBus):
         _log.debug("bus open", agent_id=self.agent_id, broker="memory")
         return self
 
-    async def _declare_service(self, service: str, prefetch: int) -> None:
+    async def _declare_service(self, service: str, prefetch: int, delivery_limit: int) -> None:
         assert self._dispatcher is not None
         queue = self.topology.service_queue(service)
         self.broker.declare_queue(queue, dead_letter=True)

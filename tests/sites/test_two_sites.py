@@ -18,6 +18,7 @@ from fault_support import Team
 from agentbus import Agent, Settings, Unroutable, skill
 from agentbus.bus import Bus
 from agentbus.envelopes import ResponseEnvelope
+from agentbus.leader import Leader, PlanClient, PlanStatus
 from agentbus.registry import Registry
 from conftest import Sites
 
@@ -118,3 +119,49 @@ async def test_service_at_no_site_is_unroutable_at_once(sites: Sites, team: Team
         assert raised.value.code == "agent_unavailable"
     finally:
         await bus.aclose()
+
+
+class Weigher(Agent):
+    name = "weigher"
+
+    @skill
+    async def weigh(self, text: str) -> dict[str, Any]:
+        """Weigh a text, and say where."""
+        return {"weight": len(text), "site": self.site}
+
+
+async def test_a_durable_plan_runs_steps_at_both_sites(sites: Sites, team: Team) -> None:
+    """The leader at a runs a step where its skill is (b) and one at home; the plan's
+    answers come back though its reply queue is at a (docs/sites.md)."""
+    await team.start(Registry(agent_id="registry-a", settings=sites.a))
+    await team.start(Greeter(agent_id="greeter-a", settings=sites.a, heartbeat_interval=1))
+    await team.start(Weigher(agent_id="weigher-b", settings=sites.b, heartbeat_interval=1))
+    await team.start(Leader(agent_id="leader-a", settings=sites.a, durable=True))
+    bus = await _client(sites.a, "client-a")
+    plan = {
+        "id": "two-sites",
+        "subtasks": [
+            {"id": "hello", "skill": "greet", "parameters": {"who": "bo"}},
+            {
+                "id": "weight",
+                "skill": "weigh",
+                "depends_on": ["hello"],
+                "inputs": {"text": "hello.text"},
+            },
+        ],
+    }
+
+    async def weigher_listed() -> bool | None:
+        reply = await bus.request("registry", "find_skill", {"skill": "weigh"}, timeout=5)
+        return True if reply.result else None
+
+    try:
+        await eventually(weigher_listed, _LINK_UP, "the registry at a to list b's weigher")
+        aggregate = await PlanClient(bus).run(plan, timeout=30)
+    finally:
+        await bus.aclose()
+    assert aggregate.status is PlanStatus.COMPLETED, aggregate.model_dump_json(indent=2)
+    hello, weight = aggregate.subtask("hello"), aggregate.subtask("weight")
+    assert hello.result == {"text": "hello bo", "by": "greeter-a", "site": "a"}
+    assert weight.result == {"weight": len("hello bo"), "site": "b"}
+    assert (hello.attempts, weight.attempts) == (1, 1)

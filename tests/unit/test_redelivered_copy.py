@@ -41,6 +41,7 @@ class _Delivery:
     request: RequestEnvelope
     redelivered: bool = False
     settled: list[str] = field(default_factory=list)
+    reply_to: str | None = "client-queue"
 
     @property
     def body(self) -> bytes:
@@ -53,10 +54,6 @@ class _Delivery:
     @property
     def correlation_id(self) -> str | None:
         return None
-
-    @property
-    def reply_to(self) -> str:
-        return "client-queue"
 
     @property
     def routing_key(self) -> str:
@@ -88,12 +85,14 @@ class _Replies:
     def __init__(self) -> None:
         self.sent: list[Reply] = []
         self.bodies: list[bytes | None] = []
+        self.to: list[str | None] = []
 
     async def publish_reply(
         self, reply: Reply, reply_to: str | None, body: bytes | None = None
     ) -> None:
         self.sent.append(reply)
         self.bodies.append(body)
+        self.to.append(reply_to)
 
     async def republish(self, message: object, headers: Mapping[str, int]) -> None:
         raise AssertionError("nothing is republished here")
@@ -285,3 +284,26 @@ async def test_a_reply_that_even_as_an_error_is_over_the_cap_is_remembered() -> 
     assert [reply.payload.code for reply in replies.sent if isinstance(reply, ErrorEnvelope)] == [
         "payload_too_large"
     ]
+
+
+async def test_a_request_asked_again_by_another_sender_is_answered_to_that_sender() -> None:
+    """A leader taking a plan over asks again under the same id, and a copy that crossed
+    from another site has no reply_to: the answer from memory goes to whoever asks now."""
+    work = _Work()
+    work.finish.set()
+    dispatcher, replies, stats = _dispatcher(work)
+    first = _Delivery(_request().model_copy(update={"sender_id": "leader-1"}))
+    await dispatcher.on_service_message(first)
+    again = first.request.model_copy(update={"sender_id": "leader-2"})
+    copy = _Delivery(again, reply_to=None)
+    await dispatcher.on_service_message(copy)
+
+    assert work.runs == 1
+    assert stats.duplicates == 1
+    assert [
+        (reply.receiver_id, to) for reply, to in zip(replies.sent, replies.to, strict=True)
+    ] == [
+        ("leader-1", "client-queue"),
+        ("leader-2", None),
+    ]
+    assert replies.sent[0].correlation_id == replies.sent[1].correlation_id == first.message_id

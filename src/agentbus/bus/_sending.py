@@ -130,11 +130,13 @@ class Sending(abc.ABC):
         Works while the bus drains, so a handler can finish work that needs requests.
         With peer sites (``peer_sites``), a request nothing serves at this site crosses to
         the first peer that serves it (docs/sites.md); ``SiteUnreachable`` when only a peer
-        whose link is down might.
+        whose link is down might. Its answer comes back to this instance by routing key,
+        also when ``reply_to`` names a reply queue: a queue name means nothing at the far
+        site (so a process that opens that queue later does not find it there).
         """
         publisher = self._require_publisher()
         timeout = timeout if timeout is not None else self.settings.request_timeout
-        if reply_to is None and not sent and self._sites.active:
+        if not sent and self._sites.active:
             across = await self._sites.crossing(envelope.receiver_id)
             if across is not None:  # nothing serves it here: to the first peer site that does
                 return await self._requests.send(

@@ -109,7 +109,10 @@ class Server:
             self._stats.duplicates += 1
             self._stats.consumed_by[("request", "duplicate")] += 1
             if seen.reply is not None:
-                await self._replier.try_send(seen.reply, seen.reply_to)
+                # To whoever asks this time: another leader taking a plan over asks again
+                # under the same id, and a copy that crossed from another site has no
+                # reply_to (its answer goes by its sender's routing key).
+                await self._replier.try_send(_addressed(seen.reply, request), message.reply_to)
             self._record(request, message.user_id, "duplicate", None)
             return Settle.ACK
         if self._routes.acks_before_work(request):
@@ -368,3 +371,9 @@ def _key(request: RequestEnvelope, agent_id: str) -> str:
     if request.receiver_id == BROADCAST:
         return f"{agent_id}/{request.message_id}"
     return request.message_id
+
+
+def _addressed(reply: Reply, request: RequestEnvelope) -> Reply:
+    if reply.receiver_id == request.sender_id:
+        return reply
+    return reply.model_copy(update={"receiver_id": request.sender_id})

@@ -92,6 +92,26 @@ def test_depart_marks_offline_only_once() -> None:
     assert table.depart("never-seen") is None
 
 
+def test_a_beat_taken_after_the_goodbye_that_followed_it_lists_nobody_again() -> None:
+    """Beats and goodbyes reach a registry by two queues: the last beat can come after the
+    goodbye. The goodbye names that beat's number, so it is old news; a later number, or
+    0 (started again), is a new life."""
+    table = LivenessTable(clock=FakeClock())
+    for seq in (0, 1):
+        table.observe(beat("a-1").model_copy(update={"seq": seq}))
+    assert table.depart("a-1", seq=2) is not None
+    late = beat("a-1", with_card=False).model_copy(update={"seq": 2})
+    assert table.observe(late) == (table.get("a-1"), None)
+    raw = late.model_dump(mode="json", exclude_none=True)
+    assert table.refresh(raw) == (table.get("a-1"), None)  # the fast path too
+    assert not table.records()[0].online
+    _, transition = table.observe(late.model_copy(update={"seq": 0}))
+    assert transition is Transition.ONLINE
+    table.depart("a-1", seq=0)
+    _, transition = table.observe(late.model_copy(update={"seq": 1}))
+    assert transition is Transition.ONLINE
+
+
 def test_offline_agents_are_forgotten_after_a_while() -> None:
     """Offline records are dropped after forget_after seconds."""
     clock = FakeClock()

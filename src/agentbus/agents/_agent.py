@@ -254,7 +254,9 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat_task
         await self.on_stop()
-        notice = OfflineNotice(agent_id=self.id, service=self.name, reason="shutdown")
+        notice = OfflineNotice(
+            agent_id=self.id, service=self.name, reason="shutdown", seq=self._beats_sent - 1
+        )
         try:
             async with asyncio.timeout(_GOODBYE_TIMEOUT):
                 await bus.emit(AGENT_OFFLINE, notice.model_dump(mode="json"), mandatory=False)

@@ -66,3 +66,6 @@ class OfflineNotice(BaseModel):
     service: AgentId
     reason: str
     last_seen: datetime | None = None
+    seq: int | None = Field(default=None, ge=0)
+    """An agent's own goodbye: the number of its last heartbeat. A registry that takes a beat
+    after the goodbye (beats and goodbyes come by two queues) knows it for an old one."""

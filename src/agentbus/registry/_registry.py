@@ -328,7 +328,8 @@ class Registry(Agent):
         # Registries report departures too; only the agent's own word counts here.
         if event.sender_id != agent_id or not isinstance(agent_id, str):
             return
-        record = self.table.depart(agent_id)
+        seq = event.payload.event_data.get("seq")
+        record = self.table.depart(agent_id, seq if isinstance(seq, int) else None)
         if record is not None:
             await self._announce_transition(AGENT_OFFLINE, record, reason="shutdown")
 

@@ -60,6 +60,7 @@ class Record:
     online: bool = True
     site: str | None = None  # part of the card, so a beat with its digest has its site
     seq: int | None = None  # the number of the last beat heard (agents that number them)
+    gone_after: int | None = None  # the last beat's number its goodbye named
 
     @property
     def skills(self) -> list[str]:
@@ -151,6 +152,8 @@ class LivenessTable:
         status, in_flight, seq = data.get("status"), data.get("in_flight"), data.get("seq")
         if status not in _STATUSES or not _count(in_flight) or not (seq is None or _count(seq)):
             return None
+        if _before_goodbye(record, seq):
+            return record, None
         if seq is not None:
             self._number(record, seq)
         record.status = status
@@ -196,6 +199,8 @@ class LivenessTable:
             self._records[beat.agent_id] = record
             self._lane(record.interval)[record.agent_id] = record
             return record, Transition.ONLINE
+        if _before_goodbye(record, beat.seq):
+            return record, None
         if record.online and beat.interval != record.interval:
             self._unlist(record)  # from the lane of its old interval to the new one's
             record.interval, record.last_seen = beat.interval, self._clock()
@@ -251,9 +256,15 @@ class LivenessTable:
             record.card = card
             record.card_digest = card.digest()
 
-    def depart(self, agent_id: str) -> Record | None:
-        """Mark an agent that said goodbye offline; return it if it was online."""
+    def depart(self, agent_id: str, seq: int | None = None) -> Record | None:
+        """Mark an agent that said goodbye offline; return it if it was online.
+
+        ``seq``: the number of its last beat, as its goodbye names it: a beat up to it
+        that comes after the goodbye is an old one, and does not list the agent again.
+        """
         record = self._records.get(agent_id)
+        if record is not None and seq is not None:
+            record.gone_after = seq
         if record is None or not record.online:
             return None
         self._unlist(record)
@@ -346,6 +357,17 @@ class LivenessTable:
             if skill is not None and skill not in record.skills:
                 continue
             yield record
+
+
+def _before_goodbye(record: Record, seq: int | None) -> bool:
+    # A beat its goodbye came before (two queues): old news. A number past the goodbye's,
+    # or 0 (the agent started again), is a new life.
+    if record.gone_after is None or record.online:
+        return False
+    if seq is None or seq == 0 or seq > record.gone_after:
+        record.gone_after = None
+        return False
+    return True
 
 
 def _count(value: object) -> TypeGuard[int]:

@@ -4,7 +4,7 @@
 records), beside ``orjson.dumps`` and ``orjson.loads`` of its fields (a hand-rolled client's
 cost). ``seams``: each seam onto a library's internals against the library's public way:
 ``encode`` against ``orjson.dumps(model_dump(mode="json"))``, ``_logging.bind_delivery_ids``
-against ``structlog.contextvars.bind_contextvars``, ``bus._amqp.message_properties`` against
+against ``structlog.contextvars.bind_contextvars``, ``bus._properties.message_properties`` against
 ``aio_pika.Message(...)``, and ``bus._amqp.DeliveryConsumer`` against ``Queue.consume``
 (no-ack, N messages waiting). Seams are private by nature: one this checkout lacks is listed.
 """
@@ -28,6 +28,7 @@ from typing import Any
 import aio_pika
 import orjson
 import structlog
+from pamqp.commands import Basic
 
 import _harness as harness
 from agentbus.envelopes import RequestEnvelope, RequestPayload, decode, encode
@@ -133,7 +134,7 @@ def run_seams(url: str, cfg: SimpleNamespace, say: harness.Say) -> dict[str, Any
         fast = per_call(lambda e=envelope: encode(e, max_size=None))
         rows[f"codec encode, {label}"] = row(fast, public)
     bind_ids = private("agentbus._logging", "bind_delivery_ids")
-    properties = private("agentbus.bus._amqp", "message_properties")
+    properties = private("agentbus.bus._properties", "message_properties")
     consumer = private("agentbus.bus._amqp", "DeliveryConsumer")
     if bind_ids is not None:
         context = contextvars.copy_context()
@@ -152,6 +153,11 @@ def run_seams(url: str, cfg: SimpleNamespace, say: harness.Say) -> dict[str, Any
                      type="request", delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                      expiration=5.0).properties),
         )  # fmt: skip
+        built = properties(**common, message_type="request", correlation_id="m-0",
+                           persistent=True, ttl=None, user_id=None)  # fmt: skip
+        rows["publish properties, marshalled"] = row(
+            per_call(built.marshal), per_call(lambda: Basic.Properties.marshal(built))
+        )
     if consumer is not None:
         times: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(3):

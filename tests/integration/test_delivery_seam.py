@@ -22,9 +22,9 @@ from agentbus.bus._amqp import (
     Delivery,
     DeliveryConsumer,
     basic_publish,
-    message_properties,
     scratch_channel,
 )
+from agentbus.bus._properties import message_properties
 
 FIELDS = ("body", "message_id", "correlation_id", "reply_to", "type", "headers", "user_id")
 

@@ -11,12 +11,16 @@ field a ``Delivery`` reads equal to aio-pika's) by ``tests/integration/test_deli
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import aio_pika
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
-from agentbus.bus._amqp import message_properties
+from agentbus.bus._properties import Properties, message_properties
 
 SENT_AT = datetime(2026, 11, 24, 20, 12, 40, tzinfo=UTC)
 BODY = b'{"hello": "world"}'
@@ -78,3 +82,58 @@ def test_hand_built_properties_marshal_to_aio_pika_messages_bytes(
 def test_a_ttl_under_a_millisecond_is_sent_as_one_millisecond_on_purpose() -> None:
     """By design: aio-pika would send "0" (expire unless deliverable at once)."""
     assert _ours({"ttl": 0.0001}) == _aio_pika({"ttl": 0.001})
+
+
+_SHORT = st.text(max_size=40) | st.text(alphabet="é€", min_size=80, max_size=200)
+_PROPERTIES = st.fixed_dictionaries(
+    {},
+    optional={
+        "content_type": _SHORT,
+        "content_encoding": _SHORT,
+        "headers": st.dictionaries(st.text(min_size=1, max_size=10), st.text(max_size=10)),
+        "delivery_mode": st.sampled_from([1, 2]),
+        "priority": st.integers(0, 255),
+        "correlation_id": _SHORT,
+        "reply_to": _SHORT,
+        "expiration": _SHORT,
+        "message_id": _SHORT,
+        "timestamp": st.datetimes(
+            min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+        )
+        | st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1)),
+        "message_type": _SHORT,
+        "user_id": _SHORT,
+        "app_id": _SHORT,
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_PROPERTIES)
+def test_properties_marshal_to_pamqps_bytes_or_fail_as_it_does(values: dict[str, Any]) -> None:
+    """``Properties.marshal`` skips pamqp's generic walk: the same bytes for any values (a
+    string too long for a short string, naive times taken as UTC), or pamqp's own error."""
+    theirs: bytes | type[Exception]
+    try:
+        theirs = Basic.Properties(**values).marshal()
+    except TypeError as exc:
+        theirs = type(exc)
+    if isinstance(theirs, bytes):
+        assert Properties(**values).marshal() == theirs
+    else:
+        with pytest.raises(theirs):
+            Properties(**values).marshal()
+
+
+def test_properties_are_pamqps_to_every_reader() -> None:
+    """pamqp reads ``__slots__`` as the properties' names (iteration, ``len``, equality),
+    and aiormq puts default properties in place of falsy ones: ours are pamqp's to both."""
+    ours = message_properties(
+        app_id="agentbus", message_id="m-1", message_type="request", timestamp=SENT_AT,
+        correlation_id=None, reply_to=None, persistent=True, ttl=None, user_id=None,
+    )  # fmt: skip
+    theirs = Basic.Properties(**dict(ours))
+    assert ours
+    assert len(ours) == len(theirs) == len(Basic.Properties.__slots__)
+    assert dict(ours) == dict(theirs)
+    assert ours == theirs

@@ -5,7 +5,8 @@ goes through a lock check (about 10 µs a message), and its ``Queue.consume`` wr
 delivery in an ``IncomingMessage`` run in a second task. On the hot paths (every publish;
 every delivery; every heartbeat the registry hears) the bus goes one level down instead,
 here and only here. ``tests/unit/test_amqp_seam.py`` pins what this module assumes of the libraries:
-the properties equal ``aio_pika.Message``'s byte for byte, a return comes back as a
+the properties (``bus/_properties.py``) equal ``aio_pika.Message``'s byte for byte and
+pamqp's own, a return comes back as a
 ``DeliveredMessage``, and a robust channel calls ``reopen_callbacks`` after restoring
 its queues.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from datetime import datetime
 from typing import Any, cast
 
 import aiormq
@@ -23,7 +23,6 @@ import aiormq.abc
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection
 from pamqp.commands import Basic
-from pamqp.common import FieldTable
 
 from agentbus._topology import DIRECT_REPLY_TO
 
@@ -37,7 +36,6 @@ __all__ = [
     "basic_publish",
     "is_cancelled_under_us",
     "is_nack",
-    "message_properties",
     "scratch_channel",
 ]
 
@@ -45,36 +43,6 @@ _ACK_DELAY = 0.05  # s: how long a partial batch of a feed waits for its ack
 
 FeedCallback = Callable[[bytes, Mapping[str, object] | None, str | None], None]
 """Takes a message's body, AMQP ``headers`` and ``user_id``; runs synchronously."""
-
-
-def message_properties(
-    *,
-    app_id: str,
-    message_id: str,
-    message_type: str,
-    timestamp: datetime,
-    correlation_id: str | None,
-    reply_to: str | None,
-    persistent: bool,
-    ttl: float | None,
-    user_id: str | None,
-    headers: FieldTable | None = None,
-) -> Basic.Properties:
-    """Build the AMQP properties ``aio_pika.Message`` would carry for these values."""
-    return Basic.Properties(
-        app_id=app_id,
-        content_type="application/json",
-        correlation_id=correlation_id,
-        delivery_mode=2 if persistent else 1,
-        expiration=None if ttl is None else str(int(max(ttl, 0.001) * 1000)),
-        headers=dict(headers) if headers else {},
-        message_id=message_id,
-        message_type=message_type,
-        priority=0,
-        reply_to=reply_to,
-        timestamp=timestamp,
-        user_id=user_id,
-    )
 
 
 @contextlib.asynccontextmanager

@@ -20,11 +20,11 @@ from agentbus.bus._amqp import (
     basic_publish,
     is_cancelled_under_us,
     is_nack,
-    message_properties,
 )
 from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._errors import translate
 from agentbus.bus._options import PublishOptions, publication
+from agentbus.bus._properties import message_properties
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import BROADCAST, Envelope, ErrorEnvelope, ResponseEnvelope, encode
 

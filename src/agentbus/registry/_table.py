@@ -152,13 +152,19 @@ class LivenessTable:
         status, in_flight, seq = data.get("status"), data.get("in_flight"), data.get("seq")
         if status not in _STATUSES or not _count(in_flight) or not (seq is None or _count(seq)):
             return None
-        if _before_goodbye(record, seq):
+        if not self._numbered(record, seq):
             return record, None
-        if seq is not None:
-            self._number(record, seq)
         record.status = status
         record.in_flight = in_flight
         return record, self._touch(record)
+
+    def _numbered(self, record: Record, seq: int | None) -> bool:
+        # Whether the beat is news (not one its agent's goodbye came before); numbered if so.
+        if _before_goodbye(record, seq):
+            return False
+        if seq is not None:
+            self._number(record, seq)
+        return True
 
     def _number(self, record: Record, seq: int) -> None:
         last = record.seq

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import aio_pika
 import aiormq.exceptions
+import pytest
 from helpers import BusFactory, delete_topology
 
-from agentbus import Settings
+from agentbus import ConfigurationError, Settings
 from agentbus.bus import Topology
 from agentbus.envelopes import RequestEnvelope
 from agentbus.leader import Leader
@@ -95,3 +96,24 @@ async def test_a_bus_serving_with_a_limit_declares_it(
     queue = Topology(exchange_name).service_queue("limited")
     assert await _holds_limit(broker_url, queue, limit)
     assert not await _holds_limit(broker_url, queue, server.settings.delivery_limit)
+
+
+async def test_a_service_queue_of_another_type_is_still_refused(
+    make_bus: BusFactory, exchange_name: str, raw_channel: aio_pika.Channel
+) -> None:
+    queue = Topology(exchange_name).service_queue("typed")
+    await raw_channel.declare_queue(
+        queue,
+        durable=True,
+        arguments={"x-dead-letter-exchange": Topology(exchange_name).dead_letter_exchange},
+    )
+    server = await make_bus("typed-dl-1", queue_type="quorum")
+
+    async def echo(request: RequestEnvelope) -> dict[str, str]:
+        return {}
+
+    try:
+        with pytest.raises(ConfigurationError, match="conflicts"):
+            await server.serve(echo, service="typed", delivery_limit=20)
+    finally:
+        await raw_channel.queue_delete(queue)

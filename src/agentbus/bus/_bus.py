@@ -222,8 +222,11 @@ class Bus(BaseBus):
                     name, durable=True, arguments=self._service_args(delivery_limit)
                 )
             except aiormq.exceptions.ChannelPreconditionFailed as exc:
-                # Declared before with other arguments (an older delivery limit, say): the
-                # broker keeps a queue's arguments, so it is served as it is.
+                # Declared before with another delivery limit (an older default, or a
+                # definitions file's): the broker keeps a queue's arguments, so it is served
+                # as it is. Any other conflict (a queue type) stays an error.
+                if "x-delivery-limit" not in str(exc):
+                    raise
                 _log.warning("service queue kept as declared before", queue=name, error=str(exc))
                 with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError):
                     await channel.close()

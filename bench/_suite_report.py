@@ -173,7 +173,12 @@ def fanout_targets(fan: dict[str, Any]) -> list[dict[str, Any]]:
     suffix = " (target is for N=10,000)" if top != 10_000 else ""
     per_s = {side: fan["summary"][side][str(top)]["per_s"] for side in fan["summary"]}
     for peer, goal, what in (
-        ("aio-pika", FANOUT_VS_RAW, "raw aio-pika leader in-process"),
+        (
+            "aio-pika",
+            FANOUT_VS_RAW,
+            "the leader without its journal (--no-durable) against a "
+            "raw aio-pika leader in-process",
+        ),
         ("faststream", FANOUT_VS_FASTSTREAM, "FastStream's own broker.request"),
     ):
         if r := _ratio(per_s, "agentbus", peer):

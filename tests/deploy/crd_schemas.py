@@ -3,8 +3,9 @@
 ``crds/`` holds the ``openAPIV3Schema`` of each custom kind deploy/k8s uses, taken from the
 operators' repositories (each file names its source and commit; descriptions removed):
 the RabbitMQ cluster operator (``RabbitmqCluster``), the messaging topology operator
-(``User``, ``Permission``, ``TopicPermission``, ``Policy``) and the Prometheus Operator
-(``PodMonitor``, ``PrometheusRule``).
+(``User``, ``Permission``, ``TopicPermission``, ``Policy``, ``Queue``; and ``Exchange``,
+``Binding``, ``Federation``, which only a site's links use: ``LINK_KINDS``) and the
+Prometheus Operator (``PodMonitor``, ``PrometheusRule``).
 
 A CRD schema is a *structural* schema: the API server prunes (or, with
 ``kubectl apply --validate=strict``, rejects) any field the schema does not declare, unless
@@ -23,6 +24,10 @@ from typing import Any, Final
 import jsonschema
 
 CRDS: Final = Path(__file__).resolve().parent / "crds"
+LINK_KINDS: Final = frozenset(
+    ("rabbitmq.com/v1beta1", kind) for kind in ("Exchange", "Binding", "Federation")
+)
+"""The kinds only ``agentbus federation --format k8s`` makes (deploy/k8s has none)."""
 
 
 def strict_schema(node: Any) -> Any:

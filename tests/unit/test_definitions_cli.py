@@ -76,7 +76,8 @@ def test_a_bad_peer_site_is_one_line() -> None:
     for flags, says in (
         (["--peer-site", "us="], "expected SITE or SITE=LINKUSER"),
         (["--peer-site", "us=registry"], "cannot be the link user"),
-        (["--peer-site", "us", "--format", "k8s"], "--format rabbitmq only"),
+        (["--peer-site", "us=registry", "--format", "k8s"], "cannot be the link user"),
+        (["--peer-site", "us=reg istry", "--format", "k8s-secrets"], "cannot be the link user"),
     ):
         result = runner.invoke(cli, ["definitions", "registry", *flags])
         assert result.exit_code == 2, result.output

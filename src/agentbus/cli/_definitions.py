@@ -17,8 +17,11 @@ from agentbus.security import (
     credential_secrets,
     definitions,
     federation_definitions,
+    federation_resources,
+    link_definitions,
     team_grants,
     topology_resources,
+    uri_secrets,
 )
 
 __all__ = ["definitions_command", "federation_command"]
@@ -83,7 +86,8 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
     metavar="SITE[=LINKUSER]",
     help="A peer site requests may cross to (repeatable; docs/sites.md): requesters may "
     "publish their requests on its outbox; LINKUSER, the user its link logs in here as, "
-    "may read that outbox. Calls may then name services that run at peer sites only.",
+    "may read that outbox (with k8s-secrets, it gets a Secret). Calls may then name "
+    "services that run at peer sites only.",
 )
 @click.option("--audit-max-age", default="7D", show_default=True, help="Audit retention.")
 @click.option(
@@ -109,8 +113,8 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
     default="rabbitmq",
     show_default=True,
     help="rabbitmq: a definitions document; k8s: the messaging topology operator's User, "
-    "Permission and TopicPermission of each user; k8s-secrets: a Secret per user with a "
-    "new random password (apply once, keep out of git).",
+    "Permission and TopicPermission(s) of each user; k8s-secrets: a Secret per user with "
+    "a new random password (apply once, keep out of git).",
 )
 @click.option(
     "--cluster",
@@ -149,8 +153,6 @@ def definitions_command(
     if extra is not None and not isinstance(extra, dict):
         raise click.BadParameter("expected a JSON object of definitions", param_hint="--merge")
     peers = _peers(peer_sites)
-    if peers and output != "rabbitmq":
-        raise click.UsageError("--peer-site is for --format rabbitmq only, for now")
     try:
         grants = team_grants(
             [_service_name(m) for m in members],
@@ -160,18 +162,17 @@ def definitions_command(
             dashboards=dashboard,
             across_sites=bool(peers),
         )
-    except ConfigurationError as exc:
-        raise click.UsageError(exc.message) from exc
-    exchange = settings_of(ctx).exchange
-    if output == "k8s":
-        _print_documents(
-            topology_resources(grants, cluster=cluster, exchange=exchange, vhost=vhost)
-        )
-        return
-    if output == "k8s-secrets":
-        _print_documents(credential_secrets(grants))
-        return
-    try:
+        exchange = settings_of(ctx).exchange
+        if output == "k8s":
+            _print_documents(
+                topology_resources(
+                    grants, cluster=cluster, exchange=exchange, vhost=vhost, peers=peers
+                )
+            )
+            return
+        if output == "k8s-secrets":
+            _print_documents(credential_secrets(grants, peers=peers))
+            return
         document = definitions(
             grants,
             exchange=exchange,
@@ -217,7 +218,8 @@ def _print_documents(documents: list[dict[str, Any]]) -> None:
     multiple=True,
     required=True,
     metavar="SITE=URI",
-    help="A peer site and the AMQP URI of its broker, credentials included (repeatable).",
+    help="A peer site and the AMQP URI of its broker, credentials included (repeatable); "
+    "with --format k8s, the URI may be left out (SITE): it goes in a Secret.",
 )
 @click.option("--vhost", default="/", show_default=True, help="The virtual host.")
 @click.option(
@@ -233,6 +235,22 @@ def _print_documents(documents: list[dict[str, Any]]) -> None:
     default=None,
     help="Seconds anything waits in a link's queue at most (default: each message's own).",
 )
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["rabbitmq", "k8s", "k8s-secrets"]),
+    default="rabbitmq",
+    show_default=True,
+    help="rabbitmq: a definitions document; k8s: the messaging topology operator's "
+    "Exchange, Queue, Binding, Federation and Policy resources; k8s-secrets: a Secret per "
+    "peer with its URI, which its Federation reads (keep out of git).",
+)
+@click.option(
+    "--cluster",
+    default="agentbus-rabbitmq",
+    show_default=True,
+    help="The RabbitmqCluster the k8s resources are for.",
+)
 @click.pass_context
 def federation_command(
     ctx: click.Context,
@@ -241,28 +259,53 @@ def federation_command(
     vhost: str,
     link_expires: float,
     link_message_ttl: float | None,
+    output: str,
+    cluster: str,
 ) -> None:
     """Print the definitions that link SITE's broker with its peers' by federation.
 
     Load it with 'rabbitmqctl import_definitions' at SITE, and each peer's own at that
-    peer (the rabbitmq_federation plugin enabled at each); run SITE's agents with
-    AGENTBUS_SITE=SITE and AGENTBUS_PEER_SITES listing the peers (docs/sites.md).
+    peer (the rabbitmq_federation plugin enabled at each), or with --format k8s apply it
+    as the messaging topology operator's resources (and the URIs' Secrets, --format
+    k8s-secrets); run SITE's agents with AGENTBUS_SITE=SITE and AGENTBUS_PEER_SITES
+    listing the peers (docs/sites.md).
     """
-    uris: dict[str, str] = {}
-    for value in peers:
-        name, sep, uri = value.partition("=")
-        if not sep or not name or not uri:
-            raise click.BadParameter(f"expected SITE=URI, got {value!r}", param_hint="--peer")
-        uris[name] = uri
+    uris = _peer_uris(peers, needed=output != "k8s")
+    exchange = settings_of(ctx).exchange
     try:
+        if output == "k8s":
+            links = link_definitions(
+                site,
+                list(uris),
+                exchange=exchange,
+                vhost=vhost,
+                link_expires=link_expires,
+                link_message_ttl=link_message_ttl,
+            )
+            _print_documents(federation_resources(links, cluster=cluster))
+            return
         document = federation_definitions(
             site,
-            uris,
-            exchange=settings_of(ctx).exchange,
+            {name: uri for name, uri in uris.items() if uri is not None},
+            exchange=exchange,
             vhost=vhost,
             link_expires=link_expires,
             link_message_ttl=link_message_ttl,
         )
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
+    if output == "k8s-secrets":
+        _print_documents(uri_secrets(document))
+        return
     print_json(document)
+
+
+def _peer_uris(values: tuple[str, ...], *, needed: bool) -> dict[str, str | None]:
+    """``--peer`` options as {site: its URI}; a URI may be left out where not ``needed``."""
+    uris: dict[str, str | None] = {}
+    for value in values:
+        name, sep, uri = value.partition("=")
+        if not name or (sep and not uri) or (needed and not uri):
+            raise click.BadParameter(f"expected SITE=URI, got {value!r}", param_hint="--peer")
+        uris[name] = uri or None
+    return uris

@@ -7,7 +7,9 @@ limits (``SenderRates``), the audit trail (``AuditTrail`` writing records built 
 mechanism a connection uses (``tls_context``, ``login_mechanism``, ``tls_failure``).
 Operators generate the broker's definitions for a team (``team_grants``,
 ``definitions``; as the messaging topology operator's resources, ``topology_resources``
-and ``credential_secrets``) and read the audit trail (``agentbus.bus.read_audit`` yields
+and ``credential_secrets``), the federation of sites (``federation_definitions``; as the
+operator's resources, ``federation_resources`` of ``link_definitions``, and
+``uri_secrets``) and read the audit trail (``agentbus.bus.read_audit`` yields
 ``AuditEntry``).
 
 It imports only the envelopes and agentbus's internal modules (settings, exceptions,
@@ -38,8 +40,9 @@ from agentbus.security._audit import (
 from agentbus.security._audit_trail import AuditSink, AuditStream, AuditTrail
 from agentbus.security._definitions import Grant, definitions, team_grants
 from agentbus.security._k8s import credential_secrets, secret_name, topology_resources
+from agentbus.security._k8s_sites import federation_resources, uri_secrets
 from agentbus.security._rates import SenderRates
-from agentbus.security._sites import federation_definitions
+from agentbus.security._sites import federation_definitions, link_definitions
 from agentbus.security._tls import login_mechanism, tls_context, tls_failure
 
 __all__ = [
@@ -62,7 +65,9 @@ __all__ = [
     "definitions",
     "envelope_fields",
     "federation_definitions",
+    "federation_resources",
     "identity_refusal",
+    "link_definitions",
     "login_mechanism",
     "publisher_user_id",
     "raw_fields",
@@ -73,5 +78,6 @@ __all__ = [
     "tls_context",
     "tls_failure",
     "topology_resources",
+    "uri_secrets",
     "verifies_sender",
 ]

@@ -272,37 +272,43 @@ def definitions(
         ],
     }
     if users:
-        _add_users(document, grants, topology, vhost, peers or {})
+        document.update(user_definitions(grants, topology, vhost, peers or {}))
     for key, entries in (extra or {}).items():
         document.setdefault(key, [])
         document[key] = [*document[key], *entries]
     return document
 
 
-def _add_users(
-    document: dict[str, Any],
+def user_definitions(
     grants: Sequence[Grant],
     topology: Topology,
     vhost: str,
     peers: Mapping[str, str | None],
-) -> None:
+) -> dict[str, list[dict[str, Any]]]:
+    """The ``users``, ``permissions`` and ``topic_permissions`` entries of ``grants`` and of
+    ``peers``' link users (``definitions``); the operator's resources are made from them.
+
+    Raises:
+        ConfigurationError: a peer site or link user is not valid.
+    """
     check_peers(peers, [g.user for g in grants])
     team = frozenset(g.service for g in grants if g.service is not None)
     requests = {g.user: request_writes(g, team) for g in grants}
     outboxes = outbox_names(topology, list(peers))
-    document["users"] = [
-        {"name": g.user, "password_hash": "", "hashing_algorithm": _HASHING, "tags": []}
-        for g in grants
-    ]
-    document["permissions"] = [
-        permissions_of(g, topology, vhost, outboxes if requests[g.user] else ()) for g in grants
-    ]
-    document["topic_permissions"] = [
-        topic_permissions_of(g, topology, vhost, grants) for g in grants
-    ] + outbox_topic_permissions(requests, topology, vhost, list(peers))
     links = link_users(topology, vhost, peers, _HASHING)
-    document["users"] += links["users"]
-    document["permissions"] += links["permissions"]
+    return {
+        "users": [
+            {"name": g.user, "password_hash": "", "hashing_algorithm": _HASHING, "tags": []}
+            for g in grants
+        ]
+        + links["users"],
+        "permissions": [
+            permissions_of(g, topology, vhost, outboxes if requests[g.user] else ()) for g in grants
+        ]
+        + links["permissions"],
+        "topic_permissions": [topic_permissions_of(g, topology, vhost, grants) for g in grants]
+        + outbox_topic_permissions(requests, topology, vhost, list(peers)),
+    }
 
 
 def _dead_letter_arguments(queue_type: str) -> dict[str, Any]:

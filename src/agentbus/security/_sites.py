@@ -16,7 +16,7 @@ only a peer could serve looks at the peer's beacon first, and fails fast when it
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,6 +29,7 @@ __all__ = [
     "LINK_EXPIRES",
     "erlang_uri",
     "federation_definitions",
+    "link_definitions",
     "upstream_name",
 ]
 
@@ -68,6 +69,34 @@ def federation_definitions(
     Raises:
         ConfigurationError: a site name is not an id, or a site is its own peer.
     """
+    return _links(site, peers, exchange, vhost, link_expires, link_message_ttl)
+
+
+def link_definitions(
+    site: str,
+    peers: Sequence[str],
+    *,
+    exchange: str = "agentbus",
+    vhost: str = "/",
+    link_expires: float = LINK_EXPIRES,
+    link_message_ttl: float | None = None,
+) -> dict[str, Any]:
+    """``federation_definitions`` less the upstreams' URIs (kept elsewhere: in a Secret).
+
+    Raises:
+        ConfigurationError: a site name is not an id, or a site is its own peer.
+    """
+    return _links(site, dict.fromkeys(peers), exchange, vhost, link_expires, link_message_ttl)
+
+
+def _links(
+    site: str,
+    peers: Mapping[str, str | None],
+    exchange: str,
+    vhost: str,
+    link_expires: float,
+    link_message_ttl: float | None,
+) -> dict[str, Any]:
     for name in (site, *peers):
         if not is_valid_id(name):
             raise ConfigurationError(f"site {name!r} is not valid: use 1 to 64 of [A-Za-z0-9_-]")
@@ -106,7 +135,7 @@ def federation_definitions(
     }
 
 
-def _bindings(vhost: str, topology: Topology, peers: Mapping[str, str]) -> list[dict[str, Any]]:
+def _bindings(vhost: str, topology: Topology, peers: Iterable[str]) -> list[dict[str, Any]]:
     # What each outbox is fed, and the beacons: heartbeats sorted by their site.
     exchange = topology.exchange
     return (
@@ -174,16 +203,17 @@ def erlang_uri(uri: str) -> str:
 
 
 def _upstream(
-    vhost: str, name: str, uri: str, outbox: str, expires: float, message_ttl: float | None
+    vhost: str, name: str, uri: str | None, outbox: str, expires: float, message_ttl: float | None
 ) -> dict[str, Any]:
     ttl = {} if message_ttl is None else {"message-ttl": int(message_ttl * 1000)}
+    where = {} if uri is None else {"uri": erlang_uri(uri)}
     return {
         "vhost": vhost,
         "component": "federation-upstream",
         "name": name,
         "value": {
             **ttl,
-            "uri": erlang_uri(uri),
+            **where,
             "exchange": outbox,
             "max-hops": 1,
             # Kept while the link is cut, with what waits in it, this long (ms).

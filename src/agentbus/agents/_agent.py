@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -232,7 +234,14 @@ class Agent:
         )
         await self.beat(full=True)
         self._heartbeat_task = asyncio.create_task(self._beat_forever())
-        self._log.info("agent started", service=self.name, capacity=self.capacity, loop=loop_name())
+        self._log.info(
+            "agent started",
+            service=self.name,
+            capacity=self.capacity,
+            loop=loop_name(),
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
 
     def _delivery_limit(self) -> int | None:
         return None  # the setting's

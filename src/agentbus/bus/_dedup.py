@@ -37,6 +37,8 @@ class Seen:
     reply: Reply | None = None
     reply_to: str | None = None
     elsewhere: bool = False
+    holder: str | None = None
+    """Elsewhere: the process that runs it, as the store names it (``host:pid:token``)."""
 
 
 @dataclass(slots=True)

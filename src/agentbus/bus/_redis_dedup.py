@@ -247,7 +247,8 @@ class RedisDedupStore:
 def _sighting(held: bytes, marker: bytes, at: float) -> Seen:
     if held.startswith(_RUNNING):
         # Another process's marker, or this one's on a run still going here.
-        return Seen(at=at, elsewhere=held != marker)
+        holder = held[len(_RUNNING) :].decode(errors="replace")
+        return Seen(at=at, elsewhere=held != marker, holder=holder)
     head, _, body = held[1:].partition(b"\0")
     reply_to = head.decode() or None
     return Seen(at=at, reply=_decoded(body) if body else None, reply_to=reply_to)

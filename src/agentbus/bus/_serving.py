@@ -35,6 +35,7 @@ _log = get_logger("agentbus.bus")
 # many seconds, doubling, up to the last: its reply, or the run's end without one.
 _ASK_FIRST: Final = 0.02
 _ASK_AT_MOST: Final = 0.5
+_NOTE_EVERY: Final = 30.0  # s: how often a long wait for a run elsewhere is logged
 # Raised out of a handler, these say this process lost the broker, not how the request went.
 _LOST: Final = (ConnectionLost, BusClosed)
 
@@ -234,10 +235,12 @@ class Server:
         self._dedup.forget(key)  # held elsewhere, or served: not running here
         if not seen.elsewhere:
             return seen
-        seen = await self._wait_elsewhere(shared, key)
+        seen = await self._wait_elsewhere(shared, key, seen.holder)
         return seen if seen is not None else self._dedup.check_in(key)
 
-    async def _wait_elsewhere(self, shared: SharedDedupStore, key: str) -> Seen | None:
+    async def _wait_elsewhere(
+        self, shared: SharedDedupStore, key: str, holder: str | None
+    ) -> Seen | None:
         """Hold a copy of a request another process runs until that run ends.
 
         Returns its reply (answer the copy with it), or None: the run ended without one
@@ -246,7 +249,10 @@ class Server:
         return counts towards the delivery limit, and the copy would come straight back.
         """
         self._stats.dedup_waits += 1
-        _log.info("request runs in another process; this copy waits for its end", key=key)
+        _log.info(
+            "request runs in another process; this copy waits for its end", key=key, holder=holder
+        )
+        began, noted = time.monotonic(), 0.0
         delay = _ASK_FIRST
         while True:
             await asyncio.sleep(delay)
@@ -257,7 +263,13 @@ class Server:
                 self._shared_failed("check", exc)
                 return None
             if seen is None or not seen.elsewhere:
+                waited = round(time.monotonic() - began, 3)
+                _log.info("the run elsewhere ended", key=key, waited=waited, holder=holder)
                 return seen
+            holder = seen.holder
+            if time.monotonic() - began > noted + _NOTE_EVERY:
+                noted += _NOTE_EVERY  # a run held this long: say who holds it, now and then
+                _log.info("request still runs in another process", key=key, holder=holder)
 
     async def _complete_shared(
         self,

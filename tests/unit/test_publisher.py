@@ -153,6 +153,37 @@ async def test_reply_is_transient_and_correlated() -> None:
     assert properties.expiration is None
 
 
+async def test_replies_to_direct_reply_to_go_unconfirmed_and_the_rest_confirmed() -> None:
+    """With a channel without confirms, a reply to direct reply-to goes on it; a reply to
+    a queue, and every request and event, stays on the confirm channel."""
+    confirmed = FakeUnderlay(Basic.Ack())
+    unconfirmed = FakeUnderlay(None)
+    unconfirmed.publisher_confirms = False
+    pub = Publisher(
+        cast(AbstractRobustChannel, FakeChannel(confirmed)),
+        cast(AbstractExchange, FakeExchange()),
+        app_id="agentbus",
+        max_size=1 << 20,
+        default_timeout=5.0,
+        stats=BusStats(),
+        is_open=lambda: True,
+        plain=cast(AbstractRobustChannel, FakeChannel(unconfirmed)),
+    )
+    reply = request().response({"ok": True}, sender_id="summarizer")
+
+    await pub.publish_reply(reply, "amq.rabbitmq.reply-to.abc")
+    await pub.publish_reply(reply, "agentbus.agent.client-1")
+    await pub.publish(request())
+
+    assert [c["routing_key"] for c in unconfirmed.calls] == ["amq.rabbitmq.reply-to.abc"]
+    assert unconfirmed.calls[0]["wait"] is True  # no confirm: the write is waited for
+    assert [c["routing_key"] for c in confirmed.calls] == [
+        "agentbus.agent.client-1",
+        "agent.summarizer.request",
+    ]
+    assert all(c["wait"] is False for c in confirmed.calls)
+
+
 async def test_a_tiny_ttl_still_expires_in_a_millisecond() -> None:
     """A TTL under a millisecond is sent as 1 ms, not as 0 (which means 'now or never')."""
     pub, underlay = publisher()

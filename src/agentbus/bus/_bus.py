@@ -161,6 +161,7 @@ class Bus(BaseBus):
             is_open=self._can_publish,
             user_id=publisher_user_id(self.settings, self.agent_id),
             site=self.settings.site,
+            plain=await self._connection.channel(publisher_confirms=False),
         )
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.

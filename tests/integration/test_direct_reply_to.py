@@ -17,7 +17,7 @@ import pytest
 from helpers import BusFactory
 from sample_agents import Alpha
 
-from agentbus import Bus
+from agentbus import Bus, Unroutable
 from agentbus.bus import Topology
 from agentbus.bus._publisher import Publisher
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope
@@ -102,9 +102,10 @@ async def test_after_a_reopen_a_transient_request_is_answered_again(
     publisher = _publisher(bus)
     await bus.request("foreign", "echo", {"n": 0}, timeout=5, persistent=False)
 
-    # What a nack on a quorum queue does: the publishing channel is opened afresh, and the
-    # direct reply-to consumer with it.
-    await publisher._fresh_channel(publisher._channel_generation)
+    # What a reconnect does: the channel without confirms is opened afresh, and the
+    # direct reply-to consumer on it with it.
+    assert publisher._plain is not None
+    await publisher._plain.reopen()
     reply = await bus.request("foreign", "echo", {"n": 1}, timeout=5, persistent=False)
 
     assert reply.result == {"echo": {"n": 1}}
@@ -153,3 +154,16 @@ async def test_a_transient_request_waiting_for_progress_gets_it_in_order_first(
             )  # fmt: skip
             assert reply.result == list(word)
             assert "".join(chunks) == word
+
+
+async def test_a_transient_request_nobody_serves_is_unroutable_after_the_presence_check(
+    make_bus: BusFactory,
+) -> None:
+    """It goes without a confirm, so no return says so at once: the presence check finds
+    no queue for the receiver, and the request ends ``Unroutable`` well before its timeout."""
+    bus = await make_bus(presence_check=0.2)
+
+    # Not RequestTimeout: the check, not the timeout, ends it.
+    with pytest.raises(Unroutable, match="nobody serves it"):
+        await bus.request("nobody-serves-this", "echo", {}, timeout=20, persistent=False)
+

@@ -62,3 +62,44 @@ async def test_with_verify_sender_the_registry_takes_only_a_users_own_heartbeats
     assert f"{user}-honest" in known
     assert known.isdisjoint({f"{user}-anonymous", "mallory", f"{user}-victim", f"{user}-liar"})
     assert stats["refused"] == 3
+
+
+async def test_an_agent_online_event_goes_unconfirmed_and_arrives(
+    broker_url: str, exchange_name: str, raw_channel: aio_pika.abc.AbstractChannel
+) -> None:
+    """The registry's ``agent_online`` news goes on its channel without confirms (one
+    confirm less per joining agent) and still reaches a subscriber of another process."""
+    settings = Settings(url=broker_url, exchange=exchange_name)
+    registry = Registry(agent_id="registry-unconfirmed", settings=settings, heartbeat_interval=1)
+    exchange = await raw_channel.declare_exchange(
+        exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    news = await raw_channel.declare_queue(exclusive=True)
+    await news.bind(exchange, "broadcast.event.agent_online")
+    heard: list[str] = []
+
+    async def take(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        heard.append(EventEnvelope.model_validate_json(message.body).payload.event_data["agent_id"])
+
+    await news.consume(take, no_ack=True)
+    options: list[dict[str, object]] = []
+    try:
+        async with registry:
+            publish = registry.bus.publish
+
+            async def spied(envelope: object, **kw: object) -> None:
+                if isinstance(envelope, EventEnvelope):
+                    options.append({"event": envelope.payload.event_name, **kw})
+                await publish(envelope, **kw)  # type: ignore[arg-type]
+
+            registry.bus.publish = spied  # type: ignore[method-assign]
+            message = aio_pika.Message(_beat("newcomer-1", "newcomer-1"))
+            await exchange.publish(message, routing_key=f"broadcast.event.{HEARTBEAT}")
+            await wait_until(lambda: "newcomer-1" in heard, timeout=10)
+    finally:
+        topology = Topology(exchange_name)
+        queues = [topology.service_queue("registry"), topology.instance_queue(registry.id)]
+        await delete_topology(broker_url, exchange_name, queues)
+
+    online = [o for o in options if o["event"] == "agent_online"]
+    assert online and all(o["confirm"] is False for o in online)

@@ -153,9 +153,9 @@ async def test_reply_is_transient_and_correlated() -> None:
     assert properties.expiration is None
 
 
-async def test_replies_to_direct_reply_to_go_unconfirmed_and_the_rest_confirmed() -> None:
-    """With a channel without confirms, a reply to direct reply-to goes on it; a reply to
-    a queue, and every request and event, stays on the confirm channel."""
+async def test_direct_reply_to_and_unconfirmed_publishes_go_on_the_plain_channel() -> None:
+    """With a channel without confirms, replies to direct reply-to, requests naming it and
+    publishes with ``confirm=False`` go on it; the rest stays on the confirm channel."""
     confirmed = FakeUnderlay(Basic.Ack())
     unconfirmed = FakeUnderlay(None)
     unconfirmed.publisher_confirms = False
@@ -174,14 +174,25 @@ async def test_replies_to_direct_reply_to_go_unconfirmed_and_the_rest_confirmed(
     await pub.publish_reply(reply, "amq.rabbitmq.reply-to.abc")
     await pub.publish_reply(reply, "agentbus.agent.client-1")
     await pub.publish(request())
+    await pub.publish(request(), reply_to="amq.rabbitmq.reply-to", persistent=False)
+    await pub.publish(request(), confirm=False)
 
-    assert [c["routing_key"] for c in unconfirmed.calls] == ["amq.rabbitmq.reply-to.abc"]
-    assert unconfirmed.calls[0]["wait"] is True  # no confirm: the write is waited for
+    assert [c["routing_key"] for c in unconfirmed.calls] == [
+        "amq.rabbitmq.reply-to.abc",
+        "agent.summarizer.request",
+        "agent.summarizer.request",
+    ]
+    assert [c["properties"].reply_to for c in unconfirmed.calls[1:]] == [
+        "amq.rabbitmq.reply-to",
+        None,
+    ]
+    # No confirm: the write is waited for, and nothing is mandatory (no return would come).
+    assert all(c["wait"] is True and c["mandatory"] is False for c in unconfirmed.calls)
     assert [c["routing_key"] for c in confirmed.calls] == [
         "agentbus.agent.client-1",
         "agent.summarizer.request",
     ]
-    assert all(c["wait"] is False for c in confirmed.calls)
+    assert [(c["wait"], c["mandatory"]) for c in confirmed.calls] == [(False, True)] * 2
 
 
 async def test_a_tiny_ttl_still_expires_in_a_millisecond() -> None:

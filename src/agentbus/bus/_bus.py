@@ -151,6 +151,7 @@ class Bus(BaseBus):
         await self._declare_dead_letter_queue()
         assert self._connection is not None
         self._connection.reconnect_callbacks.add(self._on_reconnect)
+        plain_channel = await self._connection.channel(publisher_confirms=False)
         publisher = Publisher(
             publish_channel,
             exchange,
@@ -161,7 +162,7 @@ class Bus(BaseBus):
             is_open=self._can_publish,
             user_id=publisher_user_id(self.settings, self.agent_id),
             site=self.settings.site,
-            plain=await self._connection.channel(publisher_confirms=False),
+            plain=plain_channel,
         )
         instance_channel = await self._channel(prefetch=_REPLY_PREFETCH)
         # Not exclusive: a reconnect must find the queue, and the replies in it, again.
@@ -185,8 +186,8 @@ class Bus(BaseBus):
         # Never cancelled by itself: closing the connection ends it, without a round trip
         # that a stalled network would hold up.
         await DeliveryConsumer(instance_channel, queue.name, dispatcher.on_message).start()
-        # Transient requests are answered by direct reply-to: no queue, no acks.
-        direct = DirectReplyTo(publish_channel, dispatcher.on_message, fallback=queue.name)
+        # Transient requests, on the channel without confirms, answered there: no queue.
+        direct = DirectReplyTo(plain_channel, dispatcher.on_message, fallback=queue.name)
         await direct.start()
         publisher.direct = direct
 
@@ -343,7 +344,7 @@ class Bus(BaseBus):
 
         return stop
 
-    async def _unserved(self, receiver: str) -> bool:
+    async def _unserved(self, receiver: str) -> bool | None:
         assert self._connection is not None
         topology = self.topology
         for name in (topology.service_queue(receiver), topology.instance_queue(receiver)):
@@ -358,7 +359,7 @@ class Bus(BaseBus):
             # Ready messages and no consumer: requests wait there that nobody will take.
             # No ready message: ours was delivered, maybe to an instance now draining.
             return declared.consumer_count == 0 and (declared.message_count or 0) > 0
-        return False
+        return None
 
     async def _served_here(self, receiver: str) -> bool:
         assert self._connection is not None

@@ -47,8 +47,9 @@ class BrokerHooks(abc.ABC):
         ``on_held_reply``); return what stops that (and deletes the queue, when told to)."""
 
     @abc.abstractmethod
-    async def _unserved(self, receiver: str) -> bool:
-        """Whether ``receiver``'s queue (service, else instance) holds work nobody consumes."""
+    async def _unserved(self, receiver: str) -> bool | None:
+        """Whether ``receiver``'s queue (service, else instance) holds work nobody consumes;
+        None: ``receiver`` has no queue."""
 
     @abc.abstractmethod
     async def _stop_consuming(self, *, instance: bool) -> None:

@@ -22,6 +22,11 @@ class PublishOptions(TypedDict, total=False):
     """A message no queue is bound for raises ``Unroutable``, not dropped (default: true)."""
     exchange: str | None
     """The exchange to publish on instead of the bus's topic exchange (a site's outbox)."""
+    confirm: bool
+    """Wait for the broker's confirm, and publish again through a reconnect (default:
+    true). False: written on a channel without confirms and not waited for, for what
+    costs nothing if a reconnect loses it; never ``mandatory`` then (aiormq does not pass
+    on a return on such a channel)."""
 
 
 class Publication(NamedTuple):
@@ -32,6 +37,7 @@ class Publication(NamedTuple):
     ttl: float | None
     timeout: float | None
     mandatory: bool
+    confirm: bool
 
 
 def publication(options: PublishOptions) -> Publication:
@@ -42,4 +48,5 @@ def publication(options: PublishOptions) -> Publication:
         options.get("ttl"),
         options.get("timeout"),
         options.get("mandatory", True),
+        options.get("confirm", True),
     )

@@ -127,4 +127,5 @@ class Transport(Protocol):
         persistent: bool = True,
         ttl: float | None = None,
         mandatory: bool = True,
+        confirm: bool = True,
     ) -> EventEnvelope: ...

@@ -37,10 +37,12 @@ _log = get_logger("agentbus.bus")
 class Publisher:
     """Publishes on one confirm channel; retries a publish cut off by a reconnect.
 
-    ``plain``, a channel without confirms, takes the replies to direct reply-to: RabbitMQ
-    hands such a reply straight to the requester's channel or drops it (it is never
-    mandatory), so its confirm would say nothing, and waiting for it costs the server a
-    frame and a wake-up per request (about a tenth of a transient request's p50).
+    ``plain``, a channel without confirms, takes what a confirm says nothing useful of,
+    each confirm costing a frame and a wake-up (about a tenth of a transient request's
+    p50 on each side): replies to direct reply-to, which RabbitMQ hands straight to the
+    requester's channel or drops (they are never mandatory); requests naming direct
+    reply-to, transient (its consumer is on this channel, as RabbitMQ requires), whose
+    answer a reconnect loses anyway; and what is published with ``confirm=False``.
     """
 
     def __init__(
@@ -84,16 +86,20 @@ class Publisher:
         ``reply_to`` direct reply-to (``amq.rabbitmq.reply-to``) has the replies come to
         ``direct``, without a queue.
         """
-        reply_to, persistent, ttl, timeout, mandatory = publication(options)
+        reply_to, persistent, ttl, timeout, mandatory, confirm = publication(options)
         body = encode(envelope, max_size=self._max_size)
+        direct = reply_to == DIRECT_REPLY_TO
+        plain = self._plain if direct or not confirm else None
         await self._send(
             options.get("exchange") or self._exchange.name,
             routing_key(envelope),
             body,
             self._properties(envelope, reply_to=reply_to, persistent=persistent, ttl=ttl),
-            mandatory=mandatory,
+            # aiormq drops a return on a channel without confirms (it logs an error).
+            mandatory=mandatory and plain is None,
             timeout=timeout,
-            direct=self.direct if reply_to == DIRECT_REPLY_TO else None,
+            direct=self.direct if direct else None,
+            channel=plain,
         )
 
     async def publish_reply(

@@ -9,7 +9,13 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Protocol, Unpack
 
-from agentbus._exceptions import AgentBusError, NoInstance, RemoteError, RequestTimeout
+from agentbus._exceptions import (
+    AgentBusError,
+    NoInstance,
+    RemoteError,
+    RequestTimeout,
+    Unroutable,
+)
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._options import PublishOptions
@@ -19,8 +25,8 @@ from agentbus.envelopes import ErrorCode, ErrorEnvelope, RequestEnvelope, Respon
 
 __all__ = ["Presence", "RequestPublisher", "Requester", "Slots"]
 
-Presence = Callable[[str], Awaitable[bool]]
-"""Whether the receiver's queue holds requests and no consumer (False: no such queue)."""
+Presence = Callable[[str], Awaitable[bool | None]]
+"""Whether the receiver's queue holds requests and no consumer; None: it has no queue."""
 
 _log = get_logger("agentbus.bus")
 _MAX_LOOKS = 1024
@@ -78,11 +84,12 @@ class Requester:
         self._presence_after = presence_after
         self._checks: set[asyncio.Task[None]] = set()
         self._looking = asyncio.Semaphore(_LOOKS_AT_ONCE)
-        self._looks: dict[str, tuple[float, asyncio.Future[bool]]] = {}
+        self._looks: dict[str, tuple[float, asyncio.Future[bool | None]]] = {}
         """The last look at each receiver's queue: when it began, and its answer."""
-        self._watched: collections.deque[tuple[float, str, asyncio.Future[Reply]]]
+        self._watched: collections.deque[tuple[float, str, asyncio.Future[Reply], bool]]
         self._watched = collections.deque()
-        """Requests sent, oldest first: when their check is due, their receiver, their answer."""
+        """Requests sent, oldest first: when their check is due, their receiver, their
+        answer, and whether they went unconfirmed (no queue then means unroutable)."""
         self._sweeper: asyncio.Task[None] | None = None
 
     def close(self) -> None:
@@ -101,9 +108,11 @@ class Requester:
         on_progress: ProgressCallback | None,
         persistent: bool = True,
         presence: bool = True,
+        confirm: bool = True,
     ) -> ResponseEnvelope:
         """Publish ``envelope`` and return its response; with no ``publisher``, only wait for
-        the response to ``envelope``, sent before.
+        the response to ``envelope``, sent before. ``confirm``: see ``PublishOptions``;
+        without it, a receiver with no queue is found by the presence check.
 
         Raises:
             RemoteError: the receiver answered with an error envelope.
@@ -135,10 +144,11 @@ class Requester:
                         ttl=timeout,
                         timeout=timeout,
                         persistent=persistent,
+                        confirm=confirm,
                     )
                 # From the publish on: a request still waiting to go out is nobody's fault.
                 if presence:
-                    self._watch(envelope.receiver_id, future, timeout)
+                    self._watch(envelope.receiver_id, future, timeout, not confirm)
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code
@@ -163,14 +173,16 @@ class Requester:
             raise RemoteError(reply)
         return reply
 
-    def _watch(self, receiver: str, future: asyncio.Future[Reply], timeout: float) -> None:
+    def _watch(
+        self, receiver: str, future: asyncio.Future[Reply], timeout: float, unconfirmed: bool
+    ) -> None:
         # A request still waiting after presence_after checks that something consumes its
         # receiver's queue. One sweep per requester finds them, not a timer per request:
         # a request answered in time costs an append, and is dropped when the sweep passes.
         if self._presence is None or not 0 < self._presence_after < timeout:
             return
         loop = asyncio.get_running_loop()
-        self._watched.append((loop.time() + self._presence_after, receiver, future))
+        self._watched.append((loop.time() + self._presence_after, receiver, future, unconfirmed))
         if self._sweeper is None:
             self._sweeper = loop.create_task(self._sweep())
 
@@ -180,9 +192,9 @@ class Requester:
             while watched:
                 now = loop.time()
                 while watched and watched[0][0] <= now:
-                    _, receiver, future = watched.popleft()
+                    _, receiver, future, unconfirmed = watched.popleft()
                     if not future.done():
-                        self._start_check(receiver, future)
+                        self._start_check(receiver, future, unconfirmed)
                 if watched:  # the next due, but not sooner than a slice: a few wakes a second
                     await asyncio.sleep(
                         max(watched[0][0] - now, self._presence_after / _SWEEP_SLICES)
@@ -190,12 +202,12 @@ class Requester:
         finally:
             self._sweeper = None
 
-    def _start_check(self, receiver: str, future: asyncio.Future[Reply]) -> None:
-        task = asyncio.create_task(self._check(receiver, future))
+    def _start_check(self, receiver: str, future: asyncio.Future[Reply], unconfirmed: bool) -> None:
+        task = asyncio.create_task(self._check(receiver, future, unconfirmed))
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
 
-    async def _check(self, receiver: str, future: asyncio.Future[Reply]) -> None:
+    async def _check(self, receiver: str, future: asyncio.Future[Reply], unconfirmed: bool) -> None:
         try:
             async with self._looking:
                 if future.done():  # answered (or failed) while this check waited its turn
@@ -204,7 +216,17 @@ class Requester:
         except AgentBusError as exc:
             _log.debug("presence not checked", receiver=receiver, error=str(exc))
             return
-        if unserved and not future.done():
+        if future.done():
+            return
+        if unserved is None and unconfirmed:
+            # No confirm came back to say it was routed: with no queue, nothing took it.
+            future.set_exception(
+                Unroutable(
+                    f"no queue is bound for {receiver!r}: nobody serves it",
+                    details={"receiver": receiver},
+                )
+            )
+        elif unserved:
             self._stats.no_instance += 1
             future.set_exception(
                 NoInstance(
@@ -214,7 +236,7 @@ class Requester:
                 )
             )
 
-    async def _unserved(self, receiver: str) -> bool:
+    async def _unserved(self, receiver: str) -> bool | None:
         # One look per receiver at a time, and its answer good for presence_after: a
         # backlog of thousands of slow requests to one service costs one passive declare.
         loop = asyncio.get_running_loop()
@@ -229,7 +251,7 @@ class Requester:
         return await asyncio.shield(cached[1])
 
 
-def _retrieved(look: asyncio.Future[bool]) -> None:
+def _retrieved(look: asyncio.Future[bool | None]) -> None:
     # A failed look nobody awaits any more must not be reported as never retrieved.
     if not look.cancelled():
         look.exception()

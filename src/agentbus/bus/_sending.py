@@ -76,8 +76,11 @@ class Sending(abc.ABC):
         ``persistent=False`` sends it transient: not written to disk by the broker, so
         quicker, and lost if the broker restarts before it is served; on RabbitMQ its
         answer comes by direct reply-to (no reply queue, no acks; without ``on_progress``),
-        lost if this bus's connection drops meanwhile. For calls whose timeout is short,
-        where surviving a broker restart or a reconnect buys nothing.
+        lost if this bus's connection drops meanwhile, and it goes without the broker's
+        confirm (nor is the answer confirmed): a reconnect may lose the request too, and a
+        receiver nobody serves is ``Unroutable`` after the ``presence_check`` setting's
+        seconds, not at once. For calls whose timeout is short, where surviving a broker
+        restart or a reconnect buys nothing.
 
         ``on_progress`` is called with every ``in_progress`` response that comes first:
         the skill's start, its progress and its partial results, in order.
@@ -163,6 +166,8 @@ class Sending(abc.ABC):
             timeout=timeout,
             on_progress=on_progress,
             persistent=persistent,
+            # Naming direct reply-to, it goes on the channel without confirms (Publisher).
+            confirm=reply_to != DIRECT_REPLY_TO,
         )
 
     async def emit(
@@ -174,11 +179,13 @@ class Sending(abc.ABC):
         persistent: bool = True,
         ttl: float | None = None,
         mandatory: bool = False,
+        confirm: bool = True,
     ) -> EventEnvelope:
         """Publish an event, to everyone by default; return the envelope sent.
 
         An event nobody subscribes to is dropped, as pub/sub goes; with ``mandatory``,
-        it is an error instead.
+        it is an error instead. ``confirm=False``: see ``PublishOptions``, for news whose
+        loss in a reconnect costs nothing.
 
         Raises:
             Unroutable: ``mandatory`` and nobody receives it (no subscriber bound).
@@ -189,5 +196,7 @@ class Sending(abc.ABC):
             payload=EventPayload(event_name=event_name, event_data=data or {}),
             metadata=Metadata(trace=current_trace()),
         )
-        await self.publish(envelope, persistent=persistent, ttl=ttl, mandatory=mandatory)
+        await self.publish(
+            envelope, persistent=persistent, ttl=ttl, mandatory=mandatory, confirm=confirm
+        )
         return envelope

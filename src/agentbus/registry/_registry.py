@@ -397,7 +397,10 @@ class Registry(Agent):
         }
         try:
             async with self._emitting:
-                await self.bus.emit(event_name, data)
+                # An agent coming online is news its listing also has: unconfirmed, it costs
+                # the registry no confirm to track (50,000 agents joining send 50,000). An
+                # offline one goes confirmed: a leader retries the agent's work on it.
+                await self.bus.emit(event_name, data, confirm=event_name != AGENT_ONLINE)
         except BusClosed:
             # The registry is stopping: its table goes with it, and so do its news.
             self._log.debug("transition event not sent: the registry is stopping")

@@ -146,14 +146,14 @@ class MemoryBus(BaseBus):
         assert self._instance_queue is not None
         self.broker.bind(self._instance_queue, pattern, exchange=self.topology.exchange)
 
-    async def _unserved(self, receiver: str) -> bool:
+    async def _unserved(self, receiver: str) -> bool | None:
         topology = self.topology
         broker = self.broker
         for queue in (topology.service_queue(receiver), topology.instance_queue(receiver)):
             count = broker.consumer_count(queue)
             if count is not None:
                 return count == 0 and broker.message_count(queue) > 0
-        return False
+        return None
 
     async def _stop_consuming(self, *, instance: bool) -> None:
         stopping = list(self._service_consumers)

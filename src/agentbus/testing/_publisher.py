@@ -50,7 +50,7 @@ class MemoryPublisher:
         """Publish ``envelope`` on the topic exchange with its contract routing key."""
         # ``timeout`` bounds the wait for a publisher confirm; in memory the routing
         # decision is immediate, so there is nothing to wait on.
-        reply_to, persistent, ttl, _, mandatory = publication(options)
+        reply_to, persistent, ttl, _, mandatory, _ = publication(options)
         body = encode(envelope, max_size=self._max_size)
         message = self._message(envelope, body, reply_to=reply_to, persistent=persistent, ttl=ttl)
         await self._send(self._exchange, routing_key(envelope), message, mandatory=mandatory)

@@ -166,4 +166,3 @@ async def test_a_transient_request_nobody_serves_is_unroutable_after_the_presenc
     # Not RequestTimeout: the check, not the timeout, ends it.
     with pytest.raises(Unroutable, match="nobody serves it"):
         await bus.request("nobody-serves-this", "echo", {}, timeout=20, persistent=False)
-

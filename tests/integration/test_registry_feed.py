@@ -102,4 +102,5 @@ async def test_an_agent_online_event_goes_unconfirmed_and_arrives(
         await delete_topology(broker_url, exchange_name, queues)
 
     online = [o for o in options if o["event"] == "agent_online"]
-    assert online and all(o["confirm"] is False for o in online)
+    assert online
+    assert all(o["confirm"] is False for o in online)

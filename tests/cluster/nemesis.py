@@ -63,6 +63,8 @@ class Crew:
     workers: list[AgentProcess]
     start_leader: Callable[[], AgentProcess]
     start_worker: Callable[[], AgentProcess]
+    ids: dict[int, str] = field(default_factory=dict)
+    """Each process's agent id, by pid."""
 
 
 class Nemesis:
@@ -79,6 +81,8 @@ class Nemesis:
         self.seed = seed
         self.rows = {name: FaultRow(name) for name in FAULTS}
         self.log: list[str] = []
+        self.kills: dict[str, float] = {}
+        """When each agent the nemesis killed (kill -9) died, by agent id (time.time())."""
         self._rng = random.Random(seed)
         self._cluster = cluster
         self._proxy = proxy
@@ -136,7 +140,7 @@ class Nemesis:
     async def _leader_kill(self) -> None:
         crew = self._crew
         victim = crew.leaders.pop(self._rng.randrange(len(crew.leaders)))
-        victim.kill()
+        self._kill(victim)
         replacement = crew.start_leader()
         await replacement.started()
         crew.leaders.append(replacement)
@@ -144,10 +148,30 @@ class Nemesis:
     async def _worker_kill(self) -> None:
         crew = self._crew
         victim = crew.workers.pop(self._rng.randrange(len(crew.workers)))
-        victim.kill()
+        self._kill(victim)
         replacement = crew.start_worker()
         await replacement.started()
         crew.workers.append(replacement)
+
+    def _kill(self, victim: AgentProcess) -> None:
+        victim.kill()
+        self.kills[self._crew.ids.get(victim.pid, str(victim.pid))] = time.time()
+
+    def unexplained_reruns(self) -> dict[str, list[tuple[str, float, bool]]]:
+        """The requests run again after their effect, other than after a kill -9.
+
+        A worker killed after its effect and before the record of its completion leaves
+        a running marker that lapses with its lease: a copy then runs again, and
+        ``apply_once`` finds the effect done (a replay). That is the one window the bus
+        cannot close (docs/reliability.md); every other re-run is a de-duplication fault.
+        """
+        unexplained = {}
+        for message_id, runs in self._ledger.reruns().items():
+            (first, applied, _), later = runs[0], runs[1:]
+            died = self.kills.get(first)
+            if died is None or not all(applied <= died <= at for _, at, _ in later):
+                unexplained[message_id] = runs
+        return unexplained
 
     async def _close_connections(self) -> None:
         victim = self._rng.randrange(len(self._cluster.nodes))

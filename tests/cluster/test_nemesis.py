@@ -54,7 +54,10 @@ def _dedup_url() -> str:
 
 
 def _plan() -> Plan:
-    work = {"skill": "work", "service": SERVICE, "timeout": 60, "parameters": {"seconds": 0.1}}
+    # once: the effect applied with its check in one transaction (the inbox pattern), so a
+    # run after a kill -9 between the effect and its record is a replay, not an effect.
+    parameters = {"seconds": 0.1, "once": True}
+    work = {"skill": "work", "service": SERVICE, "timeout": 60, "parameters": parameters}
     return Plan.model_validate(
         {"subtasks": [{"id": f"s{n}", **work} for n in range(STEPS)], "max_parallel": 4}
     )
@@ -105,17 +108,23 @@ async def test_nemesis(
     }
     numbers = itertools.count()
 
+    ids: dict[int, str] = {}
+
     def start(target: str, role: str, cwd: Path | None = None) -> Any:
-        return agent_process.start(
-            target, "--id", f"{role}-{next(numbers)}", "--heartbeat", "1",
+        agent_id = f"{role}-{next(numbers)}"
+        process = agent_process.start(
+            target, "--id", agent_id, "--heartbeat", "1",
             url=cluster.url, exchange=cluster_exchange, env=env, cwd=cwd,
         )  # fmt: skip
+        ids[process.pid] = agent_id
+        return process
 
     crew = Crew(
         leaders=[start("agentbus.leader:Leader", "leader") for _ in range(2)],
         workers=[start("chaos_agents:LedgerWorker", "worker", CHAOS) for _ in range(3)],
         start_leader=lambda: start("agentbus.leader:Leader", "leader"),
         start_worker=lambda: start("chaos_agents:LedgerWorker", "worker", CHAOS),
+        ids=ids,
     )
     for process in [*crew.leaders, *crew.workers]:
         await process.started()
@@ -126,7 +135,8 @@ async def test_nemesis(
         nemesis = Nemesis(SEED, cluster, proxy, crew, ledger)
         stop = asyncio.Event()
         began = time.monotonic()
-        async with steady_traffic(producer, lanes=4, limit=10**9, timeout=30, seconds=0.2):
+        traffic = {"timeout": 30, "seconds": 0.2, "once": True}
+        async with steady_traffic(producer, lanes=4, limit=10**9, **traffic):
             planner = asyncio.create_task(plans.run(stop))
             await wait_for(lambda: len(ledger.effects()) >= 20, 60, "work flowing")
             try:
@@ -160,6 +170,8 @@ async def test_nemesis(
     assert report.recorded_twice == [], f"seed {SEED}: a request ended twice"
     assert report.lost == [], f"seed {SEED}: confirmed without an effect"
     assert report.duplicated == {}, f"seed {SEED}: an effect ran twice"
+    reruns = nemesis.unexplained_reruns()
+    assert reruns == {}, f"seed {SEED}: run again after its effect, with no kill -9 to say why"
     assert report.unexpected == [], f"seed {SEED}"
     assert not any(report.residue.values()), f"seed {SEED}: left in the queues: {report.residue}"
     assert all(row.count >= 1 for row in nemesis.rows.values())

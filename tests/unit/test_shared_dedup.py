@@ -185,6 +185,39 @@ async def test_a_delivery_cancelled_while_its_check_in_is_out_leaves_nothing_tak
     assert a.replies.results() == ["run 1"]
 
 
+async def test_a_delivery_cancelled_while_its_completion_is_out_still_completes() -> None:
+    """The channel closes just after the effect, while the store takes its record: the
+    record still goes in (a copy elsewhere is answered with it instead of running again
+    once the running marker would have lapsed)."""
+    server, work = _Server(), Work()
+    work.finish.set()
+    store = _Shared(server, "a")
+    recording = asyncio.Event()
+    let_go = asyncio.Event()
+    complete = store.complete
+
+    async def slow_complete(key: str, reply: Reply | None, *args: object) -> None:
+        recording.set()
+        await let_go.wait()
+        await complete(key, reply, *args)  # type: ignore[arg-type]
+
+    store.complete = slow_complete  # type: ignore[method-assign]
+    a = serving_process("svc-a", work, store)
+    first = Delivery(request())
+    serving = asyncio.create_task(a.dispatcher.on_service_message(first))
+    await recording.wait()
+    serving.cancel()  # aiormq cancels the delivery's task with its channel
+    await asyncio.gather(serving, return_exceptions=True)
+    let_go.set()
+    await wait_until(lambda: server.keys[first.request.message_id][0] == "done")
+
+    assert work.runs == 1
+    b = serving_process("svc-b", work, _Shared(server, "b"))
+    await b.dispatcher.on_service_message(Delivery(first.request, redelivered=True))
+    assert work.runs == 1, "the copy elsewhere was answered from the record"
+    assert b.replies.results() == ["run 1"]
+
+
 class _Said:
     """The serving module's logger, as a test reads it: the events, by level."""
 

@@ -174,7 +174,10 @@ class Server:
         # acked without an answer as if the work were still running.
         self._complete(key, reply, reply_to, body)
         if self._shared is not None:
-            await self._complete_shared(self._shared, key, reply, reply_to, body)
+            # Shielded: the effect is done, so its record goes in even if the channel closes
+            # now (the task is cancelled); cut short, the marker would lapse with its lease
+            # and a copy run again elsewhere.
+            await asyncio.shield(self._complete_shared(self._shared, key, reply, reply_to, body))
         try:
             if body is None:
                 # Not even the error fits under the cap: remembered all the same, so the

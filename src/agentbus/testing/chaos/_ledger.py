@@ -223,6 +223,19 @@ class Ledger:
         db.execute("COMMIT")
         return done is None
 
+    def reruns(self) -> dict[str, list[tuple[str, float, bool]]]:
+        """Each message id ``apply_once`` found done at least once: its executions, oldest
+        first, as (agent id, time, whether it was a replay)."""
+        rows = self._db().execute(
+            "SELECT message_id, agent_id, at, 0 FROM effects WHERE message_id IN "
+            "(SELECT message_id FROM replays) UNION ALL "
+            "SELECT message_id, agent_id, at, 1 FROM replays ORDER BY at"
+        )
+        found: dict[str, list[tuple[str, float, bool]]] = {}
+        for message_id, agent_id, at, replay in rows:
+            found.setdefault(str(message_id), []).append((str(agent_id), float(at), bool(replay)))
+        return found
+
     def effects(self, message_id: str | None = None) -> list[tuple[str, str]]:
         """Return the (message id, agent id) of every effect execution, oldest first."""
         query = "SELECT message_id, agent_id FROM effects"

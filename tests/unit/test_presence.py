@@ -8,6 +8,9 @@ import contextlib
 import pytest
 
 from agentbus import NoInstance, RequestTimeout, Settings, Unroutable
+from agentbus.bus._pending import PendingRequests
+from agentbus.bus._requests import Requester
+from agentbus.bus._stats import BusStats
 from agentbus.envelopes import RequestEnvelope
 from agentbus.testing import MemoryBroker, MemoryBus
 
@@ -210,3 +213,40 @@ async def test_requests_answered_in_time_share_one_sweep_not_a_timer_each() -> N
     assert [reply.result for reply in replies] == ["ok"] * 500
     assert timers <= 500 + 10  # the deadlines; was 1,000 with a presence timer per request
     assert sweeper is None or sweeper.done()  # closed with the bus
+
+
+class _Unconfirmed:
+    """A publisher that writes without a confirm: nothing comes back to say it was routed."""
+
+    async def publish(self, envelope: RequestEnvelope, **options: object) -> None:
+        assert options["confirm"] is False
+
+
+async def _nobody_has_a_queue(receiver: str) -> bool | None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("receiver", "ends_with"), [("nobody", Unroutable), ("broadcast", RequestTimeout)]
+)
+async def test_an_unconfirmed_request_to_a_receiver_without_a_queue_is_unroutable(
+    receiver: str, ends_with: type[Exception]
+) -> None:
+    """No confirm, so no return: the presence check finds no queue and says unroutable,
+    except for a broadcast, which has no queue of its own to look at."""
+    requester = Requester(
+        PendingRequests(), BusStats(), 8, presence=_nobody_has_a_queue, presence_after=0.05
+    )
+    envelope = RequestEnvelope(
+        sender_id="client-1", receiver_id=receiver, payload={"action": "go", "parameters": {}}
+    )
+    with pytest.raises(ends_with):
+        await requester.send(
+            _Unconfirmed(),
+            envelope,
+            reply_to="amq.rabbitmq.reply-to",
+            timeout=0.5,
+            on_progress=None,
+            confirm=False,
+        )
+    requester.close()

@@ -21,7 +21,13 @@ from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import PendingRequests, ProgressCallback, Reply
 from agentbus.bus._stats import BusStats
-from agentbus.envelopes import ErrorCode, ErrorEnvelope, RequestEnvelope, ResponseEnvelope
+from agentbus.envelopes import (
+    BROADCAST,
+    ErrorCode,
+    ErrorEnvelope,
+    RequestEnvelope,
+    ResponseEnvelope,
+)
 
 __all__ = ["Presence", "RequestPublisher", "Requester", "Slots"]
 
@@ -148,7 +154,9 @@ class Requester:
                     )
                 # From the publish on: a request still waiting to go out is nobody's fault.
                 if presence:
-                    self._watch(envelope.receiver_id, future, timeout, not confirm)
+                    # A broadcast has no queue of its own to look at: never unroutable here.
+                    unrouted = not confirm and envelope.receiver_id != BROADCAST
+                    self._watch(envelope.receiver_id, future, timeout, unrouted)
                 reply = await future
             if isinstance(reply, ErrorEnvelope):
                 outcome = reply.payload.code

@@ -38,6 +38,8 @@ FAULTS: Final = (
 )
 PARTITION: Final = 5.0  # seconds the client stays cut off
 NODE_DOWN: Final = 3.0  # seconds a killed node stays down
+STARTS: Final = 5  # a replacement is started at most this often before the run fails
+STARTING: Final = 120.0  # seconds a replacement may take to serve (a loaded host is slow)
 
 
 @dataclass
@@ -81,6 +83,8 @@ class Nemesis:
         self.seed = seed
         self.rows = {name: FaultRow(name) for name in FAULTS}
         self.log: list[str] = []
+        self.restarts = 0
+        """Replacements that exited before they served, and were started again."""
         self.kills: dict[str, float] = {}
         """When each agent the nemesis killed (kill -9) died, by agent id (time.time())."""
         self._rng = random.Random(seed)
@@ -141,17 +145,28 @@ class Nemesis:
         crew = self._crew
         victim = crew.leaders.pop(self._rng.randrange(len(crew.leaders)))
         self._kill(victim)
-        replacement = crew.start_leader()
-        await replacement.started()
-        crew.leaders.append(replacement)
+        crew.leaders.append(await self._replacement(crew.start_leader))
 
     async def _worker_kill(self) -> None:
         crew = self._crew
         victim = crew.workers.pop(self._rng.randrange(len(crew.workers)))
         self._kill(victim)
-        replacement = crew.start_worker()
-        await replacement.started()
-        crew.workers.append(replacement)
+        crew.workers.append(await self._replacement(crew.start_worker))
+
+    async def _replacement(self, start: Callable[[], AgentProcess]) -> AgentProcess:
+        # As a supervisor (Kubernetes) does: a process that exits before it serves (a
+        # durable leader whose journal's stream has no leader yet, past its 30 s wait, on
+        # a cluster coming back) is started again.
+        for _ in range(STARTS):
+            process = start()
+            try:
+                await process.started(timeout=STARTING)
+            except RuntimeError:  # it exited first
+                self.restarts += 1
+                self.log.append(f"a replacement exited before it served: {process.tail()[-300:]}")
+                continue
+            return process
+        raise AssertionError(f"seed {self.seed}: no replacement served after {STARTS} starts")
 
     def _kill(self, victim: AgentProcess) -> None:
         victim.kill()

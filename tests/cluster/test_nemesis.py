@@ -157,6 +157,7 @@ async def test_nemesis(
         f"[nemesis] seed={SEED} {elapsed:.0f} s: {report.summary()} requests={producer.calls} "
         f"plans={len(answered)} ({sum(answered.values())} answers)\n"
         + nemesis.table()
+        + f"\n[nemesis] replacements started again (exited before they served): {nemesis.restarts}"
         + "\n[nemesis] dead-lettered (queue, reason): "
         + (", ".join(f"{q} {r}: {n}" for (q, r), n in sorted(dead.items())) or "none")
         + "\n"

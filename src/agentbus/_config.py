@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     On by default: it costs a plan tens of milliseconds (docs/reliability.md)."""
     plan_retention: float = Field(default=3600.0, ge=0)
     """Seconds a leader keeps a plan's aggregate after it ended, for ``plan_status``."""
+    question_retention: str = Field(default="7D", pattern=r"^[0-9]+(Y|M|D|h|m|s)$")
+    """How long a service keeps the questions its skills asked (its conversation journal's
+    ``x-max-age``: ``7D``, ``12h``): the longest an answer may take."""
     tracing: bool = False
     """OpenTelemetry spans for sending, handling and plan steps (the ``otel`` extra)."""
     trace_file: str | None = None

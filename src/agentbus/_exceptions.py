@@ -25,7 +25,10 @@ envelope and a caller can act on the code it received::
     ├── UnknownAction                 unknown_action: the agent has no such skill
     ├── InvalidParameters             invalid_parameters: parameters do not fit the skill
     ├── Cancelled                     cancelled: a cancel request stopped the work
+    │   └── QuestionDeclined          the caller declined to answer a skill's question
     ├── RequestTimeout                timeout: no answer within the request's time
+    ├── InputRequired                 input_required: the work asks the caller a question
+    ├── QuestionClosed                question_closed: an answer to a question not open
     └── RemoteError                   the other side answered with an error envelope
 
 The codes are the wire error codes of ``agentbus.envelopes.ErrorCode``.
@@ -36,7 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentbus.envelopes import ErrorEnvelope
+    from agentbus.envelopes import ErrorEnvelope, Question, ResponseEnvelope
 
 __all__ = [
     "AccessRefused",
@@ -47,11 +50,14 @@ __all__ = [
     "ConfigurationError",
     "ConnectionLost",
     "EnvelopeError",
+    "InputRequired",
     "InvalidParameters",
     "NoCapableAgent",
     "NoInstance",
     "PayloadTooLarge",
     "PublishFailed",
+    "QuestionClosed",
+    "QuestionDeclined",
     "RemoteError",
     "RequestTimeout",
     "SiteUnreachable",
@@ -189,6 +195,36 @@ class Cancelled(AgentBusError):
     """The work was stopped by a ``cancel`` request."""
 
     code: str = "cancelled"
+
+
+class QuestionDeclined(Cancelled):
+    """The caller declined to answer the question a skill asked (``ask`` raises it)."""
+
+
+class InputRequired(AgentBusError):
+    """The work asks its caller a question, and waits for the answer (``question``).
+
+    Answer it with ``bus.answer(question, ...)``, from this process or another one,
+    until ``question.expires_at``; ``envelope`` is the response (or, from an older
+    agent, the error) that asked.
+    """
+
+    code: str = "input_required"
+
+    def __init__(self, question: Question, envelope: ResponseEnvelope | ErrorEnvelope) -> None:
+        super().__init__(
+            f"input required: {question.text}",
+            details={"question": question.model_dump(mode="json")},
+        )
+        self.question = question
+        self.envelope = envelope
+
+
+class QuestionClosed(AgentBusError):
+    """An answer to a question that is not open: unknown, expired or answered already
+    (``details["reason"]``)."""
+
+    code: str = "question_closed"
 
 
 class RequestTimeout(AgentBusError):

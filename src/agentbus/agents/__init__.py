@@ -1,8 +1,10 @@
-"""The agent runtime: skills, agent cards, heartbeats and concurrency."""
+"""The agent runtime: skills, agent cards, heartbeats, questions and concurrency."""
 
 from agentbus.agents._agent import NOTIFY_START, Agent, current_request
+from agentbus.agents._asking import QUESTION_ANSWERED, QUESTION_ASKED
 from agentbus.agents._cancel import CancelCause, cancel_cause, send_cancel
 from agentbus.agents._card import AgentCard, SkillCard
+from agentbus.agents._conversation import ask, remember
 from agentbus.agents._heartbeat import (
     AGENT_OFFLINE,
     AGENT_ONLINE,
@@ -30,6 +32,8 @@ __all__ = [
     "LATENCY_BUCKETS",
     "NOTIFY_START",
     "PROGRESS_STATES",
+    "QUESTION_ANSWERED",
+    "QUESTION_ASKED",
     "Agent",
     "AgentCard",
     "AgentStatus",
@@ -39,8 +43,10 @@ __all__ = [
     "SkillCard",
     "SkillMark",
     "SkillSpec",
+    "ask",
     "cancel_cause",
     "current_request",
+    "remember",
     "report_progress",
     "report_usage",
     "run_until_signalled",

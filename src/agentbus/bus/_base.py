@@ -265,6 +265,12 @@ class BaseBus(Sending, BrokerHooks):
         queue = self.topology.journal_queue(_checked(name, "journal name"))
         return await self._open_journal(queue, max_age)
 
+    async def conversations(self, service: str, *, max_age: str = "7D") -> Journal:
+        """Open ``service``'s journal of questions (its user alone reads it), as ``journal``."""
+        self._require_open()
+        queue = self.topology.conversations(_checked(service, "service name"))
+        return await self._open_journal(queue, max_age)
+
     async def reply_queue(
         self, name: str, *, expect: Iterable[str] = (), hold: bool = False
     ) -> Callable[[bool], Awaitable[None]]:

@@ -20,6 +20,7 @@ from agentbus.bus._protocol import Transport
 from agentbus.bus._redelivery import redelivered
 from agentbus.bus._redis_dedup import DedupUnavailable, RedisDedupStore
 from agentbus.bus._routes import EventHandler, RequestHandler
+from agentbus.bus._sending import QuestionHandler
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
 from agentbus.bus._trace import current_trace
@@ -44,6 +45,7 @@ __all__ = [
     "LatencyObserver",
     "ProgressCallback",
     "PublishOptions",
+    "QuestionHandler",
     "RedisDedupStore",
     "Refusal",
     "RequestHandler",

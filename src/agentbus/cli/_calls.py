@@ -12,6 +12,8 @@ import click
 from pydantic import TypeAdapter, ValidationError
 
 from agentbus._exceptions import AgentBusError, RemoteError
+from agentbus.bus import QuestionHandler
+from agentbus.cli._answers import converse
 from agentbus.cli._context import (
     client_bus,
     client_id_option,
@@ -272,6 +274,20 @@ async def agents(
     help="Ask through a leader, as a task whose status `agentbus plan status ID` shows.",
 )
 @click.option("--task-id", help="The task's id (with --task; default: made up).")
+@click.option(
+    "--answer",
+    "answers",
+    multiple=True,
+    metavar="JSON",
+    help="An answer to a question the skill asks, in order (repeat it for each).",
+)
+@click.option("--context", "context_id", metavar="ID", help="The conversation's id.")
+@click.option(
+    "--answer-within",
+    type=click.FloatRange(min=0.001),
+    metavar="SECONDS",
+    help="How long a question of this request may wait for its answer.",
+)
 @client_id_option
 @click.pass_context
 @run_async
@@ -284,11 +300,19 @@ async def request(
     result_only: bool,
     as_task: bool,
     task_id: str | None,
+    answers: tuple[str, ...],
+    context_id: str | None,
+    answer_within: float | None,
 ) -> None:
     """Send ACTION to RECEIVER (an agent id or service) and print the response as JSON.
 
     The skill's progress and partial results are printed on stderr as they come. An error
     envelope is printed too, and the exit status is then 1.
+
+    A question the skill asks is answered with the next --answer (JSON; text that is not
+    JSON goes as a string), else at a prompt when standard input is a terminal; else the
+    question is printed as JSON with how to answer it (`agentbus answer`), and the exit
+    status is 5.
 
     With --task the request goes through a leader as a task (a plan of one subtask): its
     id is printed on stderr first, and `agentbus plan status ID` shows it while it runs
@@ -304,14 +328,22 @@ async def request(
         await _request_task(ctx, receiver, action, parameters, timeout, result_only, task_id)
         return
     async with client_bus(ctx) as bus:
-        try:
-            reply = await bus.request(
-                receiver, action, parameters, timeout=timeout, on_progress=_show_update
+
+        async def ask(on_question: QuestionHandler | None) -> ResponseEnvelope:
+            return await bus.request(
+                receiver,
+                action,
+                parameters,
+                timeout=timeout,
+                on_progress=_show_update,
+                on_question=on_question,
+                context_id=context_id,
+                answer_within=answer_within,
             )
-        except RemoteError as exc:
-            print_json(exc.envelope.model_dump(mode="json"))
-            ctx.exit(1)
-    print_json(reply.result if result_only else reply.model_dump(mode="json"))
+
+        reply = await converse(ctx, ask, answers)
+    if reply is not None:
+        print_json(reply.result if result_only else reply.model_dump(mode="json"))
 
 
 @click.command()

@@ -1,7 +1,7 @@
 """The agent runtime: skills, agent cards, heartbeats, questions and concurrency."""
 
 from agentbus.agents._agent import NOTIFY_START, Agent, current_request
-from agentbus.agents._asking import QUESTION_ANSWERED, QUESTION_ASKED
+from agentbus.agents._asking import QUESTION_ANSWERED, QUESTION_ASKED, answer_parameters
 from agentbus.agents._cancel import CancelCause, cancel_cause, send_cancel
 from agentbus.agents._card import AgentCard, SkillCard
 from agentbus.agents._conversation import ask, remember
@@ -43,6 +43,7 @@ __all__ = [
     "SkillCard",
     "SkillMark",
     "SkillSpec",
+    "answer_parameters",
     "ask",
     "cancel_cause",
     "current_request",

@@ -12,7 +12,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from agentbus._exceptions import InvalidParameters, QuestionClosed, UnknownAction
-from agentbus.agents._conversation import Conversation, Suspended, question_time
+from agentbus.agents._conversation import Conversation, Suspended
 from agentbus.agents._skills import SkillSpec
 from agentbus.bus import Journal, Transport
 from agentbus.envelopes import (
@@ -25,10 +25,18 @@ from agentbus.envelopes import (
     ResponseEnvelope,
     ResponseStatus,
     answers_questions,
+    question_origin,
     utcnow,
 )
 
-__all__ = ["QUESTION_ANSWERED", "QUESTION_ASKED", "Asked", "AskedQuestions", "Asking"]
+__all__ = [
+    "QUESTION_ANSWERED",
+    "QUESTION_ASKED",
+    "Asked",
+    "AskedQuestions",
+    "Asking",
+    "answer_parameters",
+]
 
 QUESTION_ASKED: Final = "question_asked"
 """The broadcast event an agent sends when a skill asks (``question``, ``caller``)."""
@@ -112,7 +120,7 @@ class AskedQuestions:
         return asked
 
     async def _find(self, question_id: str) -> tuple[Asked, str | None]:
-        named = question_time(question_id)
+        named = question_origin(question_id)
         if named is None or named[0] != self._service:
             raise _closed(question_id, "unknown", f"{self._service} asked no such question")
         journal = await self._open()
@@ -199,13 +207,7 @@ class Asking:
             QuestionClosed: the question is not open (``AskedQuestions.take``).
             UnknownAction: this agent no longer has the skill that asked.
         """
-        try:
-            answer = AnswerParameters.model_validate(request.payload.parameters)
-        except ValidationError as exc:
-            raise InvalidParameters(
-                f"invalid parameters for {ANSWER_ACTION!r}: {exc.errors()[0]['msg']}",
-                details={"skill": ANSWER_ACTION},
-            ) from exc
+        answer = answer_parameters(request)
         asked = await self._store.take(answer.question_id, request.message_id, request.sender_id)
         original = asked.request
         spec = skills.get(original.payload.action)
@@ -231,6 +233,21 @@ class Asking:
             notes=asked.notes,
         )
         return spec, spec.bind(original.payload.parameters), conversation
+
+
+def answer_parameters(request: RequestEnvelope) -> AnswerParameters:
+    """The parameters of an ``answer_question`` request.
+
+    Raises:
+        InvalidParameters: they are not those of ``answer_question``.
+    """
+    try:
+        return AnswerParameters.model_validate(request.payload.parameters)
+    except ValidationError as exc:
+        raise InvalidParameters(
+            f"invalid parameters for {ANSWER_ACTION!r}: {exc.errors()[0]['msg']}",
+            details={"skill": ANSWER_ACTION},
+        ) from exc
 
 
 def _closed(question_id: str, reason: str, message: str) -> QuestionClosed:

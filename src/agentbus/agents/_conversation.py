@@ -13,25 +13,28 @@ waits, and a kill -9 of the asker loses nothing.
 from __future__ import annotations
 
 import contextvars
-import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final, TypeVar, overload
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from agentbus._exceptions import QuestionDeclined, UsageError
-from agentbus.envelopes import ANSWER_WITHIN, Question, QuestionKind, RequestEnvelope, utcnow
+from agentbus.envelopes import (
+    ANSWER_WITHIN,
+    Question,
+    QuestionKind,
+    RequestEnvelope,
+    new_question_id,
+    utcnow,
+)
 
 __all__ = [
     "Conversation",
     "Suspended",
     "ask",
-    "question_id",
-    "question_time",
     "remember",
 ]
 
@@ -93,7 +96,7 @@ class Conversation:
         if isinstance(caller, int | float) and not isinstance(caller, bool) and caller > 0:
             limits.append(float(caller))
         return Question(
-            question_id=question_id(self.service),
+            question_id=new_question_id(self.service),
             text=text,
             answer_schema=schema,
             kind=kind,
@@ -107,23 +110,6 @@ class Conversation:
             turn=self.asked - 1,
             rejected=rejected,
         )
-
-
-def question_id(service: str) -> str:
-    """A new question's id: ``<service>.<milliseconds since the epoch>.<random>``.
-
-    The service says where its answer goes, the time where its record is kept.
-    """
-    return f"{service}.{time.time_ns() // 1_000_000}.{os.urandom(8).hex()}"
-
-
-def question_time(question_id: str) -> tuple[str, datetime] | None:
-    """The service and the time a question id names; None for an id not made here."""
-    service, _, rest = question_id.partition(".")
-    millis, _, random = rest.partition(".")
-    if not service or not millis.isdigit() or not random:
-        return None
-    return service, datetime.fromtimestamp(int(millis) / 1000, tz=utcnow().tzinfo)
 
 
 def _current() -> Conversation:

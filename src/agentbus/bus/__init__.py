@@ -15,12 +15,11 @@ from agentbus.bus._dedup import DedupStore, DedupWindow, SharedDedupStore
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._journal import Journal
 from agentbus.bus._options import PublishOptions
-from agentbus.bus._pending import ProgressCallback
+from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._protocol import Transport
 from agentbus.bus._redelivery import redelivered
 from agentbus.bus._redis_dedup import DedupUnavailable, RedisDedupStore
 from agentbus.bus._routes import EventHandler, RequestHandler
-from agentbus.bus._sending import QuestionHandler
 from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
 from agentbus.bus._trace import current_trace

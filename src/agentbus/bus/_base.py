@@ -252,10 +252,8 @@ class BaseBus(Sending, BrokerHooks):
         return feed
 
     async def journal(self, name: str, *, max_age: str = "7D") -> Journal:
-        """Open the journal ``name``: an append-only log every process reads back.
-
-        On RabbitMQ a stream, kept ``max_age`` (``7D``, ``12h``: the stream's
-        ``x-max-age``) and replicated on a cluster.
+        """Open the journal ``name``: an append-only log every process reads back; on
+        RabbitMQ a stream, kept ``max_age`` (``7D``, ``12h``), replicated on a cluster.
 
         Raises:
             ConfigurationError: ``name`` is not a valid id.

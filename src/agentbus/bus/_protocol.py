@@ -11,11 +11,17 @@ from agentbus._metrics import Metrics
 from agentbus.bus._feed import Feed, FeedHandler
 from agentbus.bus._journal import Journal
 from agentbus.bus._options import PublishOptions
-from agentbus.bus._pending import ProgressCallback
+from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._replies import ReplyPublisher
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._stats import BusStats
-from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, ResponseEnvelope
+from agentbus.envelopes import (
+    Envelope,
+    EventEnvelope,
+    Question,
+    RequestEnvelope,
+    ResponseEnvelope,
+)
 
 __all__ = ["EnvelopePublisher", "Transport"]
 
@@ -97,6 +103,20 @@ class Transport(Protocol):
         metadata: dict[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
         persistent: bool = True,
+        on_question: QuestionHandler | None = None,
+        answer_within: float | None = None,
+        context_id: str | None = None,
+    ) -> ResponseEnvelope: ...
+
+    async def answer(
+        self,
+        question: Question | str,
+        answer: Any = None,
+        *,
+        decline: bool = False,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_question: QuestionHandler | None = None,
     ) -> ResponseEnvelope: ...
 
     async def send_request(

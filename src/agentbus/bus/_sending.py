@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeAlias, Unpack
+from typing import Any, Unpack
 
 from agentbus._config import Settings
 from agentbus._exceptions import (
@@ -18,7 +17,7 @@ from agentbus._exceptions import (
 )
 from agentbus._topology import DIRECT_REPLY_TO, Topology
 from agentbus.bus._options import PublishOptions
-from agentbus.bus._pending import ProgressCallback
+from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
 from agentbus.bus._sites import Crossing, SiteRouter
@@ -35,13 +34,11 @@ from agentbus.envelopes import (
     Question,
     RequestEnvelope,
     ResponseEnvelope,
+    question_origin,
     utcnow,
 )
 
-__all__ = ["QuestionHandler", "Sending"]
-
-QuestionHandler: TypeAlias = Callable[[Question], Awaitable[Any]]
-"""Awaited with a question a skill asks; returns the answer (``request(on_question=)``)."""
+__all__ = ["Sending"]
 
 
 def _seconds_left(question: Question) -> float | None:
@@ -182,7 +179,13 @@ class Sending(abc.ABC):
             RemoteError, RequestTimeout, Unroutable: as ``request``.
         """
         question_id = question if isinstance(question, str) else question.question_id
-        service = question_id.partition(".")[0] if isinstance(question, str) else question.service
+        origin = question_origin(question_id) if isinstance(question, str) else None
+        service = question.service if not isinstance(question, str) else origin and origin[0]
+        if not service:
+            raise QuestionClosed(
+                f"{question_id!r} is not a question's id",
+                details={"question_id": question_id, "reason": "unknown"},
+            )
         context_id = None if isinstance(question, str) else question.context_id
         parameters: dict[str, Any] = {"question_id": question_id}
         if decline:

@@ -35,6 +35,8 @@ from agentbus.envelopes._questions import (
     Question,
     QuestionKind,
     answers_questions,
+    new_question_id,
+    question_origin,
 )
 from agentbus.envelopes._schema import envelope_schema
 
@@ -73,5 +75,7 @@ __all__ = [
     "envelope_schema",
     "is_valid_id",
     "new_message_id",
+    "new_question_id",
+    "question_origin",
     "utcnow",
 ]

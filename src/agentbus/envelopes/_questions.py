@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import enum
+import os
 import re
+import time
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from pydantic import Field
@@ -26,6 +29,8 @@ __all__ = [
     "Question",
     "QuestionKind",
     "answers_questions",
+    "new_question_id",
+    "question_origin",
 ]
 
 ANSWER_ACTION: Final = "answer_question"
@@ -75,6 +80,12 @@ class Question(_WireModel):
     store's retention."""
     turn: int = 0
     """How many questions this request's work asked before this one."""
+    data: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
+    """What the question is about, for whoever answers (a draft to approve)."""
+    plan_id: AgentId | None = Field(default=None, exclude_if=_is_none)
+    """A plan's question (asked by a leader for one of its steps): the plan..."""
+    subtask_id: AgentId | None = Field(default=None, exclude_if=_is_none)
+    """...and the step that asks."""
     rejected: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
     """Asked again: why the last answer did not fit (``errors``)."""
 
@@ -86,6 +97,23 @@ class AnswerParameters(_WireModel):
     answer: Any = None
     decline: bool = False
     """Not answering: the skill's ``ask`` raises ``QuestionDeclined``."""
+
+
+def new_question_id(service: str) -> str:
+    """A new question's id: ``<service>.<milliseconds since the epoch>.<random>``.
+
+    The service says where its answer goes, the time where the asker keeps its record.
+    """
+    return f"{service}.{time.time_ns() // 1_000_000}.{os.urandom(8).hex()}"
+
+
+def question_origin(question_id: str) -> tuple[str, datetime] | None:
+    """The service and the time a question's id names; None for an id not of that form."""
+    service, _, rest = question_id.partition(".")
+    millis, _, random = rest.partition(".")
+    if not service or not millis.isdigit() or not random:
+        return None
+    return service, datetime.fromtimestamp(int(millis) / 1000, tz=UTC)
 
 
 def answers_questions(request: RequestEnvelope) -> bool:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from agentbus.bus import Journal
+from agentbus.envelopes import Question
 from agentbus.leader._aggregate import SubtaskStatus
 from agentbus.leader._attempt import SubtaskError
 from agentbus.leader._plan import Plan
@@ -27,9 +28,11 @@ from agentbus.leader._status import PlanState
 
 __all__ = [
     "JOURNAL",
+    "Asker",
     "PlanJournal",
     "Restored",
     "Sent",
+    "find_asker",
     "journaled_state",
     "lookup",
     "plan_key",
@@ -65,6 +68,9 @@ class Restored:
     begun_at: float | None = None
     settled: dict[str, dict[str, Any]] = field(default_factory=dict)
     in_flight: dict[str, Sent] = field(default_factory=dict)
+    asking: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The steps waiting for an answer: their ``asked`` records (and ``answered``, once
+    the answer came and before the step went on)."""
     ended: bool = False
 
 
@@ -87,6 +93,25 @@ class PlanJournal:
     def message_id(self, subtask_id: str, attempt: int) -> str:
         """The request id of an attempt: the same whichever leader sends it."""
         return f"{self.key}/{subtask_id}/{attempt}"
+
+    def answer_id(self, subtask_id: str, question_id: str) -> str:
+        """The request id of the answer to an agent's question: the same whichever leader
+        sends it."""
+        return f"{self.key}/{subtask_id}/{question_id}"
+
+    async def asked(
+        self, subtask_id: str, question: dict[str, Any], asked: dict[str, Any] | None
+    ) -> None:
+        """Record that a step waits for the answer to the plan's ``question`` (standing for
+        the agent's question ``asked``; None for an approval step); return once written."""
+        record = {"kind": "asked", "subtask": subtask_id, "question": question, "asked": asked}
+        await self._add(record)
+
+    async def answered(self, subtask_id: str, question_id: str, answer: dict[str, Any]) -> None:
+        """Record the answer a step's question got (``value`` or ``declined``, ``by``);
+        return once written (then it goes on to the agent)."""
+        record = {"kind": "answered", "subtask": subtask_id, "question_id": question_id}
+        await self._add(record | {"answer": answer})
 
     async def restore(self, sent_at: datetime) -> Restored | None:
         """Read the plan's records back; None if no leader began it."""
@@ -168,6 +193,46 @@ class PlanJournal:
                 written.set_result(None)
 
 
+@dataclass(slots=True)
+class Asker:
+    """Where a plan's question stands, as the journal has it since the question."""
+
+    plan_id: str
+    leader: str
+    """The leader that runs the plan now: the one that asked, or one that took it over."""
+    answered: bool = False
+    ended: bool = False
+
+
+async def find_asker(journal: Journal, question_id: str, since: datetime) -> Asker | None:
+    """The plan that asked ``question_id`` (read from ``since``, the question's time)."""
+    found: Asker | None = None
+    key = None
+    for entry in await journal.read(since):
+        records = entry.get("records", ())
+        if found is None:
+            for record in records:
+                question = record.get("question") if record.get("kind") == "asked" else None
+                if question is not None and question.get("question_id") == question_id:
+                    found = Asker(str(question.get("plan_id")), str(question.get("asker")))
+                    key = entry.get("plan")
+            continue
+        if entry.get("plan") == key:
+            _note(found, question_id, records)
+    return found
+
+
+def _note(found: Asker, question_id: str, records: list[dict[str, Any]]) -> None:
+    for record in records:
+        kind = record.get("kind")
+        if kind == "begun":
+            found.leader = str(record.get("leader"))
+        elif kind == "ended":
+            found.ended = True
+        elif kind == "answered" and record.get("question_id") == question_id:
+            found.answered = True
+
+
 async def lookup(journal: Journal, plan_id: str, since: datetime) -> Restored | None:
     """The latest run of the plan ``plan_id`` that the journal holds since ``since``."""
     runs: dict[str, Restored | None] = {}
@@ -202,7 +267,15 @@ def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None
         restored.in_flight[record["subtask"]] = sent
     elif kind == "settled":
         restored.in_flight.pop(record["subtask"], None)
+        restored.asking.pop(record["subtask"], None)
         restored.settled[record["subtask"]] = record
+    elif kind == "asked":
+        restored.in_flight.pop(record["subtask"], None)
+        restored.asking[record["subtask"]] = record
+    elif kind == "answered":
+        asking = restored.asking.get(record["subtask"])
+        if asking is not None and asking["question"].get("question_id") == record["question_id"]:
+            asking["answer"] = record["answer"]
     return restored
 
 
@@ -234,6 +307,11 @@ def journaled_state(found: Restored) -> PlanState | None:
     for subtask_id, sent in found.in_flight.items():
         records[subtask_id].status = SubtaskStatus.RUNNING
         records[subtask_id].attempts = sent.attempt
+    questions = []
+    for subtask_id, asking in found.asking.items():
+        if "answer" not in asking:
+            records[subtask_id].status = SubtaskStatus.INPUT_REQUIRED
+            questions.append(Question.model_validate(asking["question"]))
     if not found.ended:
         return PlanState(
             plan_id=plan.id,
@@ -242,6 +320,7 @@ def journaled_state(found: Restored) -> PlanState | None:
             done=len(found.settled),
             total=len(records),
             subtasks=[record.outcome() for record in records.values()],
+            questions=questions,
         )
     begun = found.begun_at or time.time()
     last = max((r.ended or begun for r in records.values()), default=begun)

@@ -5,15 +5,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import structlog
 
-from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, InvalidParameters
-from agentbus.agents import AGENT_OFFLINE, Agent, current_request, skill
+from agentbus._exceptions import (
+    AgentBusError,
+    BusClosed,
+    ConnectionLost,
+    InvalidParameters,
+    QuestionClosed,
+)
+from agentbus.agents import AGENT_OFFLINE, Agent, answer_parameters, current_request, skill
 from agentbus.bus import Journal, Topology, redelivered
-from agentbus.envelopes import BROADCAST, EventEnvelope, RequestEnvelope, utcnow
+from agentbus.envelopes import (
+    ANSWER_ACTION,
+    BROADCAST,
+    ErrorCode,
+    EventEnvelope,
+    RequestEnvelope,
+    question_origin,
+    utcnow,
+)
 from agentbus.leader._aggregate import (
     PLAN_PROGRESS,
     Aggregate,
@@ -22,9 +36,17 @@ from agentbus.leader._aggregate import (
     ProgressReport,
 )
 from agentbus.leader._directory import SkillDirectory
-from agentbus.leader._durable import JOURNAL, PlanJournal, journaled_state, lookup, plan_key
+from agentbus.leader._durable import (
+    JOURNAL,
+    PlanJournal,
+    find_asker,
+    journaled_state,
+    lookup,
+    plan_key,
+)
 from agentbus.leader._plan import Plan
 from agentbus.leader._progress import ProgressSink
+from agentbus.leader._questions import Given, PlanQuestions
 from agentbus.leader._run import Cancellation, PlanRunner
 from agentbus.leader._status import PlanState, RecentPlans
 from agentbus.leader._takeover import TakeOver
@@ -32,6 +54,7 @@ from agentbus.leader._takeover import TakeOver
 __all__ = ["Leader"]
 
 _OUTLINE_MAX: Final = 1000  # subtasks: a larger plan's first progress report names none
+_SKEW: Final = timedelta(minutes=1)  # read a question's records from this long before it
 
 
 class Leader(Agent):
@@ -58,6 +81,7 @@ class Leader(Agent):
         self._journal: Journal | None = None
         self._runners: set[PlanRunner] = set()
         self._directory: SkillDirectory | None = None
+        self._plan_questions = PlanQuestions(self.id, self.name, news=self._tell)
 
     def _delivery_limit(self) -> int | None:
         return self.settings.plan_delivery_limit
@@ -143,6 +167,7 @@ class Leader(Agent):
                     done=done,
                     total=total,
                     subtasks=outcomes,
+                    questions=self._plan_questions.of_plan(plan_id),
                 )
         aggregate = self._recent.get(plan_id)
         if aggregate is not None:
@@ -166,7 +191,14 @@ class Leader(Agent):
         assert self._directory is not None
         progress = self._sink_for(request.sender_id, request.message_id, plan)
         if self._journal is None:
-            runner = PlanRunner(self.bus, plan, directory=self._directory, progress=progress)
+            runner = PlanRunner(
+                self.bus,
+                plan,
+                directory=self._directory,
+                progress=progress,
+                questions=self._plan_questions,
+                request_id=request.message_id,
+            )
             return runner, None, None
         journal = PlanJournal(self._journal, plan_key(request.message_id))
         # A first delivery (never handed to a leader before) has nothing in the journal:
@@ -192,9 +224,59 @@ class Leader(Agent):
         reply_to = Topology(self.bus.settings.exchange).reply_queue(journal.reply_queue)
         takeover = TakeOver(self.bus, journal, restored=restored, reply_to=reply_to)
         runner = PlanRunner(
-            self.bus, plan, directory=self._directory, progress=progress, takeover=takeover
+            self.bus,
+            plan,
+            directory=self._directory,
+            progress=progress,
+            takeover=takeover,
+            questions=self._plan_questions,
+            request_id=request.message_id,
         )
         return runner, journal, stop_replies
+
+    async def _answer_question(self, request: RequestEnvelope) -> Any:
+        # A plan's question: to the step waiting here, or to the leader running the plan.
+        answer = answer_parameters(request)
+        origin = question_origin(answer.question_id)
+        if origin is None or origin[0] != self.name:
+            return await super()._answer_question(request)
+        given = Given(answer.answer, answer.decline, request.sender_id)
+        opened = self._plan_questions.answer(answer.question_id, given)
+        if opened is not None:
+            return {
+                "question_id": answer.question_id,
+                "plan_id": opened.plan_id,
+                "subtask_id": opened.subtask_id,
+                "accepted": True,
+            }
+        return await self._answer_elsewhere(request, answer.question_id, origin[1])
+
+    async def _answer_elsewhere(
+        self, request: RequestEnvelope, question_id: str, asked_at: datetime
+    ) -> Any:
+        found = None
+        if self._journal is not None:
+            found = await find_asker(self._journal, question_id, asked_at - _SKEW)
+        if found is None or found.answered or found.ended:
+            reason = "unknown" if found is None else "answered" if found.answered else "ended"
+            raise QuestionClosed(
+                f"no plan waits on question {question_id} ({reason})",
+                details={"question_id": question_id, "reason": reason},
+            )
+        if found.leader == self.id:
+            raise AgentBusError(
+                f"plan {found.plan_id!r} is being taken over: answer again in a moment",
+                code=ErrorCode.AGENT_UNAVAILABLE,
+                details={"question_id": question_id, "plan_id": found.plan_id},
+            )
+        # To the leader running the plan; its answer (or error) is this one's.
+        forwarded = await self.bus.request(
+            found.leader,
+            ANSWER_ACTION,
+            request.payload.parameters,
+            timeout=self.settings.request_timeout,
+        )
+        return forwarded.result
 
     async def _on_offline(self, event: EventEnvelope) -> None:
         agent_id = event.payload.event_data.get("agent_id")

@@ -17,13 +17,15 @@ from agentbus.agents import CancelCause, cancel_cause
 from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import utcnow
 from agentbus.leader._aggregate import Aggregate, SubtaskOutcome, SubtaskStatus
-from agentbus.leader._attempt import Answered, AttemptResult, Failed, Holders, SubtaskError
+from agentbus.leader._attempt import Answered, Asked, AttemptResult, Failed, Holders, SubtaskError
+from agentbus.leader._conversing import Conversing
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import Sent
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._limits import Limits
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
+from agentbus.leader._questions import APPROVAL, PlanQuestions
 from agentbus.leader._record import SubtaskRecord, tally
 from agentbus.leader._sender import AttemptSender
 from agentbus.leader._takeover import TakeOver
@@ -73,6 +75,8 @@ class PlanRunner:
         retry_cap: float = 5.0,
         rng: random.Random | None = None,
         takeover: TakeOver | None = None,
+        questions: PlanQuestions | None = None,
+        request_id: str | None = None,
     ) -> None:
         self.plan = plan
         self.state = RunState.PENDING
@@ -102,6 +106,15 @@ class PlanRunner:
             takeover=takeover,
             trace=current_trace(),  # the run_plan request's, when a leader serves one
             log=self._log,
+        )
+        self._conversing = Conversing(
+            questions if questions is not None else PlanQuestions(bus.agent_id, "leader"),
+            self._sender,
+            self._limits,
+            self._emit,
+            takeover,
+            plan_id=plan.id,
+            request_id=request_id or plan.id,
         )
 
     def __repr__(self) -> str:
@@ -243,12 +256,19 @@ class PlanRunner:
         record.status = SubtaskStatus.RUNNING
         record.started = time.time()
         self._emit(record, "started")
+        if subtask.skill == APPROVAL and subtask.service is None:
+            self._end_step(record, await self._conversing.approve(subtask, record, parameters))
+            return
         tried: set[str] = set()
         in_flight = self._in_flight(record)
+        result = await self._conversing.resumed(subtask, record, tried)
         while True:
-            record.attempts += 1
-            result = await self._attempt(subtask, parameters, record, tried, in_flight)
-            in_flight = None
+            if result is None:
+                record.attempts += 1
+                result = await self._attempt(subtask, parameters, record, tried, in_flight)
+                in_flight = None
+            while isinstance(result, Asked):
+                result = await self._conversing.converse(subtask, record, result.question, tried)
             if isinstance(result, Answered):
                 self._succeed(record, result)
                 return
@@ -259,6 +279,13 @@ class PlanRunner:
             self._emit(record, "retrying", error=error)
             if not result.holder_gone:
                 await asyncio.sleep(self._limits.backoff(record.attempts))
+            result = None
+
+    def _end_step(self, record: SubtaskRecord, result: AttemptResult) -> None:
+        if isinstance(result, Answered):
+            self._succeed(record, result)
+        elif isinstance(result, Failed):
+            self._finish(record, result.error)
 
     def _parameters(self, subtask: Subtask, record: SubtaskRecord) -> dict[str, Any] | None:
         # Its own and its inputs, from the results of its dependencies; None when one of

@@ -6,8 +6,9 @@ import time
 from collections import OrderedDict
 from typing import Final, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from agentbus.envelopes import Question
 from agentbus.leader._aggregate import Aggregate, SubtaskOutcome
 
 __all__ = ["PlanState", "RecentPlans"]
@@ -26,6 +27,8 @@ class PlanState(BaseModel):
     total: int
     subtasks: list[SubtaskOutcome]
     aggregate: Aggregate | None = None
+    questions: list[Question] = Field(default_factory=list)
+    """The plan's questions waiting for an answer (``agentbus answer ID ANSWER``)."""
 
     @classmethod
     def ended(cls, aggregate: Aggregate, leader: str) -> PlanState:

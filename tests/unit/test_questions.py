@@ -214,3 +214,29 @@ async def test_ask_outside_a_skill_is_a_usage_error() -> None:
     """Asking from anywhere but a running skill says so."""
     with pytest.raises(UsageError, match="inside a running skill"):
         await ask("hello?")
+
+
+class Desk(Agent):
+    name = "desk"
+
+    @skill
+    async def hold(self) -> str:
+        """Asks a question whose answer must come to this instance."""
+        return await ask("Which line?", here=True, data={"lines": 3})
+
+
+async def test_a_question_asked_here_is_answered_by_this_instance() -> None:
+    """here=True: the question names the instance; its answer goes there, not to the pool."""
+    broker = MemoryBroker()
+    first = Desk(bus=MemoryBus(broker, agent_id="desk-1"))
+    second = Desk(bus=MemoryBus(broker, agent_id="desk-2"))
+    async with first, second, MemoryBus(broker) as client:
+        with pytest.raises(InputRequired) as asked:
+            await client.request("desk", "hold")
+        question = asked.value.question
+        assert question.service == question.asker
+        assert question.question_id.startswith(f"{question.asker}.")
+        assert question.data == {"lines": 3}
+        reply = await client.answer(question.question_id, "two")
+    assert reply.result == "two"
+    assert reply.sender_id == question.asker

@@ -68,9 +68,12 @@ class AskedQuestions:
     Opened on first use: an agent that never asks declares nothing.
     """
 
-    def __init__(self, bus: Transport, service: str, *, retention: str = "7D") -> None:
+    def __init__(
+        self, bus: Transport, service: str, *, retention: str = "7D", instance: str | None = None
+    ) -> None:
         self._bus = bus
         self._service = service
+        self._instance = instance
         self._retention = retention
         self._journal: Journal | None = None
         self._opening = asyncio.Lock()
@@ -121,7 +124,7 @@ class AskedQuestions:
 
     async def _find(self, question_id: str) -> tuple[Asked, str | None]:
         named = question_origin(question_id)
-        if named is None or named[0] != self._service:
+        if named is None or named[0] not in (self._service, self._instance):
             raise _closed(question_id, "unknown", f"{self._service} asked no such question")
         journal = await self._open()
         asked: Asked | None = None
@@ -168,7 +171,7 @@ class Asking:
         self, bus: Transport, agent_id: str, service: str, *, retention: str, news: News
     ) -> None:
         self._agent_id = agent_id
-        self._store = AskedQuestions(bus, service, retention=retention)
+        self._store = AskedQuestions(bus, service, retention=retention, instance=agent_id)
         self._service = service
         self._news = news
 

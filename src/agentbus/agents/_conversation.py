@@ -88,20 +88,24 @@ class Conversation:
         kind: QuestionKind,
         within: float | None,
         rejected: dict[str, Any] | None,
+        *,
+        here: bool = False,
     ) -> Question:
-        """The question this run asks now, its deadline the asker's or the caller's."""
+        """The question this run asks now, its deadline the asker's or the caller's;
+        ``here``: its answer comes to this instance, not to any of the service's."""
         now = utcnow()
         limits = [within] if within is not None else []
         caller = (self.request.metadata.model_extra or {}).get(ANSWER_WITHIN)
         if isinstance(caller, int | float) and not isinstance(caller, bool) and caller > 0:
             limits.append(float(caller))
+        answered_by = self.agent_id if here else self.service
         return Question(
-            question_id=new_question_id(self.service),
+            question_id=new_question_id(answered_by),
             text=text,
             answer_schema=schema,
             kind=kind,
             asker=self.agent_id,
-            service=self.service,
+            service=answered_by,
             action=self.request.payload.action,
             request_id=self.request.message_id,
             context_id=self.request.metadata.context_id,
@@ -120,12 +124,25 @@ def _current() -> Conversation:
 
 
 @overload
-async def ask(text: str, *, kind: QuestionKind | str = ..., within: float | None = ...) -> str: ...
+async def ask(
+    text: str,
+    *,
+    kind: QuestionKind | str = ...,
+    within: float | None = ...,
+    data: dict[str, Any] | None = ...,
+    here: bool = ...,
+) -> str: ...
 
 
 @overload
 async def ask(
-    text: str, answer: type[T], *, kind: QuestionKind | str = ..., within: float | None = ...
+    text: str,
+    answer: type[T],
+    *,
+    kind: QuestionKind | str = ...,
+    within: float | None = ...,
+    data: dict[str, Any] | None = ...,
+    here: bool = ...,
 ) -> T: ...
 
 
@@ -135,6 +152,8 @@ async def ask(
     *,
     kind: QuestionKind | str = QuestionKind.INPUT,
     within: float | None = None,
+    data: dict[str, Any] | None = None,
+    here: bool = False,
 ) -> Any:
     """From inside a skill: ask the caller ``text`` and return the answer, as ``answer``.
 
@@ -152,6 +171,10 @@ async def ask(
         answer: The type of the answer (default ``str``).
         kind: ``input`` (an answer to go on with) or ``auth`` (an authorization).
         within: Seconds the answer may take; the caller may set a shorter wait.
+        data: What the question is about, shown with it (a draft to approve).
+        here: The answer must come to this instance (its ``service`` is the instance
+            id): for a skill that keeps what the answer needs in memory, such as a
+            remote session waiting on it. Lost with the instance.
 
     Raises:
         QuestionDeclined: the caller declined to answer.
@@ -172,7 +195,9 @@ async def ask(
             # Only the newest answer can be new here; an older one fitted when it came.
             rejected = {"answer": given.get("value"), "errors": _errors(exc)}
     schema = adapter.json_schema(mode="serialization")
-    question = conversation.question(text, schema, QuestionKind(kind), within, rejected)
+    question = conversation.question(text, schema, QuestionKind(kind), within, rejected, here=here)
+    if data is not None:
+        question = question.model_copy(update={"data": data})
     raise Suspended(question, conversation.answers[:turn])
 
 

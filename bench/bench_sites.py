@@ -32,8 +32,8 @@ import orjson
 import _harness as harness
 from agentbus import Agent, AgentBusError, Settings, skill
 from agentbus.bus import Bus
+from agentbus.definitions import federation_definitions
 from agentbus.registry import Registry
-from agentbus.security import federation_definitions
 from agentbus.testing.chaos import ChaosProxy, PrivateBroker
 
 

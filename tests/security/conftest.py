@@ -16,7 +16,7 @@ import pytest
 from security_support import SecuredTeam
 from tls_support import CertificateAuthority
 
-from agentbus.security import definitions, team_grants
+from agentbus.definitions import definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker, PrivateBrokerError, TlsListener, find_rabbitmq
 
 # RabbitMQ's x509 login: the EXTERNAL mechanism, the user from the subject's CN.

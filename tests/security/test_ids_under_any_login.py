@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from tls_support import CertificateAuthority
 
-from agentbus.security import sent_by
+from agentbus.security._admission import sent_by
 from agentbus.testing.chaos import PrivateBroker
 
 pytestmark = pytest.mark.security

@@ -22,9 +22,9 @@ import agentbus
 from agentbus.agents import Agent
 from agentbus.agents.builtin import TextAgent
 from agentbus.bus import read_audit
+from agentbus.definitions import definitions, team_grants
 from agentbus.leader import Leader, Plan, PlanClient, PlanStatus
 from agentbus.registry import Registry
-from agentbus.security import definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker
 
 pytestmark = pytest.mark.security

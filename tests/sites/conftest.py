@@ -26,7 +26,7 @@ from chaos_support import broker_required  # noqa: E402
 from fault_support import Team  # noqa: E402
 
 from agentbus import Settings  # noqa: E402
-from agentbus.security import federation_definitions  # noqa: E402
+from agentbus.definitions import federation_definitions  # noqa: E402
 from agentbus.testing.chaos import (  # noqa: E402
     ChaosProxy,
     PrivateBroker,

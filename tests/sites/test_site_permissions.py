@@ -21,7 +21,7 @@ from link_support import heard, until_true
 
 from agentbus import AccessRefused, Agent, Settings, SiteUnreachable, skill
 from agentbus.bus import Bus, Topology
-from agentbus.security import definitions, federation_definitions, team_grants
+from agentbus.definitions import definitions, federation_definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker
 
 pytestmark = pytest.mark.sites

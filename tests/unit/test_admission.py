@@ -21,14 +21,8 @@ from agentbus.envelopes import (
     ResponseStatus,
     encode,
 )
-from agentbus.security import (
-    Refusal,
-    connection_user,
-    publisher_user_id,
-    refusal,
-    sent_by,
-    verifies_sender,
-)
+from agentbus.security import Refusal, publisher_user_id, refusal, verifies_sender
+from agentbus.security._admission import connection_user, sent_by
 from agentbus.testing import MemoryBroker, MemoryBus, MemoryMessage
 from waiting import wait_until
 

@@ -27,6 +27,7 @@ SIZE_CAPPED: Final = ("bus", "leader")
 LAYERS: Final[dict[str, frozenset[str]]] = {
     "envelopes": frozenset(),
     "security": frozenset({"envelopes"}),
+    "definitions": frozenset({"envelopes"}),
     "bus": frozenset({"envelopes", "security"}),
     "agents": frozenset({"envelopes", "security", "bus"}),
     "registry": frozenset({"envelopes", "bus", "agents"}),
@@ -39,6 +40,7 @@ LAYERS: Final[dict[str, frozenset[str]]] = {
         {
             "envelopes",
             "security",
+            "definitions",
             "bus",
             "agents",
             "registry",
@@ -120,6 +122,20 @@ def test_packages_import_only_the_layers_below_them() -> None:
         and parts[0] not in LAYERS[package]
     ]
     assert upward == []
+
+
+@pytest.mark.parametrize("package", ["security", "definitions"])
+def test_enforcement_and_the_generators_use_no_amqp_client(package: str) -> None:
+    """``security`` and ``definitions`` sit below the transport: no aio-pika, no aiormq."""
+    clients = {"aio_pika", "aiormq", "pamqp"}
+    found = [
+        f"{path.relative_to(SRC)}: {name}"
+        for path, owner in _modules()
+        if owner == package
+        for name in _imports(path)
+        if name.split(".")[0] in clients
+    ]
+    assert found == []
 
 
 def test_every_package_is_placed_in_a_layer() -> None:

@@ -9,7 +9,8 @@ import pytest
 import agentbus
 from agentbus import ConfigurationError, Settings
 from agentbus.agents import Agent
-from agentbus.security import default_id, publisher_user_id, sent_by, verifies_sender
+from agentbus.security import default_id, publisher_user_id, verifies_sender
+from agentbus.security._admission import sent_by
 
 
 class Billing(Agent):

@@ -8,7 +8,7 @@ import pytest
 
 from agentbus import ConfigurationError
 from agentbus.bus import Topology
-from agentbus.security import definitions, team_grants
+from agentbus.definitions import definitions, team_grants
 
 
 def _topics(document: dict[str, object], user: str) -> dict[str, str]:

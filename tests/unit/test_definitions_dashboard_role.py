@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from agentbus.bus import Topology
 from agentbus.cli._main import cli
-from agentbus.security import definitions, team_grants
+from agentbus.definitions import definitions, team_grants
 
 
 def _may(pattern: str, key: str) -> bool:

@@ -113,6 +113,51 @@ def test_the_old_leader_path_is_gone() -> None:
         importlib.import_module("agentbus.agents.leader")
 
 
+EXPECTED_SECURITY = [
+    "AuditEntry",
+    "AuditPosition",
+    "AuditSink",
+    "AuditTrail",
+    "Refusal",
+    "SenderRates",
+    "StreamOffset",
+    "audit_entries",
+    "audit_record",
+    "default_id",
+    "envelope_fields",
+    "identity_refusal",
+    "login_mechanism",
+    "publisher_user_id",
+    "raw_fields",
+    "refusal",
+    "tls_context",
+    "tls_failure",
+    "verifies_sender",
+]
+
+EXPECTED_DEFINITIONS = [
+    "Grant",
+    "credential_secrets",
+    "definitions",
+    "federation_definitions",
+    "federation_resources",
+    "link_definitions",
+    "secret_name",
+    "team_grants",
+    "topology_resources",
+    "uri_secrets",
+]
+
+
+def test_security_exports_what_the_bus_enforces_and_definitions_what_operators_apply() -> None:
+    """Enforcement and the operator's generators are two packages, each with its own names."""
+    import agentbus.definitions
+    import agentbus.security
+
+    assert agentbus.security.__all__ == EXPECTED_SECURITY
+    assert agentbus.definitions.__all__ == EXPECTED_DEFINITIONS
+
+
 def _isort_key(name: str) -> tuple[int, str]:
     # isort style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions.
     if name.isupper():
@@ -143,9 +188,11 @@ def test_the_walk_finds_every_package() -> None:
         "agentbus.agents.builtin",
         "agentbus.bus",
         "agentbus.cli",
+        "agentbus.definitions",
         "agentbus.envelopes",
         "agentbus.leader",
         "agentbus.registry",
+        "agentbus.security",
         "agentbus.testing",
         "agentbus.testing.chaos",
     } <= set(PUBLIC_PACKAGES)

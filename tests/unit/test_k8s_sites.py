@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from agentbus import ConfigurationError
 from agentbus.cli import cli
-from agentbus.security import federation_definitions, federation_resources, secret_name
+from agentbus.definitions import federation_definitions, federation_resources, secret_name
 
 EXCHANGE = {
     "name": "name",

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from agentbus._topology import Topology
 from agentbus.cli import cli
-from agentbus.security import credential_secrets, team_grants, topology_resources
-from agentbus.security._definitions import permissions_of, topic_permissions_of
+from agentbus.definitions import credential_secrets, team_grants, topology_resources
+from agentbus.definitions._team import permissions_of, topic_permissions_of
 
 
 def test_each_user_gets_a_user_a_permission_and_a_topic_permission() -> None:

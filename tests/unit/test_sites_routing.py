@@ -11,8 +11,8 @@ from agentbus._config import peer_sites
 from agentbus._topology import Topology
 from agentbus.bus._sites import Across, Crossing, SiteRouter
 from agentbus.cli._render import agents_table
+from agentbus.definitions import federation_definitions
 from agentbus.envelopes import RequestEnvelope, RequestPayload
-from agentbus.security import federation_definitions
 
 
 def test_federation_definitions_link_a_site_to_its_peer_outboxes() -> None:

@@ -11,13 +11,8 @@ import aiormq.exceptions
 import pytest
 
 from agentbus import ConfigurationError, Settings
-from agentbus.security import (
-    connection_user,
-    login_mechanism,
-    tls_context,
-    tls_failure,
-    verifies_sender,
-)
+from agentbus.security import login_mechanism, tls_context, tls_failure, verifies_sender
+from agentbus.security._admission import connection_user
 
 PEM = "-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n"
 

@@ -13,7 +13,7 @@ from agentbus._exceptions import ConfigurationError
 from agentbus.agents import AgentCard
 from agentbus.cli._context import load_json, print_json, settings_of
 from agentbus.cli._serve import _load_agent_class
-from agentbus.security import (
+from agentbus.definitions import (
     credential_secrets,
     definitions,
     federation_definitions,

@@ -26,13 +26,13 @@ from typing import Any, Final
 
 from agentbus._exceptions import ConfigurationError
 from agentbus._topology import Topology
-from agentbus.envelopes import is_valid_id
-from agentbus.security._site_grants import (
+from agentbus.definitions._site_grants import (
     check_peers,
     link_users,
     outbox_names,
     outbox_topic_permissions,
 )
+from agentbus.envelopes import is_valid_id
 
 __all__ = [
     "Grant",

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agentbus._topology import Topology
-from agentbus.security._definitions import Grant, user_definitions
-from agentbus.security._site_grants import check_peers
+from agentbus.definitions._site_grants import check_peers
+from agentbus.definitions._team import Grant, user_definitions
 
 __all__ = [
     "API_VERSION",

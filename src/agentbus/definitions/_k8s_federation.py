@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from agentbus._exceptions import ConfigurationError
-from agentbus.security._k8s import API_VERSION, PART_OF, dns_name
+from agentbus.definitions._k8s import API_VERSION, PART_OF, dns_name
 
 __all__ = ["federation_resources", "uri_secret_name", "uri_secrets"]
 

@@ -10,7 +10,8 @@ Nothing on these pages is copied by hand, so none of it can drift from the code:
 - ``reference/metrics.md``: the Prometheus families a ``Metrics`` registers, read from a
   fresh one (and from a scrape of its bus collector);
 - ``reference/error-codes.md``: ``ErrorCode``'s members, with the exceptions that carry each;
-- ``deploy.md``: ``deploy/README.md``, which lives beside what it describes.
+- ``deploy.md``: ``deploy/README.md``, which lives beside what it describes;
+- ``index.md``: the README, the site's home page as it is the repository's.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     pages["reference/metrics.md"] = metrics_page()
     pages["reference/error-codes.md"] = error_codes_page(loaded)
     pages["deploy.md"] = deploy_page()
+    pages["index.md"] = home_page()
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))
     return files
@@ -288,3 +290,16 @@ def deploy_page() -> str:
     """deploy/README.md as a page of the site: its links into docs/ made the site's."""
     text = (SRC.parent / "deploy" / "README.md").read_text(encoding="utf-8")
     return text.replace("](../docs/", "](")
+
+
+def home_page() -> str:
+    """README.md as the site's home: its links into the repository made the site's."""
+    text = (SRC.parent / "README.md").read_text(encoding="utf-8")
+    for repository, site in (
+        ("](docs/", "]("),
+        ("](deploy/README.md)", "](deploy.md)"),
+        ("](CHANGELOG.md)", "](changelog.md)"),
+        ("](LICENSE)", "](license.md)"),
+    ):
+        text = text.replace(repository, site)
+    return text

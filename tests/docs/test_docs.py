@@ -1,5 +1,5 @@
-"""The README and the site's pages (docs/) run as written: each code block is run here, by a named test, or
-is marked illustrative with a reason (doc_blocks.py says how blocks are marked).
+"""The README and the site's pages (docs/) run as written: each code block is run here, by a
+named test, or is marked illustrative with a reason (doc_blocks.py says how blocks are marked).
 
 Shell blocks run line by line from the repository root, against the test broker on a
 fresh exchange (``AGENTBUS_URL`` and ``AGENTBUS_EXCHANGE`` in the environment, the venv's

@@ -68,18 +68,18 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def api_page(package: str) -> str:
-    """A package's page: its docstring's first line, then each name of its ``__all__``."""
+    """A package's page: its docstring, then each name of its ``__all__``, in that order."""
     module = importlib.import_module(package)
     names: list[str] = list(module.__all__)
-    summary = (module.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
     members = "\n".join(f"        - {name}" for name in names)
     return (
-        f"# `{package}`\n\n{_markdown(summary)}\n\n"
-        f"`{package}.__all__`: {len(names)} names.\n\n"
+        f"# `{package}`\n\n"
+        f"`{package}.__all__`: {len(names)} names, each below.\n\n"
         f"::: {package}\n"
         "    options:\n"
         "      show_root_heading: false\n"
         "      show_root_toc_entry: false\n"
+        "      members_order: __all__\n"
         "      members:\n"
         f"{members}\n"
     )

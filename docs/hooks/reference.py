@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -116,7 +117,50 @@ def settings_page(loaded: griffe.Module) -> str:
                 f"| `{prefix}{name.upper()}` | `{_type(field)}` | {_default(field)} | {meaning} |"
             )
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _other_variables(lines))
+
+
+def _other_variables(written: list[str]) -> list[str]:
+    # What the CLI's options and a few modules read beside the settings classes: each option
+    # whose environment variable is not a setting above, and the modules' own variables.
+    import click
+
+    from agentbus._loop import LOOP_ENV
+    from agentbus.agents.builtin._paths import ROOT_ENV
+    from agentbus.cli import cli
+
+    known = set(re.findall(r"`(AGENTBUS_[A-Z0-9_]+)`", "\n".join(written)))
+    rows: dict[str, str] = {
+        LOOP_ENV: "Every `agentbus` process: the event loop, `auto` (uvloop where the `fast` "
+        "extra installed it, else asyncio's), `uvloop` or `asyncio`.",
+        ROOT_ENV: "The built-in `files` and `code` agents: the folder they may read (default: "
+        "the working directory).",
+    }
+
+    def walk(command: click.Command, path: str) -> None:
+        for param in command.params:
+            found = set(re.findall(r"AGENTBUS_[A-Z0-9_]+", getattr(param, "help", None) or ""))
+            if isinstance(param.envvar, str):
+                found.add(param.envvar)
+            for variable in sorted(found - known - rows.keys()):
+                option = "/".join(param.opts)
+                rows[variable] = f"`{path} {option}`: {_markdown(getattr(param, 'help', ''))}"
+        if isinstance(command, click.Group):
+            for name, sub in sorted(command.commands.items()):
+                walk(sub, f"{path} {name}")
+
+    walk(cli, "agentbus")
+    return [
+        "## Read beside the settings classes",
+        "",
+        "Variables of the command line's options (an option wins over its variable) and of",
+        "single modules: made from the CLI's options and the modules' constants.",
+        "",
+        "| variable | read by, and meaning |",
+        "| --- | --- |",
+        *(f"| `{variable}` | {text} |" for variable, text in sorted(rows.items())),
+        "",
+    ]
 
 
 def metrics_page() -> str:

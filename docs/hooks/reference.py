@@ -4,7 +4,8 @@ Nothing on these pages is copied by hand, so none of it can drift from the code:
 
 - ``reference/api/<package>.md``: one page per public package (every package no part of
   whose dotted name starts with ``_``, as ``tests/unit/test_exported_members.py`` walks
-  them), each a mkdocstrings block listing exactly the names of its ``__all__``;
+  them), each a mkdocstrings block listing exactly the names of its ``__all__``, and each
+  listed in the nav under "Python API";
 - ``reference/settings.md``: the fields of each settings class (``Settings`` and the faces'
   ``*Settings``), their environment variables, defaults, bounds and attribute docstrings;
 - ``reference/metrics.md``: the Prometheus families a ``Metrics`` registers, read from a
@@ -51,6 +52,27 @@ def public_packages() -> list[str]:
         if info.ispkg and not any(part.startswith("_") for part in info.name.split(".")):
             found.append(info.name)
     return sorted(found)
+
+
+def on_config(config: MkDocsConfig) -> MkDocsConfig:
+    """List every public package's page under the nav's "Python API" (a new one shows up)."""
+    pages = [{name: f"reference/api/{name}.md"} for name in public_packages()]
+    found = _replace_section(config.nav or [], "Python API", pages)
+    assert found, 'mkdocs.yml has no "Python API" entry in its nav'
+    return config
+
+
+def _replace_section(nav: list[Any], title: str, pages: list[dict[str, str]]) -> bool:
+    for entry in nav:
+        if not isinstance(entry, dict):
+            continue
+        for key, value in entry.items():
+            if key == title:
+                entry[key] = pages
+                return True
+            if isinstance(value, list) and _replace_section(value, title, pages):
+                return True
+    return False
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:

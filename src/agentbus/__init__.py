@@ -59,7 +59,7 @@ from agentbus.envelopes import (
 )
 from agentbus.leader import Aggregate, Leader, Plan, PlanClient
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AccessRefused",

@@ -23,9 +23,13 @@ class Settings(BaseSettings):
     url: str = DEFAULT_URL
     """The broker: one AMQP URL, or a cluster's nodes joined by ``;`` (kombu's form)."""
     exchange: str = Field(default="agentbus", pattern=r"^[A-Za-z0-9_.:-]{1,200}$")
+    """The team's topic exchange; every queue's name derives from it."""
     max_message_size: int = Field(default=DEFAULT_MAX_SIZE, gt=0)
+    """The largest envelope sent or accepted, in bytes (1 MiB by default)."""
     prefetch: int = Field(default=32, gt=0, le=65535)
+    """The service queue's prefetch when ``serve`` is not given one: requests held at once."""
     request_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a request waits for its answer when no ``timeout`` is given."""
     presence_check: float = Field(default=0.5, ge=0)
     """Seconds a request waits for its answer before the bus checks that something
     consumes the receiver's queue; if nothing does, it fails with ``NoInstance``. 0: never."""
@@ -33,7 +37,9 @@ class Settings(BaseSettings):
     """Requests awaiting an answer, and publishes awaiting a confirm, at most (each);
     further callers wait for a slot (backpressure, within their own timeout)."""
     dedup_window: float = Field(default=600.0, ge=0)
+    """Seconds a served request's id is remembered, to answer a redelivered copy."""
     dedup_size: int = Field(default=100_000, ge=0)
+    """Request ids remembered at most (the oldest go first)."""
     dedup_path: str | None = None
     """A SQLite file for de-duplication shared by the instances on one host; None: in memory."""
     dedup_url: str | None = None
@@ -41,15 +47,22 @@ class Settings(BaseSettings):
     shared by the instances on every host (the ``redis`` extra); None: ``dedup_path``, else
     in memory. Unreachable, requests are served on each process's window (fail open)."""
     instance_queue_expires: float = Field(default=60.0, gt=0)
+    """Seconds an instance queue outlives its agent (one-shot CLI commands: 5)."""
     connect_timeout: float = Field(default=10.0, gt=0)
+    """Seconds to connect to the broker before giving up."""
     reconnect_interval: float = Field(default=1.0, gt=0)
+    """Seconds between attempts to reconnect after the connection dropped."""
     heartbeat: int = Field(default=5, ge=0)
+    """The AMQP heartbeat, seconds: a dead link is noticed in about three of them."""
     shutdown_grace: float = Field(default=10.0, ge=0)
+    """Seconds in-flight work may take on shutdown before it is requeued."""
     queue_type: Literal["classic", "quorum"] = "classic"
+    """The service queues' type: ``classic`` or ``quorum`` (replicated on a cluster)."""
     instance_queue_type: Literal["classic", "quorum"] | None = None
     """The instance queue's type (replies and direct requests); None: as ``queue_type``.
     Quorum survives the loss of the node that holds it: replies are not dropped meanwhile."""
     delivery_limit: int = Field(default=5, ge=1)
+    """Returns to its service queue after which a (poison) request is dead-lettered."""
     plan_delivery_limit: int = Field(default=20, ge=1)
     """The delivery limit of the leaders' service queue. Every fault under a leader (its
     connection, its node, its process) returns the plans it runs, and a durable plan

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from crd_schemas import LINK_KINDS, custom_kinds, schema_errors
 from deploy_support import DEPLOY, run, tool
 
+import agentbus
 from agentbus.cli import cli
 
 K8S = DEPLOY / "k8s"
@@ -225,13 +226,13 @@ def test_the_pod_monitor_scrapes_every_agent(rendered: Path) -> None:
 
 
 def test_the_production_overlay_pins_the_image_and_scales_out() -> None:
-    """The overlay: every resource in its namespace, a pinned image, more code workers."""
+    """The overlay: every resource in its namespace, the release's image, more code workers."""
     docs = _render(K8S / "overlays" / "production")
     namespaced = [d for d in docs if d["kind"] != "Namespace"]
     assert {d["metadata"].get("namespace") for d in namespaced} == {"agentbus"}
     deployments = _of(docs, "Deployment")
     images = {d["spec"]["template"]["spec"]["containers"][0]["image"] for d in deployments.values()}
-    assert images == {"registry.example.com/agentbus:0.1.0"}
+    assert images == {f"registry.example.com/agentbus:{agentbus.__version__}"}
     assert deployments["code"]["spec"]["replicas"] == 4
     cluster = next(iter(_of(docs, "RabbitmqCluster").values()))
     assert cluster["spec"]["replicas"] == 3

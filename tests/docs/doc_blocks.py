@@ -1,9 +1,12 @@
-"""The code blocks of the README and docs/, each with what vouches for it.
+"""The code blocks of the README and docs/ (the site's pages), each with what vouches for it.
 
 Every fenced block a user might paste is preceded by one HTML comment:
 
-- ``<!-- doc-test: NAME -->``: tests/docs/test_docs.py runs it (its runner NAME);
-- ``<!-- tested-by: PATH -->``: the test module at PATH (from the repository root) runs it;
+- ``<!-- doc-test: NAME -->``: tests/docs/test_docs.py runs it (its runner NAME); a block
+  shown on two pages (the README and the site) carries the same name on both, and the
+  copies must be the same text;
+- ``<!-- tested-by: PATH -->``: the test module (or script) at PATH, from the repository
+  root, runs it;
 - ``<!-- illustrative: REASON -->``: not runnable as shown, and why.
 """
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("README.md", "docs/*.md", "deploy/README.md")
+DOCUMENTS = ("README.md", "docs/**/*.md", "deploy/README.md")
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w+-]*)\s*$")
 _MARK = re.compile(r"<!--\s*(?P<kind>doc-test|tested-by|illustrative):\s*(?P<value>.+?)\s*-->")
@@ -90,6 +93,9 @@ def all_blocks() -> list[Block]:
 
 
 def named(name: str) -> Block:
-    """The one block marked ``doc-test: name``."""
-    [block] = [b for b in all_blocks() if b.kind == "doc-test" and b.value == name]
-    return block
+    """The block marked ``doc-test: name`` (the first, where the same text is on two pages)."""
+    found = [b for b in all_blocks() if b.kind == "doc-test" and b.value == name]
+    assert found, f"no block is marked doc-test: {name}"
+    copies = {b.text for b in found}
+    assert len(copies) == 1, f"the blocks marked {name} differ: {[b.where for b in found]}"
+    return found[0]

@@ -1,5 +1,5 @@
-"""The README and docs/ run as written: each code block is run here, by a named test, or
-is marked illustrative with a reason (doc_blocks.py says how blocks are marked).
+"""The README and the site's pages (docs/) run as written: each code block is run here, by a
+named test, or is marked illustrative with a reason (doc_blocks.py says how blocks are marked).
 
 Shell blocks run line by line from the repository root, against the test broker on a
 fresh exchange (``AGENTBUS_URL`` and ``AGENTBUS_EXCHANGE`` in the environment, the venv's
@@ -40,6 +40,7 @@ from agentbus.leader import Plan
 pytestmark = pytest.mark.docs
 
 RUNNERS = {
+    "envelope-example",
     "team-by-hand",
     "agent-in-15-lines",
     "bus-from-python",
@@ -48,7 +49,7 @@ RUNNERS = {
     "plan-cli",
     "plan-python",
 }
-"""The doc-test names this module runs; every one must mark exactly one block."""
+"""The doc-test names this module runs; every one marks a block (or the same one on two pages)."""
 SERVICES = ("registry", "leader", "greeter", "outliner", "drafter", "summarizer")
 RETRY_FOR = 20.0  # seconds a foreground line may take to succeed while the team starts
 STOP_WITHIN = 20.0  # seconds a SIGTERMed process has to exit
@@ -65,8 +66,10 @@ def test_every_block_is_run_tested_or_marked_illustrative() -> None:
         if block.kind == "tested-by" and not (ROOT / str(block.value)).exists()
     ]
     assert not missing, f"tested-by names a file that does not exist: {missing}"
-    names = [block.value for block in found if block.kind == "doc-test"]
-    assert sorted(names) == sorted(RUNNERS), "each doc-test name marks one block, and runs here"
+    names = {block.value for block in found if block.kind == "doc-test"}
+    assert names == RUNNERS, "each doc-test name marks a block, and runs here"
+    for name in RUNNERS:
+        named(name)  # a name on two pages marks the same text on both
 
 
 @dataclass
@@ -172,15 +175,23 @@ async def run_python(block: Block, **names: Any) -> str:
     return printed.getvalue()
 
 
+def test_envelope_example_is_a_valid_request() -> None:
+    """The envelope page's example decodes to the request it says: greet, for ann."""
+    envelope = agentbus.decode(named("envelope-example").text.encode())
+    assert isinstance(envelope, agentbus.RequestEnvelope)
+    assert (envelope.receiver_id, envelope.payload.action) == ("greeter", "greet")
+    assert envelope.payload.parameters == {"who": "ann"}
+
+
 async def test_team_by_hand(shell: Shell) -> None:
-    """README: a registry, a leader and a greeter by hand; the request is answered."""
+    """Getting started: a registry, a leader and a greeter by hand; the request is answered."""
     await shell.run(named("team-by-hand"))
     request = shell.outputs[-1]
     assert json.loads(request.stdout)["payload"]["result"] == {"text": "hello, ann!", "length": 11}
 
 
 async def test_agent_in_15_lines(broker_url: str, exchange: str) -> None:
-    """README: the 15-line agent runs and answers with its typed result."""
+    """The README's (and the guide's) 15-line agent runs and answers with its typed result."""
     namespace: dict[str, Any] = {"__name__": "docs_block"}
     code = compile(named("agent-in-15-lines").text, "agent", "exec")
     exec(code, namespace)
@@ -191,7 +202,7 @@ async def test_agent_in_15_lines(broker_url: str, exchange: str) -> None:
 
 
 async def test_bus_from_python(broker_url: str, exchange: str) -> None:
-    """README: the bus from Python, against a running greeter (its URL made the test's)."""
+    """The bus: its Python block, against a running greeter (its URL made the test's)."""
     greeter = runpy.run_path(str(ROOT / "examples" / "greeter.py"))["Greeter"]
     block = named("bus-from-python")
     text = block.text.replace("amqp://guest:guest@localhost:5672/", broker_url)
@@ -209,14 +220,14 @@ async def test_bus_from_python(broker_url: str, exchange: str) -> None:
 
 
 def test_essay_plan_is_the_shipped_file() -> None:
-    """README's plan is examples/essay.json, valid as a Plan."""
+    """Run plans: the page's plan is examples/essay.json, valid as a Plan."""
     shown = json.loads(named("essay-plan").text)
     assert shown == json.loads((ROOT / "examples" / "essay.json").read_text())
     Plan.model_validate(shown)
 
 
 async def test_essay_team_runs_the_plan_from_the_cli_and_python(shell: Shell) -> None:
-    """README: the essay team by hand; its plan from the CLI (both ways) and from Python."""
+    """Run plans: the essay team by hand; its plan from the CLI (both ways) and from Python."""
 
     async def while_up() -> None:
         await shell.run(named("plan-cli"))

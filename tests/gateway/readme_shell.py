@@ -1,4 +1,4 @@
-"""Run a README shell block as a user would: the helpers of the README-block tests.
+"""Run a documented shell block as a user would: the helpers of the doc-block tests.
 
 Lines ending in ``&`` start processes, ``kill`` SIGTERMs them, and every other line must
 exit 0, tried again for a while as a user would while the team starts.
@@ -18,10 +18,12 @@ RETRY_FOR = 20.0
 
 
 def readme_commands(mark: str) -> list[str]:
-    """The commands of the shell block under ``mark`` (one may span lines)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The commands of the shell block under ``mark`` (one may span lines), on whichever
+    page of the README and docs/ holds it."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     found = re.search(re.escape(mark) + r"\s*```sh\n(.*?)```", text, re.DOTALL)
-    assert found is not None, f"the README has no block marked {mark}"
+    assert found is not None, f"no page has a block marked {mark}"
     commands, pending = [], ""
     for line in found[1].replace("\\\n", " ").splitlines():
         pending += line + "\n"

@@ -1,4 +1,4 @@
-"""The README's mixed pipeline, run as written: the essay chain across the bus and HTTP.
+"""The mixed pipeline of docs/a2a.md, run as written: the essay chain across the bus and HTTP.
 
 Every part is a process of its own on the real broker: a registry, a leader, the Outliner
 and the Summarizer on the bus, the Drafter as an a2a-sdk server put on the bus by

@@ -1,4 +1,4 @@
-"""The README's gateway block, run as written: shell lines from a fresh directory.
+"""The gateway block of docs/a2a.md, run as written: shell lines from a fresh directory.
 
 Lines ending in ``&`` start processes, ``kill`` SIGTERMs them (each must exit 0), and every
 other line must exit 0, tried again for a while as a user would while the team starts. The

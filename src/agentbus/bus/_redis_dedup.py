@@ -193,7 +193,7 @@ class RedisDedupStore:
 
         Raises:
             DedupUnavailable: the server could not be asked (the marker then expires
-            after its lease).
+                after its lease).
         """
         self._owned.discard(key)
         await self._call(partial(self._release, [self._prefix + key], [self._marker]))

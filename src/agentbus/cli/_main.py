@@ -66,7 +66,8 @@ def plan_schema() -> dict[str, Any]:
     type=click.Choice(["auto", "json", "console"]),
     default=lambda: os.environ.get("AGENTBUS_LOG_FORMAT", "auto"),
     show_default="auto",
-    help="Log lines as JSON, readable console text, or auto (console on a terminal).",
+    help="Log lines as JSON, readable console text, or auto (console on a terminal) "
+    "[env AGENTBUS_LOG_FORMAT].",
 )
 @security_options
 @click.pass_context

@@ -31,6 +31,7 @@ class DashboardSettings(BaseSettings):
     host: str = "127.0.0.1"
     """Where to listen: localhost by default; beyond it, reading needs the token too."""
     port: int = Field(default=8470, ge=0, le=65535)
+    """The port to listen on."""
     token: SecretStr | None = None
     """The one token: it allows actions (cancel, replay, discard) and, beyond localhost,
     reading; None: the page is read-only (and must then listen on localhost, or be public)."""

@@ -14,7 +14,9 @@ class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTBUS_GATEWAY_", extra="ignore", frozen=True)
 
     host: str = "127.0.0.1"
+    """The address to listen on."""
     port: int = Field(default=8080, ge=0, le=65535)
+    """The port to listen on."""
     public_url: str | None = None
     """The base URL callers reach the gateway at (cards name it); default from host and port."""
     keys_file: str | None = None
@@ -25,6 +27,7 @@ class GatewaySettings(BaseSettings):
     """A service served at the root too (its card at ``/.well-known/agent-card.json``, JSON-RPC
     at ``/``, HTTP+JSON at ``/rest``): for clients that discover an agent by its host."""
     registry: str = "registry"
+    """The registry service the gateway follows for the live agents and their cards."""
     leader: str = "leader"
     """The leader service: its ``run_plan`` tasks stream the plan's progress."""
     refresh_interval: float = Field(default=1.0, gt=0)
@@ -45,5 +48,6 @@ class GatewaySettings(BaseSettings):
     """Gateway processes serving one address (``agentbus gateway --workers N``); more than
     one needs a shared ``task_store``."""
     max_body_size: int = Field(default=1_048_576, ge=1)
+    """The largest HTTP request body accepted, in bytes."""
     request_timeout: float = Field(default=300.0, gt=0)
     """Seconds a task waits for its bus answer (a plan's own deadline still applies)."""

@@ -18,7 +18,9 @@ class McpSettings(BaseSettings):
     transport: Literal["stdio", "http"] = "stdio"
     """``stdio`` (a desktop client starts the server) or ``http`` (Streamable HTTP)."""
     host: str = "127.0.0.1"
+    """HTTP: the address to listen on."""
     port: int = Field(default=8090, ge=0, le=65535)
+    """HTTP: the port to listen on."""
     path: str = "/mcp"
     """Where the Streamable HTTP endpoint is served."""
     keys_file: str | None = None
@@ -26,6 +28,7 @@ class McpSettings(BaseSettings):
     allow_anonymous: bool = False
     """Over HTTP without keys: every caller is the identity ``anonymous`` (local use only)."""
     registry: str = "registry"
+    """The registry service the server follows for the live skills and their cards."""
     leader: str = "leader"
     """The leader service: its ``run_plan`` is the tool ``run_plan``, with the plan's progress."""
     refresh_interval: float = Field(default=1.0, gt=0)

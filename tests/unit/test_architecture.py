@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -73,6 +73,95 @@ def _agentbus_imports() -> Iterator[tuple[str, str, list[str]]]:
             parts = name.split(".")
             if parts[0] == "agentbus" and len(parts) > 1:
                 yield str(path.relative_to(SRC)), package, parts[1:]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: Final = {_module_name(path): path for path, _ in _modules()}
+DOORS: Final = ("__init__.py", "internal.py")
+
+
+def _resolved(name: str) -> str:
+    # ``agentbus.bus.Bus`` -> ``agentbus.bus``: the longest prefix that is a module.
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _every_import(path: Path) -> Iterator[tuple[str, int]]:
+    """Each agentbus module ``path`` imports, and where: at the top, under ``TYPE_CHECKING``
+    or inside a function alike, since each is a dependency a reader has to follow."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # ``from agentbus import _workers`` imports the module ``agentbus._workers``.
+            names = [
+                full if (full := f"{node.module}.{alias.name}") in MODULES else node.module
+                for alias in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            if name == "agentbus" or name.startswith("agentbus."):
+                yield _resolved(name), node.lineno
+
+
+def _room(module: str) -> str:
+    """The node of ``module`` in the graph of rooms.
+
+    Each of the root's shared internals (``agentbus._config``) is a node. A package (and
+    each package in it, such as ``bus._rabbitmq``) is two: its doors (``__init__`` and
+    ``internal``, which other packages import) and its room (``agentbus.bus.*``: the
+    modules behind them). A door imports its own room and the rooms inside it; were door
+    and room one node, ``bus`` re-exporting ``Bus`` from ``bus._rabbitmq``, which builds
+    on ``bus``'s ``BaseBus``, would read as a circle that no import follows.
+    """
+    path = MODULES[module]
+    if path.name in DOORS or path.parent == SRC:
+        return module
+    return f"{_module_name(path.parent)}.*"
+
+
+def _import_graph(node_of: Callable[[str], str]) -> dict[str, dict[str, str]]:
+    """Edges between the nodes ``node_of`` puts modules in, each with where it is imported."""
+    graph: dict[str, dict[str, str]] = {}
+    for module, path in sorted(MODULES.items()):
+        source = node_of(module)
+        edges = graph.setdefault(source, {})
+        for imported, line in _every_import(path):
+            target = node_of(imported)
+            if target != source:
+                edges.setdefault(target, f"{path.relative_to(SRC)}:{line}")
+    return graph
+
+
+def _a_cycle(graph: dict[str, dict[str, str]]) -> list[str]:
+    """One circle in ``graph``, an edge a line (``a -> b (where)``); empty when there is none."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        if node in path:
+            circle = [*path[path.index(node) :], node]
+            return [f"{a} -> {b} ({graph[a][b]})" for a, b in zip(circle, circle[1:], strict=False)]
+        if node in done:
+            return []
+        path.append(node)
+        for target in sorted(graph.get(node, {})):
+            if found := visit(target):
+                return found
+        path.pop()
+        done.add(node)
+        return []
+
+    for node in sorted(graph):
+        if found := visit(node):
+            return found
+    return []
 
 
 def test_no_module_in_bus_or_leader_is_over_400_lines() -> None:
@@ -153,3 +242,24 @@ def test_importing_the_library_or_cli_loads_no_in_memory_bus(module: str) -> Non
         check=True,
     ).stdout.strip()
     assert loaded == "[]"
+
+
+def test_no_import_circle_between_rooms() -> None:
+    """No two rooms need each other, type-only and function-local imports included.
+
+    A circle means neither side can be read, tested or moved without the other; the
+    layering above would hide it when it runs through the root's internals (an
+    ``_exceptions`` that names an envelope type while ``envelopes`` raises its errors).
+    """
+    cycle = _a_cycle(_import_graph(_room))
+    assert cycle == [], "a circle of imports:\n" + "\n".join(cycle)
+
+
+def test_no_import_circle_between_modules() -> None:
+    """Inside a room too, no two modules need each other, type-only imports included.
+
+    Two modules that need each other are one concept split in two files, or one of them
+    holds something that belongs beneath both.
+    """
+    cycle = _a_cycle(_import_graph(lambda module: module))
+    assert cycle == [], "a circle of imports:\n" + "\n".join(cycle)

@@ -7,6 +7,7 @@ day a change breaks that picture, so the picture and the code stay one.
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -20,6 +21,17 @@ SRC: Final = Path(__file__).resolve().parents[2] / "src" / "agentbus"
 MAX_LINES: Final = 400
 MAX_COMPLEXITY: Final = 12
 SIZE_CAPPED: Final = ("bus", "leader")
+RABBITMQ_CLIENT: Final = frozenset({"aio_pika", "aiormq", "pamqp"})
+
+# The bus's rooms (docs/architecture.md, "Inside the bus") and which of the others each
+# may import. ``bus`` is the shared core and the request semantics: the same for every
+# broker, it reaches RabbitMQ only through the broker's seam (``BrokerHooks``), so the
+# in-memory bus runs it too. Its door (``bus/__init__.py``) re-exports from every room.
+BUS_ROOMS: Final[dict[str, frozenset[str]]] = {
+    "bus._stores": frozenset(),
+    "bus": frozenset({"bus._stores"}),
+    "bus._rabbitmq": frozenset({"bus", "bus._stores"}),
+}
 
 # Which agentbus package may import which (its public names, or a module named
 # ``internal``). The root's own ``_modules`` (_config, _logging, _exceptions, ...) are
@@ -92,8 +104,9 @@ def _resolved(name: str) -> str:
 
 
 def _every_import(path: Path) -> Iterator[tuple[str, int]]:
-    """Each agentbus module ``path`` imports, and where: at the top, under ``TYPE_CHECKING``
-    or inside a function alike, since each is a dependency a reader has to follow."""
+    """Each module ``path`` imports (an agentbus one by the module it names), and where: at
+    the top, under ``TYPE_CHECKING`` or inside a function alike, since each is a dependency
+    a reader has to follow."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -106,8 +119,8 @@ def _every_import(path: Path) -> Iterator[tuple[str, int]]:
         else:
             continue
         for name in names:
-            if name == "agentbus" or name.startswith("agentbus."):
-                yield _resolved(name), node.lineno
+            ours = name == "agentbus" or name.startswith("agentbus.")
+            yield (_resolved(name) if ours else name), node.lineno
 
 
 def _room(module: str) -> str:
@@ -133,6 +146,8 @@ def _import_graph(node_of: Callable[[str], str]) -> dict[str, dict[str, str]]:
         source = node_of(module)
         edges = graph.setdefault(source, {})
         for imported, line in _every_import(path):
+            if imported not in MODULES:
+                continue
             target = node_of(imported)
             if target != source:
                 edges.setdefault(target, f"{path.relative_to(SRC)}:{line}")
@@ -147,7 +162,7 @@ def _a_cycle(graph: dict[str, dict[str, str]]) -> list[str]:
     def visit(node: str) -> list[str]:
         if node in path:
             circle = [*path[path.index(node) :], node]
-            return [f"{a} -> {b} ({graph[a][b]})" for a, b in zip(circle, circle[1:], strict=False)]
+            return [f"{a} -> {b} ({graph[a][b]})" for a, b in itertools.pairwise(circle)]
         if node in done:
             return []
         path.append(node)
@@ -164,8 +179,12 @@ def _a_cycle(graph: dict[str, dict[str, str]]) -> list[str]:
     return []
 
 
+def _bus_room(module: str) -> str:
+    return _module_name(MODULES[module].parent).removeprefix("agentbus.")
+
+
 def test_no_module_in_bus_or_leader_is_over_400_lines() -> None:
-    """The two packages that grew fastest stay in rooms of at most 400 lines."""
+    """The two packages that grew fastest (the rooms inside them too) keep to 400 lines."""
     long = {
         str(path.relative_to(SRC)): lines
         for path, package in _modules()
@@ -215,6 +234,38 @@ def test_every_package_is_placed_in_a_layer() -> None:
     """A new package is placed in the layering before it lands."""
     packages = {path.parent.name for path in SRC.glob("*/__init__.py")}
     assert packages == set(LAYERS)
+
+
+def test_bus_rooms_import_only_the_rooms_beneath_them() -> None:
+    """Stores beneath the core, the core beneath RabbitMQ: no room of the bus reaches up."""
+    upward = [
+        f"{module}: {imported}"
+        for module, path in MODULES.items()
+        if module.startswith("agentbus.bus.") and path.name != "__init__.py"
+        for imported, _ in _every_import(path)
+        if imported.startswith("agentbus.bus.")
+        and (room := _bus_room(imported)) != _bus_room(module)
+        and room not in BUS_ROOMS[_bus_room(module)]
+    ]
+    assert upward == []
+
+
+def test_only_the_rabbitmq_room_of_the_bus_imports_the_rabbitmq_client() -> None:
+    """The core of the bus and its stores hold nothing of aio-pika, aiormq or pamqp."""
+    client = [
+        f"{module}: {imported}"
+        for module, path in MODULES.items()
+        if module.startswith("agentbus.bus") and _bus_room(module) != "bus._rabbitmq"
+        for imported, _ in _every_import(path)
+        if imported.partition(".")[0] in RABBITMQ_CLIENT
+    ]
+    assert client == []
+
+
+def test_every_room_of_the_bus_is_placed() -> None:
+    """A new room in the bus is placed among the others before it lands."""
+    rooms = {_bus_room(module) for module in MODULES if module.startswith("agentbus.bus")}
+    assert rooms == set(BUS_ROOMS)
 
 
 def test_every_logger_comes_from_the_library_logging_module() -> None:

@@ -1,7 +1,8 @@
 """The code's shape is pinned: sizes, complexity, package layering, private imports, loggers.
 
-docs/architecture.md draws the packages and which may import which; these tests fail the
-day a change breaks that picture, so the picture and the code stay one.
+docs/architecture.md draws the packages and which may import which, the bus's rooms, and
+no circle of imports; these tests fail the day a change breaks that picture, so the
+picture and the code stay one.
 """
 
 from __future__ import annotations

@@ -134,8 +134,8 @@ def run_seams(url: str, cfg: SimpleNamespace, say: harness.Say) -> dict[str, Any
         fast = per_call(lambda e=envelope: encode(e, max_size=None))
         rows[f"codec encode, {label}"] = row(fast, public)
     bind_ids = private("agentbus._logging", "bind_delivery_ids")
-    properties = private("agentbus.bus._properties", "message_properties")
-    consumer = private("agentbus.bus._amqp", "DeliveryConsumer")
+    properties = private("agentbus.bus._rabbitmq._properties", "message_properties")
+    consumer = private("agentbus.bus._rabbitmq._amqp", "DeliveryConsumer")
     if bind_ids is not None:
         context = contextvars.copy_context()
         ids = {"agent_id": "agent-1", "message_id": "m-1", "correlation_id": "c-1"}

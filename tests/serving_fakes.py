@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 from agentbus import Settings
 from agentbus._topology import routing_key
-from agentbus.bus._dedup import Reply, SharedDedupStore
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests
 from agentbus.bus._routes import Routes
 from agentbus.bus._stats import BusStats
+from agentbus.bus._stores._dedup import Reply, SharedDedupStore
 from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope, encode
 
 

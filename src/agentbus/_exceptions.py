@@ -31,12 +31,22 @@ envelope and a caller can act on the code it received::
     ├── QuestionClosed                question_closed: an answer to a question not open
     └── RemoteError                   the other side answered with an error envelope
 
-The codes are the wire error codes of ``agentbus.envelopes.ErrorCode``.
+The codes are the wire error codes of ``agentbus.envelopes.ErrorCode``. The root of the
+tree and the envelope errors live a floor lower, in ``agentbus._exception_base``:
+``envelopes`` raises those, and ``RemoteError`` here names an ``ErrorEnvelope``, so one
+module holding both would make a circle with ``envelopes``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentbus._exception_base import (
+    AgentBusError,
+    EnvelopeError,
+    PayloadTooLarge,
+    UnsupportedVersion,
+)
 
 if TYPE_CHECKING:
     from agentbus.envelopes import ErrorEnvelope, Question, ResponseEnvelope
@@ -70,59 +80,12 @@ __all__ = [
 ]
 
 
-class AgentBusError(Exception):
-    """Base class of every error agentbus raises."""
-
-    code: str = "processing_failed"
-
-    def __init__(
-        self, message: str, *, details: dict[str, Any] | None = None, code: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details: dict[str, Any] = details or {}
-        if code is not None:
-            self.code = code
-
-
 class ConfigurationError(AgentBusError):
     """Settings or arguments that cannot work."""
 
 
 class UsageError(AgentBusError):
     """An object used against its lifecycle: a one-shot plan runner run a second time."""
-
-
-class EnvelopeError(AgentBusError):
-    """Bytes that do not decode to a valid envelope.
-
-    ``raw`` holds the decoded JSON object when the bytes were JSON at all, so a
-    receiver can still find a ``sender_id`` or ``message_id`` to answer to.
-    """
-
-    code: str = "invalid_envelope"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        details: dict[str, Any] | None = None,
-        raw: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message, details=details)
-        self.raw = raw
-
-
-class UnsupportedVersion(EnvelopeError):
-    """An envelope of a protocol MAJOR version this reader does not speak."""
-
-    code: str = "unsupported_version"
-
-
-class PayloadTooLarge(EnvelopeError):
-    """An envelope larger than the configured size cap."""
-
-    code: str = "payload_too_large"
 
 
 class TransportError(AgentBusError):

@@ -1,4 +1,4 @@
-"""The consuming seam (bus/_amqp.py's ``Delivery``) against aio-pika, on the real broker.
+"""The consuming seam (bus/_rabbitmq/_amqp.py's ``Delivery``) against aio-pika, on the real broker.
 
 The bus reads deliveries straight off aiormq instead of through aio-pika's
 ``IncomingMessage``. This fails the day aiormq hands a consumer something else: every
@@ -18,13 +18,13 @@ from datetime import UTC, datetime
 import aio_pika
 import aiormq.exceptions
 
-from agentbus.bus._amqp import (
+from agentbus.bus._rabbitmq._amqp import (
     Delivery,
     DeliveryConsumer,
     basic_publish,
     scratch_channel,
 )
-from agentbus.bus._properties import message_properties
+from agentbus.bus._rabbitmq._properties import message_properties
 
 FIELDS = ("body", "message_id", "correlation_id", "reply_to", "type", "headers", "user_id")
 

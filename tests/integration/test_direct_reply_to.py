@@ -19,7 +19,7 @@ from sample_agents import Alpha
 
 from agentbus import Bus, Unroutable
 from agentbus.bus import Topology
-from agentbus.bus._publisher import Publisher
+from agentbus.bus._rabbitmq._publisher import Publisher
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope
 
 pytestmark = pytest.mark.integration

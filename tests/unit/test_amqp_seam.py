@@ -1,4 +1,4 @@
-"""The publish seam (bus/_amqp.py) against aio-pika: the same header bytes as aio_pika.Message.
+"""The publish seam (bus/_rabbitmq/_amqp.py) gives the same header bytes as aio_pika.Message.
 
 The hand-built properties skip ``aio_pika.Message``; this fails the day aio-pika starts
 sending something else for the same message (a new default property, another TTL rule).
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
-from agentbus.bus._properties import Properties, message_properties
+from agentbus.bus._rabbitmq._properties import Properties, message_properties
 
 SENT_AT = datetime(2026, 11, 24, 20, 12, 40, tzinfo=UTC)
 BODY = b'{"hello": "world"}'

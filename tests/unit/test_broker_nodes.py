@@ -7,7 +7,7 @@ import structlog
 
 from agentbus import ConfigurationError, Settings
 from agentbus._config import mask_url
-from agentbus.bus._nodes import broker_nodes
+from agentbus.bus._rabbitmq._nodes import broker_nodes
 
 
 def test_one_url_is_one_node_as_given() -> None:

@@ -16,7 +16,7 @@ from agentbus import (
     PublishFailed,
     TransportError,
 )
-from agentbus.bus._errors import map_connect_errors, map_transport_errors, translate
+from agentbus.bus._rabbitmq._errors import map_connect_errors, map_transport_errors, translate
 
 CASES = [
     pytest.param(

@@ -12,7 +12,7 @@ import inspect
 from aio_pika import RobustConnection
 from aio_pika.connection import Connection
 
-from agentbus.bus._failover import FailoverConnection
+from agentbus.bus._rabbitmq._failover import FailoverConnection
 
 NODES = ("amqp://u:pw@node-1:5672/", "amqp://u:pw@node-2:5672/", "amqp://u:pw@node-3:5672/")
 

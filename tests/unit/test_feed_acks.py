@@ -11,7 +11,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from agentbus.bus._amqp import FeedConsumer
+from agentbus.bus._rabbitmq._amqp import FeedConsumer
 
 
 class _Underlay:

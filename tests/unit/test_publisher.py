@@ -16,7 +16,7 @@ from pamqp.header import ContentHeader
 
 from agentbus import PublishFailed, Unroutable
 from agentbus.bus import BusStats
-from agentbus.bus._publisher import Publisher
+from agentbus.bus._rabbitmq._publisher import Publisher
 from agentbus.envelopes import (
     BROADCAST,
     EventEnvelope,

@@ -16,12 +16,12 @@ from unittest.mock import patch
 
 from agentbus import Settings
 from agentbus._topology import routing_key
-from agentbus.bus._dedup import DedupWindow
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests
 from agentbus.bus._routes import Routes
 from agentbus.bus._stats import BusStats
+from agentbus.bus._stores._dedup import DedupWindow
 from agentbus.envelopes import (
     ErrorEnvelope,
     RequestEnvelope,
@@ -224,7 +224,7 @@ async def test_a_reply_is_encoded_once_for_the_store_and_the_publisher() -> None
     first = _Delivery(_request())
     with (
         patch("agentbus.bus._serving.encode", wraps=encode) as by_dispatcher,
-        patch("agentbus.bus._dedup.encode", wraps=encode) as by_store,
+        patch("agentbus.bus._stores._dedup.encode", wraps=encode) as by_store,
     ):
         await dispatcher.on_service_message(first)
     await dispatcher.on_service_message(_Delivery(first.request))  # published twice

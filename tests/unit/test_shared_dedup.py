@@ -19,8 +19,8 @@ import pytest
 from agentbus import ConfigurationError, Settings
 from agentbus.bus import DedupUnavailable, DedupWindow, RedisDedupStore, SqliteDedupStore
 from agentbus.bus import _serving as serving
-from agentbus.bus._dedup import Reply, Seen, is_shared
-from agentbus.bus._sqlite_dedup import dedup_store
+from agentbus.bus._stores._dedup import Reply, Seen, is_shared
+from agentbus.bus._stores._sqlite_dedup import dedup_store
 from agentbus.envelopes import BROADCAST, ResponseEnvelope
 from serving_fakes import Delivery, Work, request, serving_process
 from waiting import wait_until
@@ -338,7 +338,7 @@ import sys
 sys.modules["redis"] = None
 import agentbus, agentbus.bus
 from agentbus import Settings
-from agentbus.bus._sqlite_dedup import dedup_store
+from agentbus.bus._stores._sqlite_dedup import dedup_store
 try:
     dedup_store(Settings(dedup_url="redis://127.0.0.1:1/0"))
 except agentbus.ConfigurationError as exc:

@@ -6,7 +6,7 @@ import aio_pika
 import pytest
 
 from agentbus import ConnectionLost
-from agentbus.bus._errors import map_transport_errors, through_reconnects
+from agentbus.bus._rabbitmq._errors import map_transport_errors, through_reconnects
 
 
 async def test_aio_pika_still_says_a_connection_without_transport_was_not_opened() -> None:

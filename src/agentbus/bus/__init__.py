@@ -7,21 +7,21 @@ reader and the chaos kit use it) and the audit stream's reader (``read_audit``).
 from typing import TYPE_CHECKING
 
 from agentbus._topology import Topology, reply_routing_key, routing_key, topic_matches
-from agentbus.bus._audit_stream import read_audit
-from agentbus.bus._bus import Bus, connect
-from agentbus.bus._connection import open_connection
-from agentbus.bus._dead_letters import DeadLetter, DeadLetters, Settled
-from agentbus.bus._dedup import DedupStore, DedupWindow, SharedDedupStore
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
-from agentbus.bus._journal import Journal
+from agentbus.bus._hooks import Journal
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._protocol import Transport
+from agentbus.bus._rabbitmq._audit_stream import read_audit
+from agentbus.bus._rabbitmq._bus import Bus, connect
+from agentbus.bus._rabbitmq._connection import open_connection
+from agentbus.bus._rabbitmq._dead_letters import DeadLetter, DeadLetters, Settled
 from agentbus.bus._redelivery import redelivered
-from agentbus.bus._redis_dedup import DedupUnavailable, RedisDedupStore
 from agentbus.bus._routes import EventHandler, RequestHandler
-from agentbus.bus._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
+from agentbus.bus._stores._dedup import DedupStore, DedupWindow, SharedDedupStore
+from agentbus.bus._stores._redis_dedup import DedupUnavailable, RedisDedupStore
+from agentbus.bus._stores._sqlite_dedup import SqliteDedupStore
 from agentbus.bus._trace import current_trace
 from agentbus.security import Refusal, verifies_sender
 

@@ -16,20 +16,19 @@ from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus._topology import Topology
 from agentbus._tracing import enable_tracing, tracing_enabled
-from agentbus.bus._dedup import DedupStore, SharedDedupStore, is_shared
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._held import HeldAnswers
-from agentbus.bus._hooks import BrokerHooks
-from agentbus.bus._journal import Journal
+from agentbus.bus._hooks import BrokerHooks, Journal
 from agentbus.bus._pending import PendingRequests
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
 from agentbus.bus._routes import EventHandler, RequestHandler, Routes
 from agentbus.bus._sending import Sending
 from agentbus.bus._sites import SiteRouter
-from agentbus.bus._sqlite_dedup import dedup_store
 from agentbus.bus._stats import BusState, BusStats
+from agentbus.bus._stores._dedup import DedupStore, SharedDedupStore, is_shared
+from agentbus.bus._stores._sqlite_dedup import dedup_store
 from agentbus.envelopes import (
     BROADCAST,
     RequestEnvelope,

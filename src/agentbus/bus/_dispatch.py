@@ -8,7 +8,6 @@ from typing import Any, cast
 from agentbus._config import Settings
 from agentbus._exceptions import EnvelopeError
 from agentbus._logging import bind_delivery_ids, get_logger
-from agentbus.bus._dedup import DedupStore, DedupWindow, SharedDedupStore, is_shared
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
@@ -19,6 +18,7 @@ from agentbus.bus._replies import Replier, Reply, ReplyPublisher
 from agentbus.bus._routes import Routes
 from agentbus.bus._serving import Server
 from agentbus.bus._stats import BusStats
+from agentbus.bus._stores._dedup import DedupStore, DedupWindow, SharedDedupStore, is_shared
 from agentbus.envelopes import (
     Envelope,
     ErrorEnvelope,

@@ -1,16 +1,32 @@
-"""What a broker supplies to the bus: connect, declare, consume, close."""
+"""What a broker supplies to the bus: connect, declare, consume, close; and its journals."""
 
 from __future__ import annotations
 
 import abc
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Self
+from datetime import datetime
+from typing import Any, Protocol, Self
 
 from agentbus.bus._feed import Feed
-from agentbus.bus._journal import Journal
 
-__all__ = ["BrokerHooks"]
+__all__ = ["BrokerHooks", "Journal"]
+
+
+class Journal(Protocol):
+    """An append-only log of JSON records every process can read back, kept by the broker.
+
+    On RabbitMQ a stream (``bus/_rabbitmq/_journal.py``); in memory a list on the
+    ``MemoryBroker``.
+    """
+
+    async def append(self, record: dict[str, Any]) -> None:
+        """Add ``record`` at the end, once the broker has it (confirmed)."""
+        ...
+
+    async def read(self, since: datetime) -> list[dict[str, Any]]:
+        """Return, in order, the records appended from about ``since`` up to now."""
+        ...
 
 
 class BrokerHooks(abc.ABC):

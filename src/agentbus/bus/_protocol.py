@@ -9,7 +9,7 @@ from typing import Any, Protocol, Self, Unpack, runtime_checkable
 from agentbus._config import Settings
 from agentbus._metrics import Metrics
 from agentbus.bus._feed import Feed, FeedHandler
-from agentbus.bus._journal import Journal
+from agentbus.bus._hooks import Journal
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._replies import ReplyPublisher

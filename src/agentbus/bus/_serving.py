@@ -10,11 +10,11 @@ from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Envel
 from agentbus._faults import fault_point
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
-from agentbus.bus._dedup import DedupStore, Seen, SharedDedupStore, completer
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._replies import Replier, Reply
 from agentbus.bus._routes import RequestHandler, Routes
 from agentbus.bus._stats import BusStats
+from agentbus.bus._stores._dedup import DedupStore, Seen, SharedDedupStore, completer
 from agentbus.bus._trace import bind_trace
 from agentbus.envelopes import (
     BROADCAST,

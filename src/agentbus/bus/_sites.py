@@ -18,19 +18,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar, Unpack
 
-import aiormq.exceptions
-from aio_pika.abc import AbstractRobustConnection
-
 from agentbus._exceptions import AgentBusError, SiteUnreachable, Unroutable
 from agentbus._logging import get_logger
 from agentbus._topology import Topology
-from agentbus.bus._amqp import scratch_channel
-from agentbus.bus._errors import map_transport_errors
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._requests import RequestPublisher
 from agentbus.envelopes import RequestEnvelope
 
-__all__ = ["Across", "Crossing", "SiteRouter", "heard_from", "served_here"]
+__all__ = ["Across", "Crossing", "SiteRouter"]
 
 T = TypeVar("T")
 
@@ -165,38 +160,6 @@ class Crossing:
             )
         assert refused is not None  # a router has peers, and an empty Across skips none
         raise refused
-
-
-async def served_here(
-    connection: AbstractRobustConnection, topology: Topology, receiver: str
-) -> bool:
-    """Whether something consumes ``receiver``'s service queue, else its instance queue."""
-    for name in (topology.service_queue(receiver), topology.instance_queue(receiver)):
-        declared = await _declared(connection, name)
-        if declared is not None and declared[1]:  # a consumer
-            return True
-    return False
-
-
-async def heard_from(
-    connection: AbstractRobustConnection, topology: Topology, site: str
-) -> bool | None:
-    """Whether this site's beacon for ``site`` holds a heartbeat; None: there is no beacon."""
-    declared = await _declared(connection, topology.site_beacon(site))
-    return None if declared is None else declared[0] > 0
-
-
-async def _declared(connection: AbstractRobustConnection, name: str) -> tuple[int, int] | None:
-    # A queue's ready messages and consumers; None: there is no such queue. A passive
-    # declare of a missing queue closes its channel: one channel per look.
-    with map_transport_errors():
-        try:
-            async with scratch_channel(connection) as channel:
-                queue = await channel.declare_queue(name, passive=True)
-        except aiormq.exceptions.ChannelNotFoundEntity:
-            return None
-    result = queue.declaration_result
-    return result.message_count or 0, result.consumer_count or 0
 
 
 def _across(options: PublishOptions, outbox: str) -> PublishOptions:

@@ -1,6 +1,6 @@
 """The wire format: envelope models, the orjson codec, error codes and JSON Schema."""
 
-from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
+from agentbus._exception_base import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._codec import DEFAULT_MAX_SIZE, decode, encode
 from agentbus.envelopes._codes import (
     BROADCAST,

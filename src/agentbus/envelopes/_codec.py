@@ -9,7 +9,7 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from agentbus._exceptions import EnvelopeError, PayloadTooLarge, UnsupportedVersion
+from agentbus._exception_base import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._codes import PROTOCOL_MAJOR, PROTOCOL_VERSION, MessageType
 from agentbus.envelopes._dump import unserializable, wire_dict
 from agentbus.envelopes._fast import envelope_dict, validator_for

@@ -20,7 +20,7 @@ from aio_pika.connection import make_url
 
 from agentbus._config import mask_url
 from agentbus._logging import get_logger
-from agentbus.bus._errors import CONNECT_ERRORS
+from agentbus.bus._rabbitmq._errors import CONNECT_ERRORS
 
 __all__ = ["FailoverConnection", "NodeListener", "connect_to_nodes"]
 

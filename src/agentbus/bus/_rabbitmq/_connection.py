@@ -11,9 +11,9 @@ from __future__ import annotations
 from aio_pika.abc import AbstractRobustConnection
 
 from agentbus._config import Settings, mask_url
-from agentbus.bus._errors import map_connect_errors
-from agentbus.bus._failover import NodeListener, connect_to_nodes
-from agentbus.bus._nodes import broker_nodes
+from agentbus.bus._rabbitmq._errors import map_connect_errors
+from agentbus.bus._rabbitmq._failover import NodeListener, connect_to_nodes
+from agentbus.bus._rabbitmq._nodes import broker_nodes
 from agentbus.security import login_mechanism, tls_context
 
 __all__ = ["open_connection"]

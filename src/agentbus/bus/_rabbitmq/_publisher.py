@@ -14,17 +14,17 @@ from pamqp.common import FieldTable
 from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Unroutable
 from agentbus._logging import get_logger
 from agentbus._topology import DIRECT_REPLY_TO, SITE_HEADER, reply_destination, routing_key
-from agentbus.bus._amqp import (
+from agentbus.bus._delivery import IncomingMessage
+from agentbus.bus._options import PublishOptions, publication
+from agentbus.bus._rabbitmq._amqp import (
     Delivery,
     DirectReplyTo,
     basic_publish,
     is_cancelled_under_us,
     is_nack,
 )
-from agentbus.bus._delivery import IncomingMessage
-from agentbus.bus._errors import translate
-from agentbus.bus._options import PublishOptions, publication
-from agentbus.bus._properties import message_properties
+from agentbus.bus._rabbitmq._errors import translate
+from agentbus.bus._rabbitmq._properties import message_properties
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import BROADCAST, Envelope, ErrorEnvelope, ResponseEnvelope, encode
 

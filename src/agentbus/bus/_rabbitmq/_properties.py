@@ -1,4 +1,4 @@
-"""AMQP properties for the publish seam (``bus/_amqp.py``): built as aio-pika would, marshalled
+"""AMQP properties for the publish seam (``_amqp.py``): built as aio-pika would, marshalled
 without pamqp's generic walk.
 
 ``tests/unit/test_amqp_seam.py`` holds the bytes to ``aio_pika.Message``'s and to pamqp's

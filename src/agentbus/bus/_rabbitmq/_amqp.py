@@ -5,7 +5,7 @@ goes through a lock check (about 10 µs a message), and its ``Queue.consume`` wr
 delivery in an ``IncomingMessage`` run in a second task. On the hot paths (every publish;
 every delivery; every heartbeat the registry hears) the bus goes one level down instead,
 here and only here. ``tests/unit/test_amqp_seam.py`` pins what this module assumes of the libraries:
-the properties (``bus/_properties.py``) equal ``aio_pika.Message``'s byte for byte and
+the properties (``bus/_rabbitmq/_properties.py``) equal ``aio_pika.Message``'s byte for byte and
 pamqp's own, a return comes back as a
 ``DeliveredMessage``, and a robust channel calls ``reopen_callbacks`` after restoring
 its queues.
@@ -80,7 +80,7 @@ async def basic_publish(
     ``direct``: the properties' ``reply_to`` is direct reply-to's, taken on this channel by
     ``direct`` (its fallback queue instead while that consumer is not there).
 
-    Raises what aiormq raises (translate it with ``agentbus.bus._errors.translate``).
+    Raises what aiormq raises (translate it with ``agentbus.bus._rabbitmq._errors.translate``).
     """
     if channel.is_closed:
         raise aiormq.exceptions.ChannelInvalidStateError(f"{channel!r} is closed")

@@ -23,10 +23,10 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus._topology import Topology
-from agentbus.bus._amqp import basic_publish, scratch_channel
-from agentbus.bus._connection import open_connection
-from agentbus.bus._errors import map_transport_errors
-from agentbus.bus._properties import message_properties
+from agentbus.bus._rabbitmq._amqp import basic_publish, scratch_channel
+from agentbus.bus._rabbitmq._connection import open_connection
+from agentbus.bus._rabbitmq._errors import map_transport_errors
+from agentbus.bus._rabbitmq._properties import message_properties
 from agentbus.security import AuditEntry, AuditPosition, StreamOffset, audit_entries
 
 __all__ = ["RabbitAuditStream", "read_audit"]

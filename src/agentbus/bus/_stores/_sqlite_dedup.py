@@ -23,8 +23,8 @@ from agentbus._config import Settings, mask_url
 from agentbus._exceptions import ConfigurationError, EnvelopeError
 from agentbus._logging import get_logger
 from agentbus._sqlite import connect_shared
-from agentbus.bus._dedup import DedupStore, DedupWindow, Reply, Seen, SharedDedupStore
-from agentbus.bus._redis_dedup import RedisDedupStore
+from agentbus.bus._stores._dedup import DedupStore, DedupWindow, Reply, Seen, SharedDedupStore
+from agentbus.bus._stores._redis_dedup import RedisDedupStore
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
 __all__ = ["SqliteDedupStore", "dedup_store"]

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from agentbus._config import mask_url
 from agentbus._exceptions import ConfigurationError, EnvelopeError
 from agentbus._logging import get_logger
-from agentbus.bus._dedup import Reply, Seen
+from agentbus.bus._stores._dedup import Reply, Seen
 from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope, decode, encode
 
 if TYPE_CHECKING:

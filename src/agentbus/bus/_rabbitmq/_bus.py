@@ -20,18 +20,24 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
-from agentbus.bus._amqp import DeliveryConsumer, DirectReplyTo, FeedConsumer, scratch_channel
-from agentbus.bus._audit_stream import RabbitAuditStream
 from agentbus.bus._base import BaseBus
-from agentbus.bus._connection import open_connection
-from agentbus.bus._dead_letters import DeadLetters
-from agentbus.bus._dedup import DedupStore, SharedDedupStore
-from agentbus.bus._errors import map_transport_errors, through_reconnects
 from agentbus.bus._feed import SHARED_FEED_EXPIRES, Feed
-from agentbus.bus._journal import Journal, StreamJournal
-from agentbus.bus._publisher import Publisher
-from agentbus.bus._sites import heard_from, served_here
+from agentbus.bus._hooks import Journal
+from agentbus.bus._rabbitmq._amqp import (
+    DeliveryConsumer,
+    DirectReplyTo,
+    FeedConsumer,
+    scratch_channel,
+)
+from agentbus.bus._rabbitmq._audit_stream import RabbitAuditStream
+from agentbus.bus._rabbitmq._connection import open_connection
+from agentbus.bus._rabbitmq._dead_letters import DeadLetters
+from agentbus.bus._rabbitmq._errors import map_transport_errors, through_reconnects
+from agentbus.bus._rabbitmq._journal import StreamJournal
+from agentbus.bus._rabbitmq._presence import heard_from, served_here, unserved
+from agentbus.bus._rabbitmq._publisher import Publisher
 from agentbus.bus._stats import BusState
+from agentbus.bus._stores._dedup import DedupStore, SharedDedupStore
 from agentbus.security import AuditTrail, publisher_user_id
 
 __all__ = ["Bus", "connect"]
@@ -346,20 +352,7 @@ class Bus(BaseBus):
 
     async def _unserved(self, receiver: str) -> bool | None:
         assert self._connection is not None
-        topology = self.topology
-        for name in (topology.service_queue(receiver), topology.instance_queue(receiver)):
-            # A passive declare of a missing queue closes its channel: one per look.
-            with map_transport_errors():
-                try:
-                    async with scratch_channel(self._connection) as channel:
-                        queue = await channel.declare_queue(name, passive=True)
-                except aiormq.exceptions.ChannelNotFoundEntity:
-                    continue
-            declared = queue.declaration_result
-            # Ready messages and no consumer: requests wait there that nobody will take.
-            # No ready message: ours was delivered, maybe to an instance now draining.
-            return declared.consumer_count == 0 and (declared.message_count or 0) > 0
-        return None
+        return await unserved(self._connection, self.topology, receiver)
 
     async def _served_here(self, receiver: str) -> bool:
         assert self._connection is not None

@@ -1,8 +1,7 @@
-"""Journals: append-only logs every process can read back, kept by the broker.
+"""Journals on RabbitMQ: each a stream (``x-queue-type: stream``).
 
-On RabbitMQ a journal is a stream (``x-queue-type: stream``): replicated on a cluster,
-kept for ``max_age``, readable from any point by any number of readers without taking
-anything away. In memory it is a list on the ``MemoryBroker``.
+Replicated on a cluster, kept for ``max_age``, readable from any point by any number of
+readers without taking anything away. The seam it fills is ``Journal`` (``bus/_hooks.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import asyncio
 import contextlib
 import uuid
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import aio_pika
 import aiormq.exceptions
@@ -19,27 +18,15 @@ import orjson
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from agentbus._exceptions import ConnectionLost
-from agentbus.bus._amqp import scratch_channel
-from agentbus.bus._errors import map_transport_errors, through_reconnects
+from agentbus.bus._rabbitmq._amqp import scratch_channel
+from agentbus.bus._rabbitmq._errors import map_transport_errors, through_reconnects
 
-__all__ = ["Journal", "StreamJournal"]
+__all__ = ["StreamJournal"]
 
 _FENCE: Final = "_fence"
 _READ_PREFETCH: Final = 500  # a stream consumer must have one
 _READ_TIMEOUT: Final = 30.0
 _RECONNECT_WAIT: Final = 30.0  # s: how long a journal call waits out a reconnect
-
-
-class Journal(Protocol):
-    """An append-only log of JSON records, kept by the broker."""
-
-    async def append(self, record: dict[str, Any]) -> None:
-        """Add ``record`` at the end, once the broker has it (confirmed)."""
-        ...
-
-    async def read(self, since: datetime) -> list[dict[str, Any]]:
-        """Return, in order, the records appended from about ``since`` up to now."""
-        ...
 
 
 class StreamJournal:

@@ -27,9 +27,9 @@ from pydantic import BaseModel
 
 from agentbus._exceptions import Unroutable
 from agentbus._topology import Topology
-from agentbus.bus._amqp import scratch_channel
-from agentbus.bus._errors import map_transport_errors
 from agentbus.bus._poison import ATTEMPT_HEADER
+from agentbus.bus._rabbitmq._amqp import scratch_channel
+from agentbus.bus._rabbitmq._errors import map_transport_errors
 
 __all__ = ["DeadLetter", "DeadLetters", "Settled"]
 

@@ -58,7 +58,11 @@ class Callers:
                     )
                 bus = Bus(settings, agent_id=f"{identity}-{uuid.uuid4().hex[:8]}", app_id="gateway")
                 await bus.open()
-                await bus.subscribe(f"agent.{bus.agent_id}.event", self._on_event)
+                try:
+                    await bus.subscribe(f"agent.{bus.agent_id}.event", self._on_event)
+                except BaseException:
+                    await bus.aclose()
+                    raise
                 self._buses[identity] = bus
         return bus
 

@@ -20,8 +20,7 @@ try:
     import uvicorn
     from mcp import StdioServerParameters
 
-    from agentbus.gateway import ApiKeys
-    from agentbus.mcp import Callers, McpSettings, PlanWatch, TeamServer, http_app
+    from agentbus.mcp import ApiKeys, Callers, McpSettings, PlanWatch, TeamServer, http_app
 except ImportError as exc:  # the mcp extra is not installed
     MISSING: str | None = f"the mcp extra is not installed ({exc}): pip install -e '.[mcp]'"
 else:
@@ -135,7 +134,7 @@ class Team:
         keys = keys or ApiKeys.from_mapping({KEY: "alice", OTHER_KEY: "bob"})
         config = McpSettings(transport="http", port=port, refresh_interval=HEARTBEAT)
         plans = PlanWatch()
-        callers = Callers(self.settings, keys, plans)
+        callers = Callers(self.settings, keys, plans, app_id="mcp")
         own = Bus(self.settings, agent_id="mcp-1", app_id="mcp")
         self.server = await TeamServer(own, config, callers=callers, plans=plans).open()
         self._uvicorn, self._serving = await start_uvicorn(http_app(self.server, keys), port)

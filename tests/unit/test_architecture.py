@@ -11,7 +11,7 @@ import ast
 import itertools
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -36,7 +36,9 @@ BUS_ROOMS: Final[dict[str, frozenset[str]]] = {
 
 # Which agentbus package may import which (its public names, or a module named
 # ``internal``). The root's own ``_modules`` (_config, _logging, _exceptions, ...) are
-# the library's shared internals: every package may use them.
+# the library's shared internals: every package may use them. ``_http`` is a package of
+# its own, in its own layer: what the HTTP faces share, beneath them and above the rest.
+_BENEATH_HTTP: Final = frozenset({"envelopes", "security", "bus", "agents", "registry", "leader"})
 LAYERS: Final[dict[str, frozenset[str]]] = {
     "envelopes": frozenset(),
     "security": frozenset({"envelopes"}),
@@ -45,25 +47,12 @@ LAYERS: Final[dict[str, frozenset[str]]] = {
     "agents": frozenset({"envelopes", "security", "bus"}),
     "registry": frozenset({"envelopes", "bus", "agents"}),
     "leader": frozenset({"envelopes", "bus", "agents", "registry"}),
-    "testing": frozenset({"envelopes", "security", "bus", "agents", "registry", "leader"}),
-    "gateway": frozenset({"envelopes", "security", "bus", "agents", "registry", "leader"}),
-    "dashboard": frozenset({"envelopes", "bus", "agents", "registry", "leader"}),
-    "mcp": frozenset({"envelopes", "security", "bus", "agents", "registry", "leader", "gateway"}),
-    "cli": frozenset(
-        {
-            "envelopes",
-            "security",
-            "definitions",
-            "bus",
-            "agents",
-            "registry",
-            "leader",
-            "testing",
-            "gateway",
-            "dashboard",
-            "mcp",
-        }
-    ),
+    "_http": _BENEATH_HTTP,
+    "testing": _BENEATH_HTTP,
+    "gateway": _BENEATH_HTTP | {"_http"},
+    "dashboard": frozenset({"envelopes", "bus", "agents", "registry", "leader", "_http"}),
+    "mcp": _BENEATH_HTTP | {"_http"},
+    "cli": _BENEATH_HTTP | {"_http", "definitions", "testing", "gateway", "dashboard", "mcp"},
 }
 
 
@@ -76,10 +65,18 @@ def _modules() -> Iterator[tuple[Path, str]]:
 
 def _imports(path: Path) -> Iterator[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        if isinstance(node, ast.ImportFrom) and node.module == "agentbus" and node.level == 0:
+            # ``from agentbus import _http``: a module, like ``import agentbus._http``.
+            modules = [a.name for a in node.names if _is_module(SRC / a.name)]
+            yield from (f"agentbus.{name}" for name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             yield node.module
         elif isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
+
+
+def _is_module(path: Path) -> bool:
+    return path.is_dir() or path.with_suffix(".py").is_file()
 
 
 def _agentbus_imports() -> Iterator[tuple[str, str, list[str]]]:
@@ -220,17 +217,44 @@ def test_no_package_imports_another_packages_private_module() -> None:
     assert private == []
 
 
-def test_packages_import_only_the_layers_below_them() -> None:
-    """Each package imports only the packages docs/architecture.md puts beneath it."""
-    upward = [
+def _upward(imports: Iterable[tuple[str, str, list[str]]]) -> list[str]:
+    # A root internal (``_config``, ...) is open to all; a package (``_http`` too) only
+    # to the packages above it.
+    return [
         f"{module}: agentbus.{'.'.join(parts)}"
-        for module, package, parts in _agentbus_imports()
+        for module, package, parts in imports
         if package
-        and not parts[0].startswith("_")
         and parts[0] != package
+        and (parts[0] in LAYERS or not parts[0].startswith("_"))
         and parts[0] not in LAYERS[package]
     ]
-    assert upward == []
+
+
+def test_packages_import_only_the_layers_below_them() -> None:
+    """Each package imports only the packages docs/architecture.md puts beneath it."""
+    assert _upward(_agentbus_imports()) == []
+
+
+@pytest.mark.parametrize(
+    "package", ["envelopes", "security", "bus", "agents", "registry", "leader"]
+)
+def test_the_layering_check_keeps_the_layers_beneath_http_from_it(package: str) -> None:
+    """``_http`` is not a root internal: a package beneath it importing it is caught."""
+    imports = [
+        (f"{package}/_x.py", package, ["_http"]),
+        (f"{package}/_x.py", package, ["_config"]),  # a root internal: open to all
+    ]
+    assert _upward(imports) == [f"{package}/_x.py: agentbus._http"]
+
+
+def test_the_http_faces_may_import_the_shared_layer() -> None:
+    """The faces and the CLI stand above ``_http``; ``_http`` stands beneath every face."""
+    imports = [
+        (f"{face}/_x.py", face, ["_http"]) for face in ("gateway", "mcp", "dashboard", "cli")
+    ]
+    faces = [("_http/_x.py", "_http", [face]) for face in ("gateway", "mcp", "dashboard", "cli")]
+    assert _upward(imports) == []
+    assert len(_upward(faces)) == 4
 
 
 @pytest.mark.parametrize("package", ["security", "definitions"])

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,8 +14,6 @@ from agentbus.agents import run_until_signalled
 from agentbus.cli._context import settings_of
 
 if TYPE_CHECKING:
-    import uvicorn
-
     from agentbus.gateway import ApiKeys, GatewaySettings
 
 __all__ = ["gateway", "run_a2a"]
@@ -117,27 +112,14 @@ async def _serve(
     certfile: str | None,
     keyfile: str | None,
 ) -> None:
-    import uvicorn
-
+    from agentbus._http import serve_app
     from agentbus.gateway import Gateway
 
     async with Gateway(settings, config, keys) as served:
-        server = _server_class()(
-            uvicorn.Config(
-                served.app,
-                host=config.host,
-                port=config.port,
-                lifespan="off",
-                ssl_certfile=certfile,
-                ssl_keyfile=keyfile,
-                log_config=None,
-                timeout_graceful_shutdown=5,
-            )
-        )
         click.echo(f"agentbus gateway on {served.public_url}/agents", err=True)
         if config.root_service is not None:
             click.echo(f"{config.root_service} served at {served.public_url}/", err=True)
-        await server.serve()
+        await serve_app(served.app, config, lifespan="off", certfile=certfile, keyfile=keyfile)
 
 
 @click.command("run-a2a")
@@ -202,22 +184,3 @@ def run_a2a(
         await run_until_signalled(agent)
 
     run_loop(serve())
-
-
-def _server_class() -> type[uvicorn.Server]:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        # uvicorn raises a caught SIGTERM/SIGINT again once it has shut down, which would
-        # end the process before the gateway closes its buses: here it only stops serving.
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            handled = (signal.SIGINT, signal.SIGTERM)
-            previous = {signum: signal.signal(signum, self.handle_exit) for signum in handled}
-            try:
-                yield
-            finally:
-                for signum, handler in previous.items():
-                    signal.signal(signum, handler)
-
-    return Server

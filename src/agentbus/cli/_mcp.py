@@ -18,12 +18,10 @@ from agentbus._loop import run as run_loop
 from agentbus.agents import run_until_signalled
 from agentbus.bus import Bus
 from agentbus.cli._context import settings_of
-from agentbus.cli._gateway import _server_class
 from agentbus.security import default_id
 
 if TYPE_CHECKING:
-    from agentbus.gateway import ApiKeys
-    from agentbus.mcp import McpSettings, TeamServer
+    from agentbus.mcp import ApiKeys, McpSettings, TeamServer
 
 __all__ = ["mcp", "run_mcp"]
 
@@ -87,14 +85,12 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
 
 
 def _keys(config: McpSettings) -> ApiKeys:
-    from agentbus.gateway import ApiKeys
+    from agentbus._http import keys_of
 
     try:
-        if config.keys_file is not None:
-            return ApiKeys.from_file(config.keys_file)
+        return keys_of(config)
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
-    return ApiKeys({}, allow_anonymous=True)
 
 
 def _own_bus(settings: Settings) -> Bus:
@@ -110,27 +106,15 @@ async def _serve_stdio(settings: Settings, config: McpSettings) -> None:
 
 
 async def _serve_http(settings: Settings, config: McpSettings, keys: ApiKeys) -> None:
-    import uvicorn
-
+    from agentbus._http import serve_app
     from agentbus.mcp import Callers, PlanWatch, TeamServer, http_app
 
     plans = PlanWatch()
-    callers = Callers(settings, keys, plans)
+    callers = Callers(settings, keys, plans, app_id="mcp")
     team: TeamServer
     async with TeamServer(_own_bus(settings), config, callers=callers, plans=plans) as team:
-        app = http_app(team, keys)
-        server = _server_class()(
-            uvicorn.Config(
-                app,
-                host=config.host,
-                port=config.port,
-                lifespan="on",
-                log_config=None,
-                timeout_graceful_shutdown=5,
-            )
-        )
         click.echo(f"agentbus mcp on http://{config.host}:{config.port}{config.path}", err=True)
-        await server.serve()
+        await serve_app(http_app(team, keys), config, lifespan="on")
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
+from agentbus._http import bearer_key
 from agentbus._logging import get_logger
 from agentbus.dashboard._http import HEADERS, JSON, STATIC, error
 from agentbus.dashboard._sessions import Sessions
@@ -64,8 +65,7 @@ class Access:
         header = headers.get("authorization")
         if header is None:
             return None
-        scheme, _, presented = header.partition(" ")
-        return scheme.lower() == "bearer" and self.settings.allows(presented.strip())
+        return self.settings.allows(bearer_key(header))
 
     def in_session(self, connection: HTTPConnection) -> bool:
         return self.sessions.valid(connection.cookies.get(self.cookie))

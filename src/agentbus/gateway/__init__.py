@@ -7,14 +7,14 @@ external A2A agent on the bus.
 
 # First: the SDK reads whether to trace when it is first imported.
 from agentbus.gateway import _sdk_tracing  # isort: skip
+from agentbus._http import ApiKeys, Identity, keys_of
 from agentbus.gateway._app import Gateway
 from agentbus.gateway._cards import SCHEMAS_EXTENSION, SITES_EXTENSION, a2a_card
 from agentbus.gateway._executor import PARTIAL_KEY
-from agentbus.gateway._keys import ApiKeys, Identity
 from agentbus.gateway._parts import SKILL_KEY
 from agentbus.gateway._remote import RemoteA2AAgent
 from agentbus.gateway._settings import GatewaySettings
-from agentbus.gateway._workers import keys_of, serve_workers
+from agentbus.gateway._workers import serve_workers
 
 _sdk_tracing.unwrap()
 

@@ -13,8 +13,7 @@ discover by host look for it. The routes follow the registry: a service that lea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from a2a.server.cluster import VersionedTaskStore
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -37,14 +36,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentbus._config import Settings
 from agentbus._exceptions import ConfigurationError
+from agentbus._http import ApiKeys, Callers, Face, KeyBackend, PlanWatch, unauthorized
 from agentbus.bus import Bus
-from agentbus.gateway._callers import Callers
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._checks import checked_jsonrpc, checked_rest
 from agentbus.gateway._executor import BusExecutor
 from agentbus.gateway._follow import PlanProgress
 from agentbus.gateway._handler import GatewayHandler
-from agentbus.gateway._keys import ApiKeys, KeyBackend, unauthorized
 from agentbus.gateway._peers import PeerCancels
 from agentbus.gateway._settings import GatewaySettings
 from agentbus.gateway._shared_tasks import (
@@ -55,7 +53,6 @@ from agentbus.gateway._shared_tasks import (
     reachable,
 )
 from agentbus.gateway._tasks import BoundedTaskStore, OpenTasks
-from agentbus.registry import ServiceDirectory
 from agentbus.security import default_id
 
 if TYPE_CHECKING:
@@ -66,7 +63,7 @@ __all__ = ["Gateway"]
 _PREFIX = "/agents"
 
 
-class Gateway:
+class Gateway(Face):
     """Makes the bus's agents A2A agents over HTTP; open it, then serve ``app`` with uvicorn.
 
     Args:
@@ -74,6 +71,8 @@ class Gateway:
         gateway: The gateway's own settings.
         keys: The API keys; every non-public path needs one.
     """
+
+    _bus: Bus
 
     def __init__(self, settings: Settings, gateway: GatewaySettings, keys: ApiKeys) -> None:
         self.settings = settings
@@ -85,18 +84,14 @@ class Gateway:
         self._secured = not keys.allow_anonymous
         self.open_tasks = OpenTasks(gateway.max_open_tasks)
         self._bus = Bus(settings, agent_id=default_id(settings, "gateway"), app_id="gateway")
-        self.callers = Callers(settings, keys)
-        self.directory = ServiceDirectory(
-            self._bus,
-            registry=gateway.registry,
-            interval=gateway.refresh_interval,
-            on_change=self._reroute,
-        )
+        super().__init__(self._bus, gateway, on_change=self._reroute)
+        self.plans = PlanWatch()
+        self.callers = Callers(settings, keys, self.plans, app_id="gateway")
         self._executor = BusExecutor(
             self.callers,
             self.open_tasks,
             timeout=gateway.request_timeout,
-            follow=PlanProgress(self.callers, leader=gateway.leader),
+            follow=PlanProgress(self.plans, leader=gateway.leader),
         )
         self.store: TaskStore | VersionedTaskStore
         self._shared: _Shared | None = None
@@ -126,34 +121,15 @@ class Gateway:
         state = self._bus.state.value
         return f"<Gateway {self.public_url} {state} services={sorted(self.directory.cards)}>"
 
-    async def __aenter__(self) -> Self:
-        return await self.open()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def open(self) -> Self:
-        """Connect to the bus and start following the registry.
-
-        Raises:
-            BrokerUnavailable: the broker cannot be reached.
-        """
-        await self._bus.open()
+    async def _follow(self) -> None:
         try:
             if self._shared is not None:
                 await self._shared.start()
             await self.directory.start()
         except BaseException:
-            await self._bus.aclose()
             if self._shared is not None:
                 await self._shared.aclose()
             raise
-        return self
 
     async def aclose(self) -> None:
         """Stop following the registry, cancel running tasks (on the bus too), close every bus."""

@@ -31,11 +31,11 @@ from a2a.types import a2a_pb2 as a2a
 from google.protobuf.json_format import MessageToDict
 
 from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus._http import Callers
 from agentbus._logging import get_logger
 from agentbus.agents import NOTIFY_START, send_cancel
-from agentbus.bus import Bus
+from agentbus.bus import Transport
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
-from agentbus.gateway._callers import Callers
 from agentbus.gateway._follow import Chunk, Follow, Unfollowed, Update
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._tasks import OpenTasks
@@ -114,7 +114,7 @@ class _Telling:
 
 @dataclass(slots=True)
 class _Flight:
-    bus: Bus
+    bus: Transport
     message_id: str
     telling: _Telling
     context: ServerCallContext
@@ -182,7 +182,7 @@ class BusExecutor(AgentExecutor):
             self._flights.pop(task_id, None)
             self._open.release(key)
 
-    def _envelope(self, bus: Bus, call: BusCall, task_id: str) -> RequestEnvelope:
+    def _envelope(self, bus: Transport, call: BusCall, task_id: str) -> RequestEnvelope:
         return RequestEnvelope.model_validate(
             {
                 "sender_id": bus.agent_id,

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from a2a.types import a2a_pb2 as a2a
 
-from agentbus.bus import Bus
-from agentbus.gateway._callers import Callers
+from agentbus._http import PlanWatch
+from agentbus.bus import Transport
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.leader import Leader, Progress
 
@@ -45,7 +45,7 @@ class Follow(Protocol):
         ...
 
     def watching(
-        self, bus: Bus, call: BusCall, update: Callable[[Update], None]
+        self, bus: Transport, call: BusCall, update: Callable[[Update], None]
     ) -> contextlib.AbstractContextManager[None]:
         """Hand what ``call``, sent from ``bus``, sets going to ``update`` within the block."""
         ...
@@ -62,7 +62,7 @@ class Unfollowed:
         return call
 
     def watching(
-        self, bus: Bus, call: BusCall, update: Callable[[Update], None]
+        self, bus: Transport, call: BusCall, update: Callable[[Update], None]
     ) -> contextlib.AbstractContextManager[None]:
         """Follow nothing."""
         return contextlib.nullcontext()
@@ -72,12 +72,12 @@ class PlanProgress:
     """Follows the progress of the plans the ``leader`` service runs (``Leader.plan_of``).
 
     Args:
-        callers: The callers' buses, which hand on the ``plan_progress`` events they get.
+        plans: What hands on the ``plan_progress`` events the callers' buses get.
         leader: The leader service.
     """
 
-    def __init__(self, callers: Callers, *, leader: str) -> None:
-        self._callers = callers
+    def __init__(self, plans: PlanWatch, *, leader: str) -> None:
+        self._plans = plans
         self._leader = leader
 
     def __repr__(self) -> str:
@@ -93,14 +93,15 @@ class PlanProgress:
         return dataclasses.replace(call, parameters=parameters)
 
     @contextlib.contextmanager
-    def watching(self, bus: Bus, call: BusCall, update: Callable[[Update], None]) -> Iterator[None]:
+    def watching(
+        self, bus: Transport, call: BusCall, update: Callable[[Update], None]
+    ) -> Iterator[None]:
         """Hand the plan's progress to ``update`` within the block: nothing if ``call``
         runs no plan."""
         plan = self._plan(call)
         if plan is None:
             yield
             return
-        plan_id = str(plan["id"])
 
         def on_plan(progress: Progress) -> None:
             update({"plan_progress": progress.model_dump(mode="json")})
@@ -108,11 +109,8 @@ class PlanProgress:
                 name = f"{progress.subtask_id}.partial"
                 update(Chunk(name, name, result_parts(progress.detail.get("chunk"))))
 
-        self._callers.watch_plan(bus, plan_id, on_plan)
-        try:
+        with self._plans.watching(bus, str(plan["id"]), on_plan):
             yield
-        finally:
-            self._callers.unwatch_plan(bus, plan_id)
 
     def _plan(self, call: BusCall) -> dict[str, Any] | None:
         return Leader.plan_of(call.skill, call.parameters) if call.service == self._leader else None

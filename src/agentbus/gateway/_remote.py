@@ -29,8 +29,9 @@ from google.protobuf.json_format import MessageToDict
 from jsonschema import Draft202012Validator
 
 from agentbus._config import Settings
-from agentbus._exceptions import AgentBusError, Cancelled, InvalidParameters
-from agentbus.agents import Agent, SkillMark, SkillSpec, report_progress, send_partial
+from agentbus._exceptions import AgentBusError, Cancelled
+from agentbus._http import SchemaSkill
+from agentbus.agents import Agent, SkillMark, report_progress, send_partial
 from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
 from agentbus.gateway._executor import PARTIAL_KEY
@@ -218,45 +219,22 @@ class _RemoteTask:
             self.named.set()
 
 
-class _RemoteSkill(SkillSpec):
-    """A skill of the remote card: checked against its JSON Schema, forwarded as a message.
-
-    Built on a placeholder method without parameters (a remote skill has no Python
-    signature); its schemas, ``bind`` and ``run`` come from the card instead.
-    """
+class _RemoteSkill(SchemaSkill):
+    """A skill of the remote card: checked against its JSON Schema, forwarded as a message."""
 
     def __init__(self, skill: a2a.AgentSkill, card: a2a.AgentCard) -> None:
-        super().__init__(_placeholder, SkillMark(skill.id, skill.description or skill.name))
         schemas = skill_schemas(card).get(skill.id, {})
-        self._parameters: dict[str, Any] = schemas.get("parameters") or _FREE_FORM
-        self._result_schema: dict[str, Any] = schemas.get("result") or {}
-        self._validator = Draft202012Validator(self._parameters)
-
-    @property
-    def parameters_schema(self) -> dict[str, Any]:
-        return self._parameters
-
-    @property
-    def result_schema(self) -> dict[str, Any]:
-        return self._result_schema
-
-    def bind(self, parameters: dict[str, Any]) -> dict[str, Any]:
-        error = next(iter(self._validator.iter_errors(parameters)), None)
-        if error is not None:
-            where = "/".join(str(part) for part in error.absolute_path) or "parameters"
-            raise InvalidParameters(
-                f"invalid parameters for {self.name!r}: {where}: {error.message}",
-                details={"skill": self.name, "errors": [{"field": where, "error": error.message}]},
-            )
-        return parameters
+        parameters: dict[str, Any] = schemas.get("parameters") or _FREE_FORM
+        super().__init__(
+            SkillMark(skill.id, skill.description or skill.name),
+            parameters=parameters,
+            result=schemas.get("result") or {},
+            validator=Draft202012Validator(parameters),
+        )
 
     async def run(self, agent: Any, arguments: dict[str, Any]) -> Any:
         assert isinstance(agent, RemoteA2AAgent)
         return await agent.forward(self.name, arguments)
-
-
-async def _placeholder(agent: Any) -> Any:  # pragma: no cover - never called: run forwards
-    raise NotImplementedError
 
 
 def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:

@@ -1,8 +1,8 @@
 """Several gateway processes on one address (``agentbus gateway --workers N``).
 
 Each worker is a whole ``Gateway`` built from the settings the parent hands down, opened
-in the ASGI lifespan (``agentbus._workers``). They share their tasks through the task
-store (``_shared_tasks``) and their cancels over the bus (``_peers``).
+in the ASGI lifespan (``agentbus._http.run_workers``). They share their tasks through the
+task store (``_shared_tasks``) and their cancels over the bus (``_peers``).
 """
 
 from __future__ import annotations
@@ -11,25 +11,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from agentbus import _workers
 from agentbus._config import Settings
+from agentbus._http import Lifespan, handed_down, keys_of, run_workers
 from agentbus.gateway._app import Gateway
-from agentbus.gateway._keys import ApiKeys
 from agentbus.gateway._settings import GatewaySettings
 from agentbus.gateway._shared_tasks import connect, reachable
 
-__all__ = ["keys_of", "serve_workers", "worker_app"]
-
-
-def keys_of(config: GatewaySettings) -> ApiKeys:
-    """Return the API keys ``config`` names (its keys file), or anonymous callers.
-
-    Raises:
-        ConfigurationError: the keys file cannot be read or is malformed.
-    """
-    if config.keys_file is not None:
-        return ApiKeys.from_file(config.keys_file)
-    return ApiKeys({}, allow_anonymous=True)
+__all__ = ["serve_workers", "worker_app"]
 
 
 def serve_workers(
@@ -49,19 +37,8 @@ def serve_workers(
     """
     if config.task_store is not None:
         asyncio.run(_answers(config.task_store))
-    handed = {
-        "settings": settings.model_dump(mode="json"),
-        "gateway": config.model_dump(mode="json"),
-    }
-    _workers.serve(
-        f"{__name__}:worker_app",
-        handed,
-        host=config.host,
-        port=config.port,
-        workers=config.workers,
-        log=log,
-        certfile=certfile,
-        keyfile=keyfile,
+    run_workers(
+        f"{__name__}:worker_app", settings, config, log=log, certfile=certfile, keyfile=keyfile
     )
 
 
@@ -73,15 +50,14 @@ async def _answers(url: str) -> None:
         await redis.aclose()
 
 
-def worker_app() -> _workers.Lifespan:
+def worker_app() -> Lifespan:
     """Return a worker's app: its gateway, opened and closed by the ASGI lifespan."""
-    handed = _workers.plan()
-    config = GatewaySettings(**handed["gateway"])
-    gateway = Gateway(Settings(**handed["settings"]), config, keys_of(config))
+    settings, config = handed_down(GatewaySettings)
+    gateway = Gateway(settings, config, keys_of(config))
 
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[Gateway]:
         async with gateway:
             yield gateway
 
-    return _workers.Lifespan(gateway.app, opened)
+    return Lifespan(gateway.app, opened)

@@ -1,14 +1,13 @@
 """The team over the Model Context Protocol, both ways (needs the ``mcp`` extra).
 
 ``TeamServer`` serves every live skill on the bus as an MCP tool (stdio or Streamable
-HTTP, with the gateway's bearer keys); ``RemoteMcpAgent`` puts an MCP server on the bus
-as an agent whose skills are its tools.
+HTTP, with bearer ``ApiKeys``: the gateway's keys file serves here too); ``RemoteMcpAgent``
+puts an MCP server on the bus as an agent whose skills are its tools.
 """
 
-from agentbus.mcp._callers import Callers
+from agentbus._http import ApiKeys, Callers, PlanWatch
 from agentbus.mcp._http import http_app
 from agentbus.mcp._link import McpLink, McpTarget
-from agentbus.mcp._plans import PlanWatch
 from agentbus.mcp._remote import RemoteMcpAgent
 from agentbus.mcp._server import CARD_URI, TeamServer
 from agentbus.mcp._settings import McpSettings
@@ -21,6 +20,7 @@ __all__ = [
     "RUN_PLAN",
     "SEPARATOR",
     "UPDATE_META",
+    "ApiKeys",
     "Callers",
     "McpLink",
     "McpSettings",

@@ -1,4 +1,5 @@
-"""Who calls over HTTP: the gateway's bearer keys, checked by the MCP SDK's bearer middleware."""
+"""Who calls over HTTP: the API keys (``agentbus._http``), checked by the MCP SDK's bearer
+middleware."""
 
 from __future__ import annotations
 
@@ -9,12 +10,9 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 
-from agentbus.gateway import ApiKeys
+from agentbus._http import ANONYMOUS, ApiKeys
 
-__all__ = ["ANONYMOUS", "KeyVerifier", "caller_of"]
-
-ANONYMOUS = "anonymous"
-"""The identity of every HTTP caller when the server runs without keys."""
+__all__ = ["KeyVerifier", "caller_of"]
 
 
 class KeyVerifier:

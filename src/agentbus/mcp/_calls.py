@@ -21,13 +21,13 @@ import mcp_types as types
 import orjson
 
 from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus._http import PlanWatch
 from agentbus._logging import get_logger
 from agentbus.agents import NOTIFY_START, send_cancel
 from agentbus.bus import Transport
 from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
 from agentbus.leader import Leader, Progress
 from agentbus.mcp._notify import Notifier
-from agentbus.mcp._plans import PlanWatch
 from agentbus.mcp._tools import Tool, tool_error, tool_result
 
 __all__ = ["Calls"]

@@ -1,11 +1,11 @@
-"""The team server over Streamable HTTP, behind the gateway's bearer keys."""
+"""The team server over Streamable HTTP, behind the bearer API keys."""
 
 from __future__ import annotations
 
 from mcp.server.auth.settings import AuthSettings
 from starlette.applications import Starlette
 
-from agentbus.gateway import ApiKeys
+from agentbus._http import ApiKeys
 from agentbus.mcp._auth import KeyVerifier
 from agentbus.mcp._server import TeamServer
 

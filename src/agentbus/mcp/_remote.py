@@ -20,7 +20,8 @@ import mcp_types as types
 from jsonschema import Draft202012Validator, validators
 
 from agentbus._config import Settings
-from agentbus._exceptions import AgentBusError, InvalidParameters
+from agentbus._exceptions import AgentBusError
+from agentbus._http import SchemaSkill
 from agentbus.agents import Agent, SkillMark, SkillSpec, report_progress
 from agentbus.envelopes import ErrorCode
 from agentbus.mcp._link import McpLink, McpTarget
@@ -142,48 +143,25 @@ class RemoteMcpAgent(Agent):
         return _content_value(result.content)
 
 
-class _ToolSkill(SkillSpec):
-    """A tool of the server: checked against its input schema, forwarded as ``tools/call``.
-
-    Built on a placeholder method without parameters (a tool has no Python signature);
-    its schemas, ``bind`` and ``run`` come from the tool instead.
-    """
+class _ToolSkill(SchemaSkill):
+    """A tool of the server: checked against its input schema, forwarded as ``tools/call``."""
 
     def __init__(self, tool: types.Tool) -> None:
-        action = _as_id(tool.name)[:128] or "tool"
-        super().__init__(_placeholder, SkillMark(action, tool.description or tool.title or ""))
-        self.tool = tool.name
-        self._parameters: dict[str, Any] = dict(tool.input_schema) or _ANY_OBJECT
-        self._result_schema, self.wrapped = unwrap(tool.output_schema)
+        parameters: dict[str, Any] = dict(tool.input_schema) or _ANY_OBJECT
+        result, self.wrapped = unwrap(tool.output_schema)
         # The draft the schema names (a TypeScript server's are draft-07), else 2020-12.
-        checker = validators.validator_for(self._parameters, default=Draft202012Validator)
-        self._validator = checker(self._parameters)
-
-    @property
-    def parameters_schema(self) -> dict[str, Any]:
-        return self._parameters
-
-    @property
-    def result_schema(self) -> dict[str, Any]:
-        return self._result_schema
-
-    def bind(self, parameters: dict[str, Any]) -> dict[str, Any]:
-        error = next(iter(self._validator.iter_errors(parameters)), None)
-        if error is not None:
-            where = "/".join(str(part) for part in error.absolute_path) or "parameters"
-            raise InvalidParameters(
-                f"invalid parameters for {self.name!r}: {where}: {error.message}",
-                details={"skill": self.name, "errors": [{"field": where, "error": error.message}]},
-            )
-        return parameters
+        checker = validators.validator_for(parameters, default=Draft202012Validator)
+        super().__init__(
+            SkillMark(_as_id(tool.name)[:128] or "tool", tool.description or tool.title or ""),
+            parameters=parameters,
+            result=result,
+            validator=checker(parameters),
+        )
+        self.tool = tool.name
 
     async def run(self, agent: Any, arguments: dict[str, Any]) -> Any:
         assert isinstance(agent, RemoteMcpAgent)
         return await agent.forward(self.tool, arguments, self.wrapped)
-
-
-async def _placeholder(agent: Any) -> Any:  # pragma: no cover - never called: run forwards
-    raise NotImplementedError
 
 
 async def _report(reports: asyncio.Queue[Progress | None]) -> None:

@@ -9,8 +9,7 @@ from the caller's bus: the server's own over stdio, the key's identity's over HT
 from __future__ import annotations
 
 import asyncio
-from types import TracebackType
-from typing import Any, Final, Self, cast
+from typing import Any, Final, cast
 
 import anyio
 import mcp_types as types
@@ -23,17 +22,15 @@ from mcp.shared.exceptions import MCPError
 
 from agentbus import __version__
 from agentbus._exceptions import AgentBusError
+from agentbus._http import Callers, Face, PlanWatch
 from agentbus.bus import Transport
 from agentbus.mcp._auth import caller_of
-from agentbus.mcp._callers import Callers
 from agentbus.mcp._calls import Calls
 from agentbus.mcp._changes import Changes
 from agentbus.mcp._notify import Notifier
-from agentbus.mcp._plans import PlanWatch
 from agentbus.mcp._settings import McpSettings
 from agentbus.mcp._stdio import loop_stdin
 from agentbus.mcp._tools import Tool, team_tools, tool_error
-from agentbus.registry import ServiceDirectory
 
 __all__ = ["CARD_URI", "TeamServer"]
 
@@ -63,7 +60,7 @@ class _ChangingServer(Server[Any]):
         )
 
 
-class TeamServer:
+class TeamServer(Face):
     """The bus's agents as one MCP server; open it, then serve stdio or HTTP (``http_app``).
 
     Args:
@@ -83,17 +80,11 @@ class TeamServer:
         plans: PlanWatch | None = None,
     ) -> None:
         self.config = config or McpSettings()
-        self._bus = bus
+        super().__init__(bus, self.config, on_change=self._retool)
         self._callers = callers
         self.plans = plans or PlanWatch()
         self.changes = Changes()
         self.tools: dict[str, Tool] = {}
-        self.directory = ServiceDirectory(
-            bus,
-            registry=self.config.registry,
-            interval=self.config.refresh_interval,
-            on_change=self._retool,
-        )
         self._calls = Calls(self.plans, timeout=self.config.request_timeout)
         self._publishing: set[asyncio.Task[None]] = set()
         self.server = _ChangingServer(
@@ -114,31 +105,9 @@ class TeamServer:
     def __repr__(self) -> str:
         return f"<TeamServer {self._bus.agent_id} tools={len(self.tools)}>"
 
-    async def __aenter__(self) -> Self:
-        return await self.open()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def open(self) -> Self:
-        """Connect to the bus and start following the registry.
-
-        Raises:
-            BrokerUnavailable: the broker cannot be reached.
-        """
-        await self._bus.open()
-        try:
-            await self.plans.attach(self._bus)
-            await self.directory.start()
-        except BaseException:
-            await self._bus.aclose()
-            raise
-        return self
+    async def _follow(self) -> None:
+        await self.plans.attach(self._bus)
+        await self.directory.start()
 
     async def aclose(self) -> None:
         """Stop following the registry, cancel the calls still running, close every bus."""

@@ -1,8 +1,8 @@
 """Callers on the bus: one bus per identity, so agents see (and audit) who asked.
 
-Over stdio the one caller is the person whose client started the server: calls go on
-the server's own bus. Over HTTP each bearer key's identity gets a bus of its own, with
-agent id ``<identity>-<random>`` and, when its key names a broker URL, that broker user.
+Over HTTP each bearer key's identity gets a bus of its own, with agent id
+``<identity>-<random>`` and, when its key names a broker URL, that broker user. Each
+bus is followed for the plans sent from it (``PlanWatch``).
 """
 
 from __future__ import annotations
@@ -13,19 +13,15 @@ from collections.abc import Callable
 
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
+from agentbus._http._keys import ApiKeys
+from agentbus._http._plans import PlanWatch
 from agentbus.bus import Bus, Transport, verifies_sender
 from agentbus.envelopes import ErrorCode
-from agentbus.gateway import ApiKeys
-from agentbus.mcp._plans import PlanWatch
 
 __all__ = ["Callers", "Connect"]
 
 Connect = Callable[[Settings, str], Transport]
 """Make an unopened bus with these settings and this agent id."""
-
-
-def _bus(settings: Settings, agent_id: str) -> Transport:
-    return Bus(settings, agent_id=agent_id, app_id="mcp")
 
 
 class Callers:
@@ -35,6 +31,7 @@ class Callers:
         settings: The bus settings; an identity's ``url`` replaces the broker URL.
         keys: The API keys: who each identity is on the broker.
         plans: Where the plans' progress sent to these buses goes.
+        app_id: The AMQP ``app_id`` of what these buses send (the face's name).
         connect: How a bus is made (the RabbitMQ ``Bus`` unless a test says otherwise).
     """
 
@@ -44,17 +41,19 @@ class Callers:
         keys: ApiKeys,
         plans: PlanWatch,
         *,
-        connect: Connect = _bus,
+        app_id: str = "agentbus",
+        connect: Connect | None = None,
     ) -> None:
         self._settings = settings
         self._keys = keys
         self._plans = plans
-        self._connect = connect
+        self._app_id = app_id
+        self._connect = connect or self._bus
         self._buses: dict[str, Transport] = {}
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
-        return f"<Callers {sorted(self._buses)}>"
+        return f"<Callers {self._app_id} {sorted(self._buses)}>"
 
     async def bus(self, identity: str) -> Transport:
         """Return the open bus of ``identity``, opening it the first time.
@@ -73,13 +72,16 @@ class Callers:
                 self._buses[identity] = bus
         return bus
 
+    def _bus(self, settings: Settings, agent_id: str) -> Transport:
+        return Bus(settings, agent_id=agent_id, app_id=self._app_id)
+
     async def _open(self, identity: str) -> Transport:
         url = self._keys.named(identity).url
         settings = self._settings
         if url is not None:
             settings = settings.model_copy(update={"url": url})
         elif verifies_sender(settings):
-            # Its requests would carry the server's broker user, not its own.
+            # Its requests would carry the face's broker user, not its own.
             raise AgentBusError(
                 f"the identity {identity!r} has no broker user of its own, and "
                 "verify_sender is on: give it a url in the keys file",
@@ -90,6 +92,7 @@ class Callers:
         try:
             await self._plans.attach(bus)
         except BaseException:
+            # Not kept: nobody else would close it.
             await bus.aclose()
             raise
         return bus

@@ -1,4 +1,9 @@
-"""Bearer API keys: each key maps to a bus identity; unknown keys get 401 before the bus."""
+"""Bearer API keys: each key maps to a bus identity; unknown keys get 401 before the bus.
+
+The keys file is a JSON object, key -> identity (or ``{"identity": ..., "url": ...}``, the
+broker URL to speak as that identity). Without keys, a face may let every caller in as
+the identity ``anonymous`` (for local use only).
+"""
 
 from __future__ import annotations
 
@@ -21,9 +26,10 @@ from starlette.responses import JSONResponse, Response
 
 from agentbus._exceptions import ConfigurationError
 
-__all__ = ["ANONYMOUS", "ApiKeys", "Identity", "KeyBackend", "unauthorized"]
+__all__ = ["ANONYMOUS", "ApiKeys", "Identity", "KeyBackend", "bearer_key", "unauthorized"]
 
 ANONYMOUS = "anonymous"
+"""The identity of every caller when a face runs without keys."""
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
 
@@ -97,6 +103,13 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
+def bearer_key(authorization: str) -> str:
+    """Return the key of an ``Authorization: Bearer <key>`` header's value; "" for another
+    scheme or no key."""
+    scheme, _, key = authorization.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else ""
+
+
 class KeyBackend(AuthenticationBackend):
     """Starlette authentication: ``Authorization: Bearer <key>`` on every non-public path."""
 
@@ -109,10 +122,10 @@ class KeyBackend(AuthenticationBackend):
             return None
         if self._keys.allow_anonymous:
             return AuthCredentials(["authenticated"]), SimpleUser(ANONYMOUS)
-        scheme, _, key = conn.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        key = bearer_key(conn.headers.get("authorization", ""))
+        if not key:
             raise AuthenticationError("missing API key: send Authorization: Bearer <key>")
-        identity = self._keys.identify(key.strip())
+        identity = self._keys.identify(key)
         if identity is None:
             raise AuthenticationError("unknown API key")
         return AuthCredentials(["authenticated"]), SimpleUser(identity.name)

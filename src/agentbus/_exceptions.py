@@ -17,6 +17,7 @@ envelope and a caller can act on the code it received::
     │   ├── ConnectionLost            the connection dropped during an operation
     │   ├── PublishFailed             the broker refused (nacked) a publish
     │   ├── AccessRefused             unauthorized: the broker's permissions refused it
+    │   ├── QueueInUse                another consumer has the queue to itself (a lock held)
     │   └── BusClosed                 the bus is closed or closing
     ├── Unroutable                    agent_unavailable: nobody is bound to the receiver
     │   ├── NoInstance                the receiver's queue is there, with no instance on it
@@ -68,6 +69,7 @@ __all__ = [
     "PublishFailed",
     "QuestionClosed",
     "QuestionDeclined",
+    "QueueInUse",
     "RemoteError",
     "RequestTimeout",
     "SiteUnreachable",
@@ -115,6 +117,11 @@ class AccessRefused(TransportError):
     """The broker refused an operation for this user: a forbidden routing key, say (403)."""
 
     code: str = "unauthorized"
+
+
+class QueueInUse(TransportError):
+    """A queue asked for alone (an exclusive consumer) is taken by another consumer, or one
+    has it alone: the lock it stands for is held elsewhere."""
 
 
 class BusClosed(TransportError):

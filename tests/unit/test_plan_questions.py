@@ -9,9 +9,19 @@ from typing import Any
 
 import pytest
 
-from agentbus import Agent, Leader, PlanClient, Question, QuestionClosed, RemoteError, ask, skill
+from agentbus import (
+    Agent,
+    Leader,
+    PlanClient,
+    Question,
+    QuestionClosed,
+    RemoteError,
+    Settings,
+    ask,
+    skill,
+)
 from agentbus.envelopes import ErrorCode
-from agentbus.leader import PlanStatus, Progress, SubtaskStatus
+from agentbus.leader import PlanState, PlanStatus, Progress, SubtaskStatus
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
 
@@ -154,3 +164,59 @@ async def test_an_answer_that_is_no_approval_is_refused_and_the_question_stays_o
         aggregate = await run
     assert aggregate.subtask("ok").result["approved"] is True
     assert questions[0].text == "Approve ok?"
+
+
+async def test_a_plan_that_waits_only_for_people_parks_and_an_answer_resumes_it() -> None:
+    """Durable, park_after 0.05 s: the leader lets the plan go (nothing running, status
+    waiting); the answer, taken by another leader, resumes it; the aggregate reaches the
+    request that began it."""
+    broker = MemoryBroker()
+    settings = Settings(plan_park_after=0.05)
+    waiting = asyncio.Event()
+    questions: list[Question] = []
+
+    def follow(progress: Progress) -> None:
+        if progress.transition == "input_required":
+            questions.append(Question.model_validate(progress.detail["question"]))
+            waiting.set()
+
+    plan = {"id": "parked", "subtasks": PLAN["subtasks"][:1]}
+    first = Leader(
+        bus=MemoryBus(broker, settings, agent_id="leader-1"),
+        settings=settings,
+        durable=True,
+        heartbeat_interval=0.2,
+    )
+    async with (
+        Registry(bus=MemoryBus(broker, agent_id="registry-1"), heartbeat_interval=0.2),
+        Editor(bus=MemoryBus(broker, agent_id="editor-1"), heartbeat_interval=0.2),
+        MemoryBus(broker) as client,
+    ):
+        plans = PlanClient(client)
+        async with first:
+            run = asyncio.create_task(plans.run(plan, timeout=20, on_progress=follow))
+            await waiting.wait()
+            state = await _parked(plans, "parked")
+            assert first.in_flight == 0  # nothing held: no run_plan running
+        assert state.questions[0].question_id == questions[0].question_id
+        # The first leader is gone; another takes the answer and resumes the plan.
+        second = Leader(
+            bus=MemoryBus(broker, settings, agent_id="leader-2"),
+            settings=settings,
+            durable=True,
+            heartbeat_interval=0.2,
+        )
+        async with second:
+            accepted = await plans.answer(questions[0].question_id, "swarms")
+            aggregate = await run
+    assert accepted["accepted"] is True
+    assert aggregate.status is PlanStatus.COMPLETED
+    assert aggregate.subtask("name").result == "SWARMS"
+
+
+async def _parked(plans: PlanClient, plan_id: str) -> PlanState:
+    # Parking is the leader's own timer (park_after): look until the plan says it waits.
+    async with asyncio.timeout(10):
+        while (state := await plans.status(plan_id)).state != "waiting":  # noqa: ASYNC110
+            await asyncio.sleep(0.02)  # a look every 20 ms: no event says a plan parked
+    return state

@@ -4,7 +4,7 @@ from agentbus.agents._agent import NOTIFY_START, Agent, current_request
 from agentbus.agents._asking import QUESTION_ANSWERED, QUESTION_ASKED, answer_parameters
 from agentbus.agents._cancel import CancelCause, cancel_cause, send_cancel
 from agentbus.agents._card import AgentCard, SkillCard
-from agentbus.agents._conversation import ask, remember
+from agentbus.agents._conversation import Deferred, ask, remember
 from agentbus.agents._heartbeat import (
     AGENT_OFFLINE,
     AGENT_ONLINE,
@@ -38,6 +38,7 @@ __all__ = [
     "AgentCard",
     "AgentStatus",
     "CancelCause",
+    "Deferred",
     "Heartbeat",
     "OfflineNotice",
     "SkillCard",

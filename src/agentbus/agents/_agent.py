@@ -26,7 +26,7 @@ from agentbus._metrics import Metrics
 from agentbus.agents._asking import Asking
 from agentbus.agents._cancel import CancelCause
 from agentbus.agents._card import AgentCard, SkillCard
-from agentbus.agents._conversation import Conversation, Suspended
+from agentbus.agents._conversation import Conversation, Deferred, Suspended
 from agentbus.agents._heartbeat import (
     AGENT_OFFLINE,
     ANNOUNCE,
@@ -385,6 +385,8 @@ class Agent:
                 result = await spec.run(self, arguments)
             except Suspended as asked:
                 return await self.questions.asked(asked, conversation, answering)
+            except Deferred as deferred:
+                return deferred.reply
             except asyncio.CancelledError:
                 # Cancelled by request alone: the delivery goes on, to answer ``cancelled``.
                 if work.cancelled_by_request and current.uncancel() == 0:

@@ -27,12 +27,14 @@ from agentbus.envelopes import (
     Question,
     QuestionKind,
     RequestEnvelope,
+    ResponseEnvelope,
     new_question_id,
     utcnow,
 )
 
 __all__ = [
     "Conversation",
+    "Deferred",
     "Suspended",
     "ask",
     "remember",
@@ -57,6 +59,16 @@ class Suspended(BaseException):
         self.question = question
         self.answers = answers
         """The answers that hold, the question's own excluded (a rejected one is not kept)."""
+
+
+class Deferred(BaseException):
+    """Raised out of a skill to end its run with ``reply`` (an ``in_progress`` response, say)
+    when its final answer comes later, sent by whoever finishes the work (a leader's plan,
+    parked to wait for people, finished by another leader: ``Transport.send_reply``)."""
+
+    def __init__(self, reply: ResponseEnvelope) -> None:
+        super().__init__(reply.payload.status)
+        self.reply = reply
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from agentbus.envelopes import (
     BROADCAST,
     Envelope,
     ErrorCode,
+    ErrorEnvelope,
     EventEnvelope,
     EventPayload,
     Metadata,
@@ -290,6 +291,19 @@ class Sending(abc.ABC):
             # Naming direct reply-to, it goes on the channel without confirms (Publisher).
             confirm=reply_to != DIRECT_REPLY_TO,
         )
+
+    async def send_reply(
+        self, reply: ResponseEnvelope | ErrorEnvelope, reply_to: str | None
+    ) -> None:
+        """Send a reply (response or error) to a request answered after its handler ended:
+        to ``reply_to`` (the request's AMQP ``reply_to``: ``reply_address()``), else by the
+        routing key of its receiver (``agent.<requester>.response``).
+
+        Raises:
+            Unroutable: nobody is there to take it (the requester has gone).
+            ConnectionLost, PublishFailed: as ``publish``.
+        """
+        await self._require_publisher().publish_reply(reply, reply_to)
 
     async def emit(
         self,

@@ -12,6 +12,7 @@ question (same id), or gives the answer it finds there.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from agentbus.envelopes import Question
@@ -22,7 +23,7 @@ from agentbus.leader._plan import Subtask
 from agentbus.leader._questions import (
     Given,
     OpenQuestion,
-    PlanQuestions,
+    PlanAsking,
     approval_answer,
     seconds_to,
 )
@@ -36,37 +37,61 @@ __all__ = ["Conversing"]
 class Conversing:
     """The questions of one plan's steps.
 
+    A durable plan whose every step still running waits for an answer, for
+    ``asking.park_after`` seconds, is told to park (``wake``); ``park`` then closes its
+    questions, for the journal to keep.
+
     Args:
-        questions: The leader's open plan questions (where answers arrive).
+        asking: The leader's open questions, the request's id, when to park.
         sender: Sends each answer on to the agent that asked.
         limits: The plan's deadline, which caps every wait.
         emit: Reports a step's ``input_required`` and ``answered`` transitions.
         takeover: A durable plan's journal, and what an earlier leader left of it.
         plan_id: The plan's id.
-        request_id: The ``run_plan`` request's id (each question's ``request_id``).
+        running: How many steps run now (waiting ones included).
+        wake: Called when the plan is to park.
     """
 
     def __init__(
         self,
-        questions: PlanQuestions,
+        asking: PlanAsking,
         sender: AttemptSender,
         limits: Limits,
         emit: Emit,
         takeover: TakeOver | None,
         *,
         plan_id: str,
-        request_id: str,
+        running: Callable[[], int],
+        wake: Callable[[], None],
     ) -> None:
-        self._questions = questions
+        self._questions = asking.questions
         self._sender = sender
         self._limits = limits
         self._emit = emit
         self._takeover = takeover
         self._plan_id = plan_id
-        self._request_id = request_id
+        self._request_id = asking.request_id
+        self._running = running
+        self._waiting: dict[str, OpenQuestion] = {}  # by subtask id
+        self._park_after = asking.park_after if takeover is not None else None
+        self._wake = wake
+        self._timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
-        return f"<Conversing plan_id={self._plan_id!r}>"
+        return f"<Conversing plan_id={self._plan_id!r} waiting={len(self._waiting)}>"
+
+    def park(self) -> list[Question] | None:
+        """Close the questions of the steps waiting, for the plan to park; None when a
+        step runs, or one has its answer already (then nothing is closed: it goes on)."""
+        self._timer = None
+        if self._park_after is None or len(self._waiting) != self._running():
+            return None
+        if any(opened.answered.done() for opened in self._waiting.values()):
+            return None
+        questions = [opened.question for opened in self._waiting.values()]
+        for opened in self._waiting.values():
+            self._questions.close(opened)
+        return questions
 
     async def converse(
         self, subtask: Subtask, record: SubtaskRecord, asked: Question, tried: set[str]
@@ -148,8 +173,10 @@ class Conversing:
                 await self._takeover.asked(subtask.id, question.model_dump(mode="json"), asked)
             record.status = SubtaskStatus.INPUT_REQUIRED
             self._emit(record, "input_required", detail={"question": _shown(question)})
+            self._waits(subtask.id, opened)
             given = await self._wait(opened)
         finally:
+            self._waits(subtask.id, None)
             self._questions.close(opened)
         if given is None:
             return Failed(SubtaskError.unanswered(question.question_id))
@@ -157,6 +184,25 @@ class Conversing:
             answer = {"value": given.value, "declined": given.declined, "by": given.by}
             await self._takeover.answered(subtask.id, question.question_id, answer)
         return await self._give(subtask, record, opened, given, tried)
+
+    def stop_parking(self) -> None:
+        """The run ends: no park is due."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _waits(self, subtask_id: str, opened: OpenQuestion | None) -> None:
+        if opened is None:
+            self._waiting.pop(subtask_id, None)
+        else:
+            self._waiting[subtask_id] = opened
+        if self._park_after is None:
+            return
+        running = self._running()
+        if running > 0 and len(self._waiting) == running and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._park_after, self._wake)
+        elif len(self._waiting) != running:
+            self.stop_parking()
 
     async def _wait(self, opened: OpenQuestion) -> Given | None:
         try:

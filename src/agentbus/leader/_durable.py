@@ -71,6 +71,10 @@ class Restored:
     asking: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The steps waiting for an answer: their ``asked`` records (and ``answered``, once
     the answer came and before the step went on)."""
+    origin: dict[str, Any] | None = None
+    """Who asked for the plan, where its answer goes (``Origin.record``)."""
+    parked: bool = False
+    """Whether the plan parked (every step waits for people) and no leader runs it."""
     ended: bool = False
 
 
@@ -100,12 +104,17 @@ class PlanJournal:
         return f"{self.key}/{subtask_id}/{question_id}"
 
     async def asked(
-        self, subtask_id: str, question: dict[str, Any], asked: dict[str, Any] | None
+        self,
+        subtask_id: str,
+        question: dict[str, Any],
+        asked: dict[str, Any] | None,
+        began: float | None = None,
     ) -> None:
         """Record that a step waits for the answer to the plan's ``question`` (standing for
-        the agent's question ``asked``; None for an approval step); return once written."""
+        the agent's question ``asked``; None for an approval step), and when the plan
+        began (to read it back from); return once written."""
         record = {"kind": "asked", "subtask": subtask_id, "question": question, "asked": asked}
-        await self._add(record)
+        await self._add(record | {"began": began})
 
     async def answered(self, subtask_id: str, question_id: str, answer: dict[str, Any]) -> None:
         """Record the answer a step's question got (``value`` or ``declined``, ``by``);
@@ -124,10 +133,21 @@ class PlanJournal:
                 restored = _apply(restored, record)
         return restored
 
-    async def begun(self, leader: str, plan: dict[str, Any] | None) -> None:
-        """Record that ``leader`` runs the plan (the plan itself the first time)."""
-        record = {"kind": "begun", "leader": leader, "at": time.time()}
-        await self._add(record if plan is None else record | {"plan_id": plan["id"], "plan": plan})
+    async def begun(
+        self, leader: str, plan: dict[str, Any] | None, origin: dict[str, Any] | None = None
+    ) -> None:
+        """Record that ``leader`` runs the plan (the plan itself, and who asked for it and
+        where its answer goes, the first time)."""
+        record: dict[str, Any] = {"kind": "begun", "leader": leader, "at": time.time()}
+        if plan is not None:
+            record |= {"plan_id": plan["id"], "plan": plan, "origin": origin}
+        await self._add(record)
+
+    async def parked(self, questions: list[str]) -> None:
+        """Record that the plan parked on ``questions`` (ids), and wait until the journal
+        has every record: no leader runs it until an answer comes."""
+        self._add({"kind": "parked", "questions": questions})
+        await self.flush()
 
     async def ended(self, status: str) -> None:
         """Record that the plan ended, and wait until the journal has every record."""
@@ -200,7 +220,13 @@ class Asker:
     plan_id: str
     leader: str
     """The leader that runs the plan now: the one that asked, or one that took it over."""
+    key: str = ""
+    """The plan's key in the journal."""
+    subtask_id: str = ""
+    began: float | None = None
+    """When the plan began (its first record's time), to read it back from."""
     answered: bool = False
+    parked: bool = False
     ended: bool = False
 
 
@@ -214,8 +240,14 @@ async def find_asker(journal: Journal, question_id: str, since: datetime) -> Ask
             for record in records:
                 question = record.get("question") if record.get("kind") == "asked" else None
                 if question is not None and question.get("question_id") == question_id:
-                    found = Asker(str(question.get("plan_id")), str(question.get("asker")))
-                    key = entry.get("plan")
+                    key = str(entry.get("plan"))
+                    found = Asker(
+                        str(question.get("plan_id")),
+                        str(question.get("asker")),
+                        key=key,
+                        subtask_id=str(record.get("subtask")),
+                        began=record.get("began"),
+                    )
             continue
         if entry.get("plan") == key:
             _note(found, question_id, records)
@@ -226,7 +258,9 @@ def _note(found: Asker, question_id: str, records: list[dict[str, Any]]) -> None
     for record in records:
         kind = record.get("kind")
         if kind == "begun":
-            found.leader = str(record.get("leader"))
+            found.leader, found.parked = str(record.get("leader")), False
+        elif kind == "parked":
+            found.parked = True
         elif kind == "ended":
             found.ended = True
         elif kind == "answered" and record.get("question_id") == question_id:
@@ -255,13 +289,23 @@ def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None
     if kind == "begun":
         restored = restored or Restored(leader="")
         restored.leader = str(record.get("leader"))
+        restored.parked = False
         if "plan" in record:
             restored.plan, restored.begun_at = record["plan"], record.get("at")
+            restored.origin = record.get("origin")
         return restored
     if restored is None:
         return None
     if kind == "ended":
         restored.ended = True
+    elif kind == "parked":
+        restored.parked = True
+    else:
+        _apply_step(restored, kind, record)
+    return restored
+
+
+def _apply_step(restored: Restored, kind: object, record: dict[str, Any]) -> None:
     if kind == "sent":
         sent = Sent(record["attempt"], record["message_id"], record["receiver"])
         restored.in_flight[record["subtask"]] = sent
@@ -276,7 +320,6 @@ def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None
         asking = restored.asking.get(record["subtask"])
         if asking is not None and asking["question"].get("question_id") == record["question_id"]:
             asking["answer"] = record["answer"]
-    return restored
 
 
 def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
@@ -296,6 +339,16 @@ def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
     record.usage = entry.get("usage")
 
 
+def _waiting_on(found: Restored, records: dict[str, SubtaskRecord]) -> list[Question]:
+    # The steps waiting for an answer, and their questions.
+    questions = []
+    for subtask_id, asking in found.asking.items():
+        if "answer" not in asking:
+            records[subtask_id].status = SubtaskStatus.INPUT_REQUIRED
+            questions.append(Question.model_validate(asking["question"]))
+    return questions
+
+
 def journaled_state(found: Restored) -> PlanState | None:
     """The plan's state as the journal has it (None without the plan's first record)."""
     if found.plan is None:
@@ -307,15 +360,11 @@ def journaled_state(found: Restored) -> PlanState | None:
     for subtask_id, sent in found.in_flight.items():
         records[subtask_id].status = SubtaskStatus.RUNNING
         records[subtask_id].attempts = sent.attempt
-    questions = []
-    for subtask_id, asking in found.asking.items():
-        if "answer" not in asking:
-            records[subtask_id].status = SubtaskStatus.INPUT_REQUIRED
-            questions.append(Question.model_validate(asking["question"]))
+    questions = _waiting_on(found, records)
     if not found.ended:
         return PlanState(
             plan_id=plan.id,
-            state="running",
+            state="waiting" if found.parked else "running",
             leader=found.leader,
             done=len(found.settled),
             total=len(records),

@@ -26,6 +26,7 @@ __all__ = [
     "Approval",
     "Given",
     "OpenQuestion",
+    "PlanAsking",
     "PlanQuestions",
     "approval_answer",
     "seconds_to",
@@ -54,6 +55,17 @@ def approval_answer(value: Any) -> Approval | None:
     except ValidationError:
         return None
     return given if isinstance(given, Approval) else Approval(approved=given)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanAsking:
+    """How a plan's run asks its people: the leader's open questions, the ``run_plan``
+    request's id (each question's ``request_id``), and after how many seconds a durable
+    plan whose every step waits parks (None: never)."""
+
+    questions: PlanQuestions
+    request_id: str
+    park_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

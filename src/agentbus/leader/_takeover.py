@@ -42,6 +42,8 @@ class TakeOver:
         restored: What the journal said when this leader began the plan; None for a
             plan no leader began before.
         reply_to: The plan's reply queue, as ``send_request`` takes it.
+        began: When the plan began (its questions' records say it, for a leader that
+            resumes the plan to read its journal from then).
     """
 
     def __init__(
@@ -51,9 +53,11 @@ class TakeOver:
         *,
         restored: Restored | None = None,
         reply_to: str,
+        began: float | None = None,
     ) -> None:
         self.journal = journal
         self.reply_to = reply_to
+        self._began = began
         self.is_handed_over = False
         """Whether the plan went to another leader (``hand_over``): its work runs on."""
         self._bus = bus
@@ -93,7 +97,7 @@ class TakeOver:
     ) -> None:
         """Journal that the subtask waits for an answer; then the reply that asked (held
         on the plan's queue) leaves it."""
-        await self.journal.asked(subtask_id, question, asked)
+        await self.journal.asked(subtask_id, question, asked, began=self._began)
         self._release(subtask_id)
 
     async def answered(self, subtask_id: str, question_id: str, answer: dict[str, Any]) -> None:

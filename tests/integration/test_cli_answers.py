@@ -3,10 +3,12 @@ and ``agentbus answer`` goes on with it from another command; on the real broker
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
-from processes import Processes
+from processes import Processes, poll
 
 pytestmark = pytest.mark.integration
 
@@ -48,3 +50,66 @@ async def test_a_question_left_open_is_printed_and_answered_by_agentbus_answer(
     again = await procs.cli("answer", question["question_id"], "3")
     assert again.returncode == 2
     assert "answered already" in again.stderr
+
+
+PLAN = {
+    "id": "cli-approval",
+    "subtasks": [
+        {"id": "sq", "skill": "square", "parameters": {"n": 4}},
+        {
+            "id": "sign-off",
+            "skill": "approval",
+            "parameters": {"question": "Keep 16?"},
+            "inputs": {"square": "sq"},
+            "depends_on": ["sq"],
+        },
+    ],
+}
+
+
+async def test_a_plan_parks_on_its_approval_and_another_command_answers_it(
+    procs: Processes, tmp_path: Path
+) -> None:
+    """`plan run` waits; the plan parks (0.5 s); `plan status` lists the question and
+    `plan answer` approves it from another command; the run ends completed."""
+    procs.extra_env["AGENTBUS_PLAN_PARK_AFTER"] = "0.5"
+    team = (procs.registry("registry-1"), procs.leader("leader-1"), procs.agent("Worker", WORKER))
+    for process in team:
+        await process.started()
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(PLAN))
+    run = await asyncio.create_subprocess_exec(
+        *procs.command("plan", "run", str(plan_file), "--json", "--timeout", "60"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=procs.env,
+        cwd=procs.workdir,
+    )
+    try:
+        state = await poll(lambda: _waiting(procs), 30, "the plan parked on its question")
+        [question] = state["questions"]
+        assert question["text"] == "Keep 16?"
+        assert question["data"] == {"square": 16}
+        said = await procs.cli("plan", "answer", question["question_id"], "true")
+        assert said.returncode == 0, said.stderr
+        assert json.loads(said.stdout)["accepted"] is True
+        async with asyncio.timeout(60):
+            out, err = await run.communicate()
+    finally:
+        if run.returncode is None:
+            run.kill()
+    assert run.returncode == 0, err.decode()
+    aggregate = json.loads(out)
+    assert aggregate["status"] == "completed"
+    sign_off = next(s for s in aggregate["subtasks"] if s["id"] == "sign-off")
+    assert sign_off["result"]["approved"] is True
+    assert "asks: Keep 16?" in err.decode()
+
+
+async def _waiting(procs: Processes) -> dict[str, object] | None:
+    done = await procs.cli("plan", "status", "cli-approval", "--json")
+    if done.returncode not in (0, 4):
+        return None
+    state = json.loads(done.stdout)
+    return state if state["state"] == "waiting" and state["questions"] else None

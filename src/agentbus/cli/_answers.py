@@ -13,7 +13,7 @@ from agentbus._exceptions import InputRequired, QuestionDeclined, RemoteError
 from agentbus.cli._context import client_bus, client_id_option, print_json, run_async
 from agentbus.envelopes import Question, ResponseEnvelope
 
-__all__ = ["ASKED_EXIT", "answer", "answerer", "show_question"]
+__all__ = ["ASKED_EXIT", "answer", "answerer", "converse", "loose_json", "show_question"]
 
 ASKED_EXIT: Final = 5
 """The exit status of a command left with a question nobody here answered."""
@@ -140,7 +140,7 @@ async def answer(
         async def ask(
             on_question: Callable[[Question], Awaitable[Any]] | None,
         ) -> ResponseEnvelope:
-            parsed = None if value is None else _loose_json(value)
+            parsed = None if value is None else loose_json(value)
             return await bus.answer(
                 question_id, parsed, decline=decline, timeout=timeout, on_question=on_question
             )
@@ -150,7 +150,8 @@ async def answer(
         print_json(reply.result if result_only else reply.model_dump(mode="json"))
 
 
-def _loose_json(text: str) -> Any:
+def loose_json(text: str) -> Any:
+    """``text`` as JSON, or as the string it is when it is not JSON."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:

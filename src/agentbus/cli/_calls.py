@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus.bus import QuestionHandler
-from agentbus.cli._answers import converse
+from agentbus.cli._answers import answerer, converse, loose_json
 from agentbus.cli._context import (
     client_bus,
     client_id_option,
@@ -57,6 +57,13 @@ def plan() -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
 @click.option("--leader", "leader_service", default="leader", show_default=True)
 @click.option("--quiet", "-q", is_flag=True, help="No live progress lines.")
+@click.option(
+    "--answer",
+    "answers",
+    multiple=True,
+    metavar="JSON",
+    help="An answer to a question a step asks, in order (repeat it for each).",
+)
 @client_id_option
 @click.pass_context
 @run_async
@@ -67,8 +74,14 @@ async def plan_run(
     timeout: float,
     leader_service: str,
     quiet: bool,
+    answers: tuple[str, ...],
 ) -> None:
     """Run the plan in FILE on a leader, showing live progress; print the aggregate.
+
+    A step that asks (its agent's question, or an approval step) is answered with the
+    next --answer, else at a prompt when standard input is a terminal; else its question
+    is shown with the command that answers it (`agentbus answer`, from anywhere), and the
+    plan waits for it, within --timeout.
 
     The exit status is 0 when the plan completed, 1 when it was partial, 2 when it failed,
     and 3 when it could not run (an invalid plan, no leader, no broker).
@@ -84,7 +97,9 @@ async def plan_run(
         async with client_bus(ctx) as bus:
             client = PlanClient(bus, leader=leader_service)
             progress = None if quiet else _show_progress
-            aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
+            aggregate = await client.run(
+                parsed, timeout=timeout, on_progress=progress, on_question=answerer(answers)
+            )
     except AgentBusError as exc:
         raise _CouldNotRun(str(exc)) from exc
     if as_json:
@@ -92,6 +107,37 @@ async def plan_run(
     else:
         click.echo(aggregate_report(aggregate))
     ctx.exit(_PLAN_EXIT[aggregate.status])
+
+
+@plan.command("answer")
+@click.argument("question_id")
+@click.argument("value", metavar="ANSWER", required=False)
+@click.option("--decline", is_flag=True, help="Decline to answer.")
+@click.option("--leader", "leader_service", default="leader", show_default=True)
+@client_id_option
+@click.pass_context
+@run_async
+async def plan_answer(
+    ctx: click.Context, question_id: str, value: str | None, decline: bool, leader_service: str
+) -> None:
+    """Answer the question QUESTION_ID a plan's step waits on (`plan status` lists them).
+
+    ANSWER is JSON (text that is not JSON goes as a string); an approval step takes
+    true, false, or {"approved": true, "note": "..."}. The plan goes on; what the leader
+    says is printed. An answer to a question no plan waits on says why (exit 3).
+    """
+    if (value is None) == (not decline):
+        raise click.UsageError("give either ANSWER or --decline")
+    async with client_bus(ctx) as bus:
+        try:
+            said = await PlanClient(bus, leader=leader_service).answer(
+                question_id, None if value is None else loose_json(value), decline=decline
+            )
+        except RemoteError as exc:
+            raise _CouldNotRun(f"{exc.code}: {exc.envelope.payload.message}") from exc
+        except AgentBusError as exc:
+            raise _CouldNotRun(str(exc)) from exc
+    print_json(said)
 
 
 @plan.command("status")

@@ -72,8 +72,15 @@ class Settings(BaseSettings):
     """Leaders journal each plan on the broker, so another leader finishes a plan whose
     leader died (``Leader(durable=...)``, ``agentbus leader --no-durable`` to turn it off).
     On by default: it costs a plan tens of milliseconds (docs/reliability.md)."""
+    plan_park_after: float = Field(default=30.0, ge=0)
+    """Seconds a durable plan whose every step left waits for people's answers runs on
+    before it parks: its leader lets it go (no delivery held, so a wait of days is
+    nothing to the broker), and the answer resumes it on whichever leader takes it."""
     plan_retention: float = Field(default=3600.0, ge=0)
     """Seconds a leader keeps a plan's aggregate after it ended, for ``plan_status``."""
+    question_retention: str = Field(default="7D", pattern=r"^[0-9]+(Y|M|D|h|m|s)$")
+    """How long a service keeps the questions its skills asked (its conversation journal's
+    ``x-max-age``: ``7D``, ``12h``): the longest an answer may take."""
     tracing: bool = False
     """OpenTelemetry spans for sending, handling and plan steps (the ``otel`` extra)."""
     trace_file: str | None = None

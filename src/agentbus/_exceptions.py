@@ -17,6 +17,7 @@ envelope and a caller can act on the code it received::
     │   ├── ConnectionLost            the connection dropped during an operation
     │   ├── PublishFailed             the broker refused (nacked) a publish
     │   ├── AccessRefused             unauthorized: the broker's permissions refused it
+    │   ├── QueueInUse                another consumer has the queue to itself (a lock held)
     │   └── BusClosed                 the bus is closed or closing
     ├── Unroutable                    agent_unavailable: nobody is bound to the receiver
     │   ├── NoInstance                the receiver's queue is there, with no instance on it
@@ -25,7 +26,10 @@ envelope and a caller can act on the code it received::
     ├── UnknownAction                 unknown_action: the agent has no such skill
     ├── InvalidParameters             invalid_parameters: parameters do not fit the skill
     ├── Cancelled                     cancelled: a cancel request stopped the work
+    │   └── QuestionDeclined          the caller declined to answer a skill's question
     ├── RequestTimeout                timeout: no answer within the request's time
+    ├── InputRequired                 input_required: the work asks the caller a question
+    ├── QuestionClosed                question_closed: an answer to a question not open
     └── RemoteError                   the other side answered with an error envelope
 
 The codes are the wire error codes of ``agentbus.envelopes.ErrorCode``. The root of the
@@ -46,7 +50,7 @@ from agentbus._exception_base import (
 )
 
 if TYPE_CHECKING:
-    from agentbus.envelopes import ErrorEnvelope
+    from agentbus.envelopes import ErrorEnvelope, Question, ResponseEnvelope
 
 __all__ = [
     "AccessRefused",
@@ -57,11 +61,15 @@ __all__ = [
     "ConfigurationError",
     "ConnectionLost",
     "EnvelopeError",
+    "InputRequired",
     "InvalidParameters",
     "NoCapableAgent",
     "NoInstance",
     "PayloadTooLarge",
     "PublishFailed",
+    "QuestionClosed",
+    "QuestionDeclined",
+    "QueueInUse",
     "RemoteError",
     "RequestTimeout",
     "SiteUnreachable",
@@ -111,6 +119,11 @@ class AccessRefused(TransportError):
     code: str = "unauthorized"
 
 
+class QueueInUse(TransportError):
+    """A queue asked for alone (an exclusive consumer) is taken by another consumer, or one
+    has it alone: the lock it stands for is held elsewhere."""
+
+
 class BusClosed(TransportError):
     """The bus is closed, or closing, and takes no more work."""
 
@@ -152,6 +165,36 @@ class Cancelled(AgentBusError):
     """The work was stopped by a ``cancel`` request."""
 
     code: str = "cancelled"
+
+
+class QuestionDeclined(Cancelled):
+    """The caller declined to answer the question a skill asked (``ask`` raises it)."""
+
+
+class InputRequired(AgentBusError):
+    """The work asks its caller a question, and waits for the answer (``question``).
+
+    Answer it with ``bus.answer(question, ...)``, from this process or another one,
+    until ``question.expires_at``; ``envelope`` is the response (or, from an older
+    agent, the error) that asked.
+    """
+
+    code: str = "input_required"
+
+    def __init__(self, question: Question, envelope: ResponseEnvelope | ErrorEnvelope) -> None:
+        super().__init__(
+            f"input required: {question.text}",
+            details={"question": question.model_dump(mode="json")},
+        )
+        self.question = question
+        self.envelope = envelope
+
+
+class QuestionClosed(AgentBusError):
+    """An answer to a question that is not open: unknown, expired or answered already
+    (``details["reason"]``)."""
+
+    code: str = "question_closed"
 
 
 class RequestTimeout(AgentBusError):

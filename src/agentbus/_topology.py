@@ -67,6 +67,10 @@ class Topology:
         """The stream holding the journal ``name``."""
         return f"{self.exchange}.journal.{name}"
 
+    def conversations(self, service: str) -> str:
+        """The stream holding the questions ``service``'s skills asked (docs/conversations.md)."""
+        return f"{self.exchange}.service.{service}.conversations"
+
     def outbox(self, site: str) -> str:
         """The exchange whose messages the federation link carries to ``site`` (docs/sites.md)."""
         return f"{self.exchange}.outbox.{site}"

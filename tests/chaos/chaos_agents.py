@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agentbus import Agent, current_request, skill
+from agentbus import Agent, ask, current_request, skill
 from agentbus.envelopes import RequestEnvelope
 from agentbus.testing.chaos import Ledger
 
@@ -81,3 +81,27 @@ class LedgerWorker(Agent):
         """Record the attempt as an effect, then SIGKILL this process: a poison request."""
         self.ledger.record_effect(current_request().message_id, self.id)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Booker(Agent):
+    """Asks before it books: each run is a row (``run:<request id>``), each booking an effect."""
+
+    name = "booker"
+    description = "Books a seat once its caller says yes"
+
+    def __init__(self, *, ledger: Ledger | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ledger = ledger or Ledger.from_env()
+
+    async def on_stop(self) -> None:
+        self.ledger.close()
+
+    @skill
+    async def book(self, seat: str) -> dict[str, Any]:
+        """Ask whether to book ``seat``; book it (the effect) on yes."""
+        key = current_request().message_id
+        self.ledger.record_effect(f"run:{key}", self.id)
+        if not await ask(f"Book seat {seat}?", bool):
+            return {"booked": False, "agent_id": self.id}
+        self.ledger.record_effect(key, self.id)
+        return {"booked": True, "agent_id": self.id}

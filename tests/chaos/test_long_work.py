@@ -2,7 +2,9 @@
 
 RabbitMQ closes a channel whose delivery stays unacknowledged past ``consumer_timeout``
 (30 minutes by default) and gives the delivery to a consumer again. A skill marked
-``long_running`` is acknowledged when it starts, so the timeout never applies to it.
+``long_running`` is acknowledged when it starts, so the timeout never applies to it. A
+question a skill asks holds no delivery at all while it waits: it outwaits the timeout,
+and a kill -9 of its asker, and the work after the answer is done once.
 """
 
 from __future__ import annotations
@@ -10,17 +12,26 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
-from chaos_support import BusOpener
+from chaos_support import BusOpener, eventually
 
-from agentbus import Agent, RemoteError, Settings, current_request, skill
-from agentbus.testing.chaos import PrivateBroker, PrivateBrokerError
+from agentbus import Agent, InputRequired, RemoteError, Settings, current_request, skill
+from agentbus.testing.chaos import (
+    AgentLauncher,
+    AgentProcess,
+    Ledger,
+    PrivateBroker,
+    PrivateBrokerError,
+)
 
 pytestmark = pytest.mark.chaos
 
 CONSUMER_TIMEOUT_MS = 2000
 WORK_SECONDS = 5.0  # well past the timeout, and past a channel tick (500 ms) after it
+WAIT_SECONDS = 6.0  # a question's wait: three consumer timeouts, a tick past each
+HERE = Path(__file__).parent
 
 
 class Slow(Agent):
@@ -93,3 +104,56 @@ async def test_an_ordinary_skill_past_the_timeout_loses_its_delivery(
         outcome = f"{exc.code}: {exc.message}"
     print(f"[consumer timeout, ordinary skill] outcome={outcome!r} stats={worker.bus.stats}")
     assert sum(Slow.runs.values()) >= 2  # the work began again after the broker took it back
+
+
+async def test_a_question_outwaits_the_consumer_timeout_and_its_asker_s_kill(
+    impatient_broker: PrivateBroker,
+    agent_process: AgentLauncher,
+    open_bus: BusOpener,
+    chaos_exchange: str,
+    ledger: Ledger,
+) -> None:
+    """Asked, waited on 6 s (timeout 2 s), asker killed -9, answered: booked once."""
+    processes: list[AgentProcess] = []
+
+    def booker(agent_id: str) -> None:
+        process = agent_process.start(
+            "chaos_agents:Booker",
+            *("--id", agent_id, "--heartbeat", "1"),
+            url=impatient_broker.url,
+            exchange=chaos_exchange,
+            cwd=HERE,
+        )
+        processes.append(process)
+
+    booker("booker-1")
+    await processes[0].started()
+    client = await open_bus(impatient_broker.url)
+    with pytest.raises(InputRequired) as asked:
+        await client.request("booker", "book", {"seat": "12A"}, timeout=30)
+    question = asked.value.question
+    key = question.request_id
+    assert question.asker == "booker-1"
+
+    # The wait itself is what is tested: past the consumer timeout three times over,
+    # nothing is held, so nothing is taken back and run again.
+    await asyncio.sleep(WAIT_SECONDS)
+    assert [agent for _, agent in ledger.effects(f"run:{key}")] == ["booker-1"]
+
+    processes[0].kill()
+    await processes[0].exited(timeout=10)
+    booker("booker-2")
+    await processes[1].started()
+
+    reply = await client.answer(question, True, timeout=30)
+    assert reply.result == {"booked": True, "agent_id": "booker-2"}
+    assert [agent for _, agent in ledger.effects(key)] == ["booker-2"]
+    runs = await eventually(
+        lambda: _runs(ledger, key), seconds=5, what="the run after the answer recorded"
+    )
+    assert runs == ["booker-1", "booker-2"]
+
+
+async def _runs(ledger: Ledger, key: str) -> list[str] | None:
+    runs = [agent for _, agent in ledger.effects(f"run:{key}")]
+    return runs if len(runs) == 2 else None

@@ -86,6 +86,37 @@ async def test_a_request_is_answered_on_the_clients_own_reply_queue(
     assert nobody.envelopes == []
 
 
+async def test_a_question_is_answered_by_the_node_client(procs: Processes) -> None:
+    """Node.js: input_required with the question, a bad answer asked again, then the result."""
+    client_command("node")
+    node = ForeignClient("node", procs.url, procs.exchange)
+    await started(procs, procs.agent("Worker", WORKER))
+
+    run = await node.run("converse", "worker", "power", '{"n": 3}', "9", "2")
+
+    assert run.status == 0, run.notes
+    asked, again, done = run.envelopes
+    assert asked["payload"]["status"] == "input_required"
+    question = asked["payload"]["result"]
+    assert question["text"] == "Which power of 3?"
+    assert question["answer_schema"] == {"maximum": 5, "minimum": 0, "type": "integer"}
+    assert question["service"] == "worker"
+    assert_reply_to(asked, run, node)
+    # 9 is over the maximum: the same question again, with why, under a new id.
+    assert again["payload"]["status"] == "input_required"
+    assert again["payload"]["result"]["rejected"]["answer"] == 9
+    assert again["payload"]["result"]["question_id"] != question["question_id"]
+    assert done["payload"] == {"status": "success", "result": 9, "error": None}
+    assert "asks: Which power of 3?" in run.notes
+
+    # An older client (1.0) is told of the question as an error it already understands.
+    old = await node.run("request", "worker", "power", '{"n": 2}')
+    assert old.status == 1
+    [error] = old.envelopes
+    assert error["payload"]["code"] == "input_required"
+    assert error["payload"]["details"]["question"]["text"] == "Which power of 2?"
+
+
 async def test_a_plan_is_followed_through_its_progress_to_the_aggregate(
     procs: Processes, client: ForeignClient
 ) -> None:

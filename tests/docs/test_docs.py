@@ -43,6 +43,8 @@ RUNNERS = {
     "envelope-example",
     "team-by-hand",
     "agent-in-15-lines",
+    "answer-from-python",
+    "ask-in-a-skill",
     "bus-from-python",
     "essay-plan",
     "essay-team",
@@ -199,6 +201,28 @@ async def test_agent_in_15_lines(broker_url: str, exchange: str) -> None:
     async with namespace["Greeter"](settings=settings), agentbus.connect(settings=settings) as bus:
         reply = await bus.request("greeter", "greet", {"who": "ann", "shout": True}, timeout=10)
     assert reply.result == {"text": "HELLO, ANN!", "length": 11}
+
+
+async def test_ask_in_a_skill_and_answer_from_python(broker_url: str, exchange: str) -> None:
+    """Conversations: the page's Clerk asks; its Python block answers both ways, as shown."""
+    namespace: dict[str, Any] = {"__name__": "docs_block"}
+    exec(compile(named("ask-in-a-skill").text, "ask", "exec"), namespace)
+    settings = Settings(url=broker_url, exchange=exchange)
+    async with namespace["Clerk"](settings=settings), agentbus.connect(settings=settings) as bus:
+        names = {"agentbus": agentbus, "bus": bus}
+        printed = await run_python(named("answer-from-python"), **names)
+        reply = await bus.request("clerk", "book", {"who": "bo"}, on_question=_refusing, timeout=10)
+    assert printed.splitlines() == [
+        "Where to, ann?",
+        "Book 2 nights in Oslo?",
+        "Book 2 nights in Oslo?",
+        "booked 2 nights in Oslo for ann",
+    ]
+    assert reply.result == "not booked"
+
+
+async def _refusing(question: agentbus.Question) -> object:
+    return {"city": "Rome", "nights": 1} if question.turn == 0 else False
 
 
 async def test_bus_from_python(broker_url: str, exchange: str) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import structlog
+from pydantic import Field
 
-from agentbus import Agent, report_progress, skill
+from agentbus import Agent, ask, report_progress, skill
 from agentbus.agents import current_request
 
 _log = structlog.get_logger("sample_agents")
@@ -86,6 +87,12 @@ class Worker(Agent):
     async def total(self, values: list[int]) -> int:
         """Return the sum of ``values``."""
         return sum(values)
+
+    @skill
+    async def power(self, n: int) -> int:
+        """Ask which power of ``n`` to take (an integer from 0 to 5), and take it."""
+        exponent = await ask(f"Which power of {n}?", Annotated[int, Field(ge=0, le=5)])
+        return int(n**exponent)
 
     @skill
     async def fail(self, why: str = "broken", after_hang: bool = False) -> None:

@@ -19,7 +19,7 @@ from security_support import SecuredTeam
 from tls_support import CertificateAuthority
 
 import agentbus
-from agentbus.agents import Agent
+from agentbus.agents import Agent, ask, skill
 from agentbus.agents.builtin import TextAgent
 from agentbus.bus import read_audit
 from agentbus.definitions import definitions, team_grants
@@ -103,3 +103,36 @@ async def test_a_team_on_generated_permissions_over_tls_runs_a_plan(team: Secure
     assert ("leader-1", "run_plan") in served
     assert ("registry-1", "list_agents") in served
     assert all(r["user_id"] == r["sender_id"].rpartition("-")[0] for r in records)
+
+
+class Clerk(Agent):
+    name = "clerk"
+
+    @skill
+    async def pick(self, options: list[str]) -> str:
+        """Ask the caller to pick one of ``options``."""
+        return await ask(f"Which of {', '.join(options)}?")
+
+
+async def test_a_question_on_generated_permissions_and_its_journal_kept_to_its_service(
+    tls_node: PrivateBroker, ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """clerk asks ops over TLS (its journal its own); text may not read clerk's journal."""
+    exchange = f"team-{secrets.token_hex(3)}"
+    grants = team_grants(["clerk", "text"], clients={"ops": ["clerk"]})
+    document = definitions(grants, exchange=exchange, queue_type="classic")
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(document))
+    tls_node.rabbitmqctl("import_definitions", str(path))
+    team = SecuredTeam(tls_node, ca, exchange, document)
+
+    clerk = Clerk(agent_id="clerk-1", settings=team.settings("clerk"), heartbeat_interval=1)
+    async with clerk, agentbus.Bus(team.settings("ops"), agent_id="ops-1") as client:
+        with pytest.raises(agentbus.InputRequired) as asked:
+            await client.request("clerk", "pick", {"options": ["a", "b"]}, timeout=WAIT)
+        reply = await client.answer(asked.value.question, "b", timeout=WAIT)
+        async with agentbus.Bus(team.settings("text"), agent_id="text-1") as other:
+            with pytest.raises(agentbus.AccessRefused):
+                await other.conversations("clerk")
+    assert reply.result == "b"
+    assert clerk.bus.stats.refused == 0

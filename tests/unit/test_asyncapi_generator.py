@@ -92,7 +92,7 @@ def test_one_card_per_service_the_first_by_id() -> None:
     channel = document["channels"]["w.request"]
     assert channel["address"] == "agent.w.request"
     assert channel["description"] == "first"
-    assert set(channel["messages"]) == {"early", "ping", "describe", "cancel"}
+    assert set(channel["messages"]) == {"early", "ping", "describe", "answer_question", "cancel"}
     assert "w.late" not in document["operations"]
     reply = document["operations"]["w.early"]["reply"]
     assert [m["$ref"] for m in reply["messages"]] == [

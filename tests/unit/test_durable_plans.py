@@ -271,11 +271,16 @@ async def test_a_connection_lost_under_a_durable_plan_is_not_its_answer(
     begun = PlanJournal.begun
     lost: list[str] = []
 
-    async def lost_once(self: PlanJournal, leader: str, plan: dict[str, object] | None) -> None:
+    async def lost_once(
+        self: PlanJournal,
+        leader: str,
+        plan: dict[str, object] | None,
+        origin: dict[str, object] | None = None,
+    ) -> None:
         if not lost:
             lost.append(self.key)
             raise ConnectionLost("the connection to the broker was lost: injected")
-        await begun(self, leader, plan)
+        await begun(self, leader, plan, origin)
 
     monkeypatch.setattr(PlanJournal, "begun", lost_once)
     broker = MemoryBroker()

@@ -44,9 +44,9 @@ def test_the_quietest_sender_is_forgotten_past_the_cap() -> None:
 
 
 def test_rate_limited_is_a_minor_addition_to_the_contract() -> None:
-    """The code is new in 1.1."""
+    """The code is new in 1.1 (and the contract has moved on since, by minors)."""
     assert ErrorCode.RATE_LIMITED == "rate_limited"
-    assert PROTOCOL_VERSION == "1.1"
+    assert tuple(int(part) for part in PROTOCOL_VERSION.split(".")) >= (1, 1)
 
 
 async def test_a_sender_over_its_rate_is_answered_rate_limited_and_counted() -> None:

@@ -2,6 +2,8 @@
 // An agentbus client in Node.js on amqplib: nothing but the wire contract (docs/wire.md).
 //
 //   node client.mjs request <receiver> <action> [parameters-json]   one request, its reply
+//   node client.mjs converse <receiver> <action> <parameters-json> <answer-json>...
+//                                                  a request whose skill asks: the answers
 //   node client.mjs plan <plan.json | ->                            a plan on the leader
 //   node client.mjs listen <event-name> [count]                     broadcast events
 //
@@ -20,10 +22,10 @@ const TIMEOUT = Number(process.env.AGENTBUS_TIMEOUT ?? 30) * 1000;
 // A client picks its own sender id; one per run keeps the replies and events apart.
 const SENDER = `node-client-${randomUUID().slice(0, 8)}`;
 
-/** A version 1.0 envelope from this client. */
-function envelope(receiver, messageType, payload) {
+/** An envelope from this client: version 1.0, or 1.2 to be asked questions (docs/wire.md). */
+function envelope(receiver, messageType, payload, version = "1.0") {
   return {
-    protocol_version: "1.0",
+    protocol_version: version,
     message_id: randomUUID(),
     timestamp: new Date().toISOString(),
     sender_id: SENDER,
@@ -53,11 +55,13 @@ async function open() {
  * and `expiration` dead-letters one nobody picked up in time instead of running it late.
  * `onEvent` gets the events sent to `agent.<our sender id>.event` meanwhile (plan progress).
  */
-async function request(receiver, action, parameters, { timeout = TIMEOUT, onEvent } = {}) {
+async function request(
+  receiver, action, parameters, { timeout = TIMEOUT, onEvent, version = "1.0" } = {},
+) {
   const { connection, channel, queue } = await open();
   try {
     if (onEvent) await channel.bindQueue(queue, EXCHANGE, `agent.${SENDER}.event`);
-    const sent = envelope(receiver, "request", { action, parameters });
+    const sent = envelope(receiver, "request", { action, parameters }, version);
     const reply = new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no reply within ${timeout} ms`)), timeout);
       channel.on("return", (message) => {
@@ -89,6 +93,27 @@ async function request(receiver, action, parameters, { timeout = TIMEOUT, onEven
   } finally {
     await connection.close();
   }
+}
+
+/**
+ * A request whose skill may ask questions: sent as version 1.2, so a question comes back as a
+ * response with status `input_required` and the question as its result. Each is answered
+ * with the next of `answers`: `answer_question` sent to the question's `service` (any
+ * instance takes it), whose reply is what the work does next: its result, or a question.
+ */
+async function converse(receiver, action, parameters, answers) {
+  let reply = await request(receiver, action, parameters, { version: "1.2" });
+  print(reply);
+  for (const answer of answers) {
+    if (reply.message_type !== "response" || reply.payload.status !== "input_required") break;
+    const question = reply.payload.result;
+    console.error(`${question.asker} asks: ${question.text}`);
+    reply = await request(question.service, "answer_question", {
+      question_id: question.question_id, answer,
+    }, { version: "1.2" });
+    print(reply);
+  }
+  return reply;
 }
 
 /** Submit a plan to the leader; print its progress events, then the leader's reply. */
@@ -126,6 +151,11 @@ async function main([command, ...args]) {
     print(reply);
     return reply.message_type === "response" && reply.payload.status === "success" ? 0 : 1;
   }
+  if (command === "converse" && args.length >= 3) {
+    const answers = args.slice(3).map((text) => JSON.parse(text));
+    const reply = await converse(args[0], args[1], JSON.parse(args[2]), answers);
+    return reply.message_type === "response" && reply.payload.status === "success" ? 0 : 1;
+  }
   if (command === "plan" && args.length === 1) {
     const reply = await plan(args[0]);
     return reply.message_type === "response" && reply.payload.result?.status === "completed" ? 0 : 1;
@@ -135,6 +165,7 @@ async function main([command, ...args]) {
     return 0;
   }
   console.error("usage: client.mjs request <receiver> <action> [parameters-json]");
+  console.error("       client.mjs converse <receiver> <action> <parameters-json> <answer>...");
   console.error("       client.mjs plan <plan.json | ->");
   console.error("       client.mjs listen <event-name> [count]");
   return 2;

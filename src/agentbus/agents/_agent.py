@@ -14,12 +14,19 @@ from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
 from agentbus._config import Settings
-from agentbus._exceptions import AgentBusError, Cancelled, ConfigurationError, UnknownAction
+from agentbus._exceptions import (
+    AgentBusError,
+    Cancelled,
+    ConfigurationError,
+    UnknownAction,
+)
 from agentbus._logging import get_logger
 from agentbus._loop import loop_name
 from agentbus._metrics import Metrics
+from agentbus.agents._asking import Asking
 from agentbus.agents._cancel import CancelCause
 from agentbus.agents._card import AgentCard, SkillCard
+from agentbus.agents._conversation import Conversation, Deferred, Suspended
 from agentbus.agents._heartbeat import (
     AGENT_OFFLINE,
     ANNOUNCE,
@@ -32,7 +39,13 @@ from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.agents._traffic import Traffic
 from agentbus.bus import Bus, Transport
-from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, is_valid_id, utcnow
+from agentbus.envelopes import (
+    ANSWER_ACTION,
+    RequestEnvelope,
+    ResponseEnvelope,
+    is_valid_id,
+    utcnow,
+)
 from agentbus.security import default_id
 
 __all__ = ["NOTIFY_START", "NOTIFY_START_AFTER", "Agent", "current_request"]
@@ -42,7 +55,8 @@ NOTIFY_START: Final = "notify_start"
 NOTIFY_START_AFTER: Final = 0.2
 """Seconds a skill runs before the agent sends the ``in_progress`` notice."""
 
-_BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE})
+_BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE, ANSWER_ACTION})
+
 _HEARTBEAT_TTL_INTERVALS: Final = 3
 # A goodbye (the draining heartbeat, agent_offline) is best effort: on a stalled network
 # its confirm would otherwise be awaited for the whole request timeout.
@@ -137,6 +151,7 @@ class Agent:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._notices: set[asyncio.Task[None]] = set()  # start notices being sent
         self._card: AgentCard | None = None
+        self._questions: Asking | None = None
         self._traffic: Traffic | None = None
         self._log = _log.bind(agent_id=self.id)
         self._builtins: dict[str, Callable[[RequestEnvelope], Awaitable[Any]]] = {
@@ -144,6 +159,7 @@ class Agent:
             "describe": self._describe,
             "cancel": self._cancel,
             ANNOUNCE: self._announce,
+            ANSWER_ACTION: self._answer_question,
         }
 
     def __repr__(self) -> str:
@@ -337,32 +353,50 @@ class Agent:
                 details={"action": action, "available": available},
             )
         arguments = spec.bind(request.payload.parameters)
+        return await self._run(spec, arguments, Conversation(request, self.id, self.name), request)
+
+    async def _run(
+        self,
+        spec: SkillSpec,
+        arguments: dict[str, Any],
+        conversation: Conversation,
+        answering: RequestEnvelope,
+    ) -> Any:
+        """Run a skill in its conversation; ``answering``: the request this run answers
+        (the conversation's first, or an answer to its last question)."""
+        action = spec.name
         async with self._slots:
             # The skill runs in the delivery's own task: a cancel request cancels that.
             current = asyncio.current_task()
             assert current is not None
             work = _Work(action=action, task=current)
-            self._work[request.message_id] = work
+            self._work[answering.message_id] = work
             notice = None
-            if (request.metadata.model_extra or {}).get(NOTIFY_START) is True:
+            if (answering.metadata.model_extra or {}).get(NOTIFY_START) is True:
                 # A timer, not a task: most work ends before it fires and cancels it.
                 notice = asyncio.get_running_loop().call_later(
-                    NOTIFY_START_AFTER, self._notify_start, request
+                    NOTIFY_START_AFTER, self._notify_start, answering
                 )
-            token = _current_request.set(request)
-            reporter = Reporter(request, self.id, self._send_progress)
+            token = _current_request.set(conversation.request)
+            reporter = Reporter(answering, self.id, self._send_progress)
             reporting = reporter.bind()
+            talking = conversation.bind()
             try:
                 result = await spec.run(self, arguments)
+            except Suspended as asked:
+                return await self.questions.asked(asked, conversation, answering)
+            except Deferred as deferred:
+                return deferred.reply
             except asyncio.CancelledError:
                 # Cancelled by request alone: the delivery goes on, to answer ``cancelled``.
                 if work.cancelled_by_request and current.uncancel() == 0:
                     raise Cancelled(f"{action!r} was cancelled by request") from None
                 raise
             finally:
+                Conversation.unbind(talking)
                 Reporter.unbind(reporting)
                 _current_request.reset(token)
-                self._work.pop(request.message_id, None)
+                self._work.pop(answering.message_id, None)
                 if notice is not None:
                     notice.cancel()
         # The arguments go before the result is dumped: a plan of thousands of subtasks
@@ -370,7 +404,36 @@ class Agent:
         del arguments
         if not reporter.usage:
             return spec.dump(result)
-        return self._with_usage(request, spec.dump(result), dict(reporter.usage))
+        return self._with_usage(answering, spec.dump(result), dict(reporter.usage))
+
+    async def _answer_question(self, request: RequestEnvelope) -> Any:
+        spec, arguments, conversation = await self.questions.resume(request, self.skills)
+        return await self._run(spec, arguments, conversation, request)
+
+    @property
+    def questions(self) -> Asking:
+        """This agent's side of its conversations: the questions its service asked."""
+        if self._questions is None:
+            self._questions = Asking(
+                self.bus,
+                self.id,
+                self.name,
+                retention=self.settings.question_retention,
+                news=self._tell,
+            )
+        return self._questions
+
+    def _tell(self, event: str, data: dict[str, Any]) -> None:
+        # News for whoever lists open questions (the dashboard): best effort, never waited on.
+        notice = asyncio.create_task(self._send_news(event, data))
+        self._notices.add(notice)
+        notice.add_done_callback(self._notices.discard)
+
+    async def _send_news(self, event: str, data: dict[str, Any]) -> None:
+        try:
+            await self.bus.emit(event, data, persistent=False, mandatory=False, confirm=False)
+        except AgentBusError as exc:
+            self._log.info("question news not sent", news=event, error=str(exc))
 
     def _with_usage(
         self, request: RequestEnvelope, result: Any, usage: dict[str, float]

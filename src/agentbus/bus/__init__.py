@@ -10,13 +10,13 @@ from agentbus._topology import Topology, reply_routing_key, routing_key, topic_m
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._hooks import Journal
 from agentbus.bus._options import PublishOptions
-from agentbus.bus._pending import ProgressCallback
+from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._protocol import Transport
 from agentbus.bus._rabbitmq._audit_stream import read_audit
 from agentbus.bus._rabbitmq._bus import Bus, connect
 from agentbus.bus._rabbitmq._connection import open_connection
 from agentbus.bus._rabbitmq._dead_letters import DeadLetter, DeadLetters, Settled
-from agentbus.bus._redelivery import redelivered
+from agentbus.bus._redelivery import redelivered, reply_address
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
 from agentbus.bus._stores._dedup import DedupStore, DedupWindow, SharedDedupStore
@@ -44,6 +44,7 @@ __all__ = [
     "LatencyObserver",
     "ProgressCallback",
     "PublishOptions",
+    "QuestionHandler",
     "RedisDedupStore",
     "Refusal",
     "RequestHandler",
@@ -57,6 +58,7 @@ __all__ = [
     "open_connection",
     "read_audit",
     "redelivered",
+    "reply_address",
     "reply_routing_key",
     "routing_key",
     "topic_matches",

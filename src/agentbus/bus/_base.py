@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Self, cast
 
@@ -19,7 +19,8 @@ from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._held import HeldAnswers
-from agentbus.bus._hooks import BrokerHooks, Journal
+from agentbus.bus._hooks import BrokerHooks
+from agentbus.bus._keeping import Keeping, checked
 from agentbus.bus._pending import PendingRequests
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
@@ -41,7 +42,7 @@ __all__ = ["BaseBus"]
 _log = get_logger("agentbus.bus")
 
 
-class BaseBus(Sending, BrokerHooks):
+class BaseBus(Sending, Keeping, BrokerHooks):
     """The bus's behaviour; a subclass supplies the broker: connect, declare, consume, close."""
 
     def __init__(
@@ -181,13 +182,13 @@ class BaseBus(Sending, BrokerHooks):
         self._routes.serve(handler, acks_early)
         for action in broadcast_actions:
             # Admitted before it is bound: the first broadcast may come right after.
-            self._routes.broadcast_actions.add(_checked(action, "action"))
+            self._routes.broadcast_actions.add(checked(action, "action"))
             await self._bind_instance(f"broadcast.request.{action}")
         if service is None:
             return
         if self.service is not None:
             raise ConfigurationError(f"{self!r} already serves {self.service!r}")
-        _checked(service, "service name")
+        checked(service, "service name")
         if service == self.agent_id:
             raise ConfigurationError("a service name must differ from the instance id")
         self._routes.service = service  # before consuming: admission checks requests against it
@@ -235,11 +236,11 @@ class BaseBus(Sending, BrokerHooks):
         """
         self._require_open()
         feed = Feed(
-            name=_checked(name, "feed name"),
+            name=checked(name, "feed name"),
             pattern=pattern,
             queue=self.topology.feed_queue(
-                self.agent_id if group is None else _checked(group, "feed group"),
-                _checked(name, "feed name"),
+                self.agent_id if group is None else checked(group, "feed group"),
+                checked(name, "feed name"),
             ),
             handler=handler,
             verify_sender=verifies_sender(self.settings),
@@ -249,64 +250,6 @@ class BaseBus(Sending, BrokerHooks):
         feed._started(await self._open_feed(feed, max_length))
         self._feeds.append(feed)
         return feed
-
-    async def journal(self, name: str, *, max_age: str = "7D") -> Journal:
-        """Open the journal ``name``: an append-only log every process reads back.
-
-        On RabbitMQ a stream, kept ``max_age`` (``7D``, ``12h``: the stream's
-        ``x-max-age``) and replicated on a cluster.
-
-        Raises:
-            ConfigurationError: ``name`` is not a valid id.
-            BusClosed: the bus is not open.
-        """
-        self._require_open()
-        queue = self.topology.journal_queue(_checked(name, "journal name"))
-        return await self._open_journal(queue, max_age)
-
-    async def reply_queue(
-        self, name: str, *, expect: Iterable[str] = (), hold: bool = False
-    ) -> Callable[[bool], Awaitable[None]]:
-        """Declare the durable reply queue ``name`` and take the replies that reach it.
-
-        A request sent with ``reply_to=`` that queue is answered there; a bus that opens
-        the same queue later (another process, after this one died) gets the answers that
-        came meanwhile. ``expect``: ids of requests sent before whose answers may wait
-        there already; each is kept for this bus's ``send_request`` under that id.
-        With ``hold``, an answer that a request of this bus waits for stays on the queue,
-        unacknowledged, until ``release`` lets it go: the requester makes it durable
-        elsewhere first (a journal), so a process that dies before that leaves the
-        answer to whoever opens the queue next. Answers not let go when the queue stops,
-        or the bus closes, go back to the queue.
-        Returns what stops taking them: ``await stop(True)`` also deletes the queue.
-
-        Raises:
-            ConfigurationError: ``name`` is not a valid id.
-            BusClosed: the bus is not open.
-        """
-        self._require_open()
-        queue = self.topology.reply_queue(_checked(name, "name"))
-        for message_id in expect:
-            self._pending.add(message_id)
-        stop = await self._open_reply_queue(queue, hold=hold)
-        if not hold:
-            return stop
-
-        async def stop_held(delete: bool) -> None:
-            await self._held.acked(queue)
-            try:
-                await stop(delete)
-            finally:
-                self._held.abandon(queue)
-
-        return stop_held
-
-    def release(self, message_id: str) -> bool:
-        """Let the held answer to request ``message_id`` leave its reply queue (``hold``).
-
-        Returns whether an answer was held for it.
-        """
-        return self._held.release(message_id)
 
     async def drain(self, grace: float | None = None) -> None:
         """Stop taking work and let in-flight work finish; replies and events still flow.
@@ -386,9 +329,3 @@ async def _close_store(store: DedupStore | SharedDedupStore) -> None:
         await store.aclose()
     else:
         cast(DedupStore, store).close()
-
-
-def _checked(value: str, what: str) -> str:
-    if not is_valid_id(value):
-        raise ConfigurationError(f"{what} {value!r} is not valid: use 1 to 128 of [A-Za-z0-9_-]")
-    return value

@@ -57,10 +57,11 @@ class BrokerHooks(abc.ABC):
 
     @abc.abstractmethod
     async def _open_reply_queue(
-        self, queue: str, *, hold: bool
+        self, queue: str, *, hold: bool, exclusive: bool = False
     ) -> Callable[[bool], Awaitable[None]]:
         """Declare a durable reply queue and take its replies (``hold``: by the dispatcher's
-        ``on_held_reply``); return what stops that (and deletes the queue, when told to)."""
+        ``on_held_reply``; ``exclusive``: alone, or raise ``QueueInUse``); return what
+        stops that (and deletes the queue, when told to)."""
 
     @abc.abstractmethod
     async def _unserved(self, receiver: str) -> bool | None:

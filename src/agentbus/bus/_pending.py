@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
 
 from agentbus._logging import get_logger
-from agentbus.envelopes import ErrorEnvelope, ResponseEnvelope
+from agentbus.envelopes import ErrorEnvelope, Question, ResponseEnvelope
 
-__all__ = ["PendingRequests", "ProgressCallback", "Reply", "ReplyOutcome"]
+__all__ = ["PendingRequests", "ProgressCallback", "QuestionHandler", "Reply", "ReplyOutcome"]
 
 Reply: TypeAlias = ResponseEnvelope | ErrorEnvelope
 ProgressCallback: TypeAlias = Callable[[ResponseEnvelope], None]
 """Called with each ``in_progress`` response to a request still waiting."""
+QuestionHandler: TypeAlias = Callable[[Question], Awaitable[Any]]
+"""Awaited with a question a skill asks; returns the answer (``request(on_question=)``)."""
 
 _log = get_logger("agentbus.bus")
 

@@ -11,11 +11,18 @@ from agentbus._metrics import Metrics
 from agentbus.bus._feed import Feed, FeedHandler
 from agentbus.bus._hooks import Journal
 from agentbus.bus._options import PublishOptions
-from agentbus.bus._pending import ProgressCallback
+from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._replies import ReplyPublisher
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._stats import BusStats
-from agentbus.envelopes import Envelope, EventEnvelope, RequestEnvelope, ResponseEnvelope
+from agentbus.envelopes import (
+    Envelope,
+    ErrorEnvelope,
+    EventEnvelope,
+    Question,
+    RequestEnvelope,
+    ResponseEnvelope,
+)
 
 __all__ = ["EnvelopePublisher", "Transport"]
 
@@ -97,6 +104,20 @@ class Transport(Protocol):
         metadata: dict[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
         persistent: bool = True,
+        on_question: QuestionHandler | None = None,
+        answer_within: float | None = None,
+        context_id: str | None = None,
+    ) -> ResponseEnvelope: ...
+
+    async def answer(
+        self,
+        question: Question | str,
+        answer: Any = None,
+        *,
+        decline: bool = False,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_question: QuestionHandler | None = None,
     ) -> ResponseEnvelope: ...
 
     async def send_request(
@@ -110,10 +131,16 @@ class Transport(Protocol):
         persistent: bool = True,
     ) -> ResponseEnvelope: ...
 
+    async def send_reply(
+        self, reply: ResponseEnvelope | ErrorEnvelope, reply_to: str | None
+    ) -> None: ...
+
     async def journal(self, name: str, *, max_age: str = ...) -> Journal: ...
 
+    async def conversations(self, service: str, *, max_age: str = ...) -> Journal: ...
+
     async def reply_queue(
-        self, name: str, *, expect: Iterable[str] = ..., hold: bool = ...
+        self, name: str, *, expect: Iterable[str] = ..., hold: bool = ..., exclusive: bool = ...
     ) -> Callable[[bool], Awaitable[None]]: ...
 
     def release(self, message_id: str) -> bool: ...

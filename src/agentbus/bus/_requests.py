@@ -9,8 +9,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Protocol, Unpack
 
+from pydantic import ValidationError
+
 from agentbus._exceptions import (
     AgentBusError,
+    EnvelopeError,
+    InputRequired,
     NoInstance,
     RemoteError,
     RequestTimeout,
@@ -25,8 +29,10 @@ from agentbus.envelopes import (
     BROADCAST,
     ErrorCode,
     ErrorEnvelope,
+    Question,
     RequestEnvelope,
     ResponseEnvelope,
+    ResponseStatus,
 )
 
 __all__ = ["Presence", "RequestPublisher", "Requester", "Slots"]
@@ -178,7 +184,12 @@ class Requester:
                 self._stats.observer.observe_request(envelope.payload.action, outcome, seconds)
         if isinstance(reply, ErrorEnvelope):
             self._stats.errors_received[reply.payload.code] += 1
+            asked = _asked(reply)
+            if asked is not None:
+                raise InputRequired(asked, reply)
             raise RemoteError(reply)
+        if reply.payload.status == ResponseStatus.INPUT_REQUIRED:
+            raise InputRequired(_question(reply.payload.result, reply), reply)
         return reply
 
     def _watch(
@@ -257,6 +268,26 @@ class Requester:
             if len(self._looks) > _MAX_LOOKS:
                 self._looks.pop(next(iter(self._looks)))
         return await asyncio.shield(cached[1])
+
+
+def _asked(reply: ErrorEnvelope) -> Question | None:
+    # An agent tells a caller before 1.2 of its question by this error; a 1.2 caller that
+    # sent an older version on purpose (a raw envelope) still gets it as a question.
+    if reply.payload.code != ErrorCode.INPUT_REQUIRED:
+        return None
+    try:
+        return Question.model_validate(reply.payload.details.get("question"))
+    except ValidationError:
+        return None
+
+
+def _question(result: object, reply: ResponseEnvelope) -> Question:
+    try:
+        return Question.model_validate(result)
+    except ValidationError as exc:
+        raise EnvelopeError(
+            f"an input_required response from {reply.sender_id!r} holds no question: {exc}"
+        ) from exc
 
 
 def _retrieved(look: asyncio.Future[bool | None]) -> None:

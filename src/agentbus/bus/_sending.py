@@ -8,25 +8,44 @@ from datetime import timedelta
 from typing import Any, Unpack
 
 from agentbus._config import Settings
+from agentbus._exceptions import (
+    InputRequired,
+    QuestionClosed,
+    QuestionDeclined,
+    RemoteError,
+    RequestTimeout,
+)
 from agentbus._topology import DIRECT_REPLY_TO, Topology
 from agentbus.bus._options import PublishOptions
-from agentbus.bus._pending import ProgressCallback
+from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._protocol import EnvelopePublisher
 from agentbus.bus._requests import Requester
 from agentbus.bus._sites import Crossing, SiteRouter
 from agentbus.bus._trace import current_trace
 from agentbus.envelopes import (
+    ANSWER_ACTION,
+    ANSWER_WITHIN,
     BROADCAST,
     Envelope,
+    ErrorCode,
+    ErrorEnvelope,
     EventEnvelope,
     EventPayload,
     Metadata,
+    Question,
     RequestEnvelope,
     ResponseEnvelope,
+    question_origin,
     utcnow,
 )
 
 __all__ = ["Sending"]
+
+
+def _seconds_left(question: Question) -> float | None:
+    if question.expires_at is None:
+        return None
+    return max((question.expires_at - utcnow()).total_seconds(), 0.0)
 
 
 class Sending(abc.ABC):
@@ -70,6 +89,9 @@ class Sending(abc.ABC):
         metadata: dict[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
         persistent: bool = True,
+        on_question: QuestionHandler | None = None,
+        answer_within: float | None = None,
+        context_id: str | None = None,
     ) -> ResponseEnvelope:
         """Send a request to an instance or service and wait for its response.
 
@@ -85,9 +107,20 @@ class Sending(abc.ABC):
         ``on_progress`` is called with every ``in_progress`` response that comes first:
         the skill's start, its progress and its partial results, in order.
 
+        A skill may ask a question (``agentbus.ask``) before it answers. ``on_question``
+        is awaited with each ``Question`` and returns the answer, which goes back
+        (``answer``) until the work ends; raising ``QuestionDeclined`` declines it.
+        Without it, ``InputRequired`` is raised with the question, to answer later,
+        from here or from another process. ``timeout`` applies to each run of the
+        work, not to the waits for answers: those end at the question's
+        ``expires_at``, and ``answer_within`` (seconds) caps it for the questions of
+        this request. ``context_id`` names the conversation the request belongs to.
+
         Raises:
             RemoteError: the receiver answered with an error envelope.
-            RequestTimeout: no answer within ``timeout`` seconds.
+            InputRequired: the work asks a question, and ``on_question`` is not given.
+            RequestTimeout: no answer within ``timeout`` seconds (or, to a question,
+                before it expired).
             Unroutable: nobody serves ``receiver``.
             NoInstance: ``receiver``'s queue holds requests and no instance consumes it
                 (checked once, after the ``presence_check`` setting's seconds without an
@@ -101,6 +134,10 @@ class Sending(abc.ABC):
         trace = current_trace()
         if trace is not None and not (metadata and "trace" in metadata):
             deadline["trace"] = trace
+        if context_id is not None:
+            deadline["context_id"] = context_id
+        if answer_within is not None:
+            deadline[ANSWER_WITHIN] = answer_within
         # One validation of plain dicts: cheaper than building the three models one by one.
         envelope = RequestEnvelope.model_validate(
             {
@@ -110,9 +147,94 @@ class Sending(abc.ABC):
                 "metadata": metadata | deadline if metadata else deadline,
             }
         )
-        return await self.send_request(
-            envelope, timeout=timeout, on_progress=on_progress, persistent=persistent
-        )
+        try:
+            return await self.send_request(
+                envelope, timeout=timeout, on_progress=on_progress, persistent=persistent
+            )
+        except InputRequired as asked:
+            if on_question is None:
+                raise
+            return await self._converse(asked.question, on_question, timeout, on_progress)
+
+    async def answer(
+        self,
+        question: Question | str,
+        answer: Any = None,
+        *,
+        decline: bool = False,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_question: QuestionHandler | None = None,
+    ) -> ResponseEnvelope:
+        """Answer a question a skill asked (``InputRequired.question``, or its id), and
+        wait for what the work does next: its response, or another question.
+
+        Any process may answer, hours later: the question says where the answer goes
+        (its ``service``). ``decline`` answers that no answer comes: the skill's ``ask``
+        raises ``QuestionDeclined``. An answer that does not fit the question's
+        ``answer_schema`` is asked again, with the reason (``Question.rejected``).
+
+        Raises:
+            InputRequired: the work asks another question (``on_question`` not given).
+            QuestionClosed: the question is not open: unknown, expired, or answered.
+            RemoteError, RequestTimeout, Unroutable: as ``request``.
+        """
+        question_id = question if isinstance(question, str) else question.question_id
+        origin = question_origin(question_id) if isinstance(question, str) else None
+        service = question.service if not isinstance(question, str) else origin and origin[0]
+        if not service:
+            raise QuestionClosed(
+                f"{question_id!r} is not a question's id",
+                details={"question_id": question_id, "reason": "unknown"},
+            )
+        context_id = None if isinstance(question, str) else question.context_id
+        parameters: dict[str, Any] = {"question_id": question_id}
+        if decline:
+            parameters["decline"] = True
+        else:
+            parameters["answer"] = answer
+        try:
+            return await self.request(
+                service,
+                ANSWER_ACTION,
+                parameters,
+                timeout=timeout,
+                on_progress=on_progress,
+                on_question=on_question,
+                context_id=context_id,
+            )
+        except RemoteError as exc:
+            if exc.code == ErrorCode.QUESTION_CLOSED:
+                raise QuestionClosed(exc.message, details=exc.details) from exc
+            raise
+
+    async def _converse(
+        self,
+        question: Question,
+        on_question: QuestionHandler,
+        timeout: float | None,
+        on_progress: ProgressCallback | None,
+    ) -> ResponseEnvelope:
+        # Each answer's reply is the work's next step: its result, or the next question.
+        while True:
+            decline = False
+            value: Any = None
+            try:
+                async with asyncio.timeout(_seconds_left(question)):
+                    value = await on_question(question)
+            except QuestionDeclined:
+                decline = True
+            except TimeoutError as exc:
+                raise RequestTimeout(
+                    f"no answer to the question of {question.asker!r} before it expired",
+                    details={"question_id": question.question_id},
+                ) from exc
+            try:
+                return await self.answer(
+                    question, value, decline=decline, timeout=timeout, on_progress=on_progress
+                )
+            except InputRequired as asked:
+                question = asked.question
 
     async def send_request(
         self,
@@ -169,6 +291,19 @@ class Sending(abc.ABC):
             # Naming direct reply-to, it goes on the channel without confirms (Publisher).
             confirm=reply_to != DIRECT_REPLY_TO,
         )
+
+    async def send_reply(
+        self, reply: ResponseEnvelope | ErrorEnvelope, reply_to: str | None
+    ) -> None:
+        """Send a reply (response or error) to a request answered after its handler ended:
+        to ``reply_to`` (the request's AMQP ``reply_to``: ``reply_address()``), else by the
+        routing key of its receiver (``agent.<requester>.response``).
+
+        Raises:
+            Unroutable: nobody is there to take it (the requester has gone).
+            ConnectionLost, PublishFailed: as ``publish``.
+        """
+        await self._require_publisher().publish_reply(reply, reply_to)
 
     async def emit(
         self,

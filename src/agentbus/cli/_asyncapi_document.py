@@ -22,12 +22,21 @@ from agentbus.agents import (
     AGENT_OFFLINE,
     AGENT_ONLINE,
     HEARTBEAT,
+    QUESTION_ANSWERED,
+    QUESTION_ASKED,
     AgentCard,
     Heartbeat,
     OfflineNotice,
     SkillCard,
 )
-from agentbus.envelopes import ID_PATTERN, PROTOCOL_VERSION, ErrorCode
+from agentbus.envelopes import (
+    ANSWER_ACTION,
+    ID_PATTERN,
+    PROTOCOL_VERSION,
+    AnswerParameters,
+    ErrorCode,
+    Question,
+)
 from agentbus.leader import PLAN_PROGRESS, Progress
 
 __all__ = ["ASYNCAPI_VERSION", "asyncapi_document"]
@@ -60,6 +69,15 @@ _BUILTINS: Final = (
         description="The agent card: identity, skills with their JSON Schemas, capacity.",
         parameters={"type": "object", "properties": {}},
         result=AgentCard.model_json_schema(),
+    ),
+    SkillCard(
+        name=ANSWER_ACTION,
+        description=(
+            "Answer a question a skill of this service asked (any instance takes it); the "
+            "reply is what the work does next: its result, another question, or an error."
+        ),
+        parameters=AnswerParameters.model_json_schema(),
+        result={},
     ),
     SkillCard(
         name="cancel",
@@ -196,13 +214,27 @@ class _Builder:
             "properties": {"action": {"const": skill.name}, "parameters": parameters},
         }
         response = {
-            "type": "object",
-            "required": ["status"],
-            "properties": {
-                "status": {"type": "string", "enum": ["success", "failure", "in_progress"]},
-                "result": result,
-                "error": {"type": ["object", "null"]},
-            },
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["status"],
+                    "properties": {
+                        "status": {"type": "string", "enum": ["success", "failure", "in_progress"]},
+                        "result": result,
+                        "error": {"type": ["object", "null"]},
+                    },
+                },
+                {
+                    "type": "object",
+                    "required": ["status", "result"],
+                    "description": "The skill asks the caller a question (since 1.2).",
+                    "properties": {
+                        "status": {"const": "input_required"},
+                        "result": _ref("Question"),
+                        "error": {"type": "null"},
+                    },
+                },
+            ]
         }
         summary = skill.description.splitlines()[0] if skill.description else skill.name
         self.messages[f"{key}.request"] = _message(
@@ -253,6 +285,22 @@ class _Builder:
         for name, description, model in known:
             data = self._hoist(model.model_json_schema(), name)
             self._event(name, description, data)
+        asked = {
+            "type": "object",
+            "required": ["question"],
+            "properties": {"question": _ref("Question"), "caller": {"type": "string"}},
+        }
+        self._event(QUESTION_ASKED, "An agent, or a plan's leader, when it asks.", asked)
+        answered = {
+            "type": "object",
+            "required": ["question_id", "by"],
+            "properties": {
+                "question_id": {"type": "string"},
+                "by": {"type": "string"},
+                "declined": {"type": "boolean"},
+            },
+        }
+        self._event(QUESTION_ANSWERED, "An agent, or a leader, taking an answer.", answered)
         if not plans:
             return
         progress = {
@@ -430,6 +478,15 @@ def _common_schemas() -> dict[str, Any]:
                 "deadline": {"type": "string", "format": "date-time"},
                 "trace": {"type": "string"},
                 "notify_start": {"type": "boolean"},
+                "context_id": {
+                    "type": "string",
+                    "description": "The conversation the request belongs to (since 1.2).",
+                },
+                "answer_within": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Seconds the caller waits for an answer to a question.",
+                },
             },
         },
         "ErrorPayload": {
@@ -441,4 +498,24 @@ def _common_schemas() -> dict[str, Any]:
                 "details": {"type": "object"},
             },
         },
+        "Question": _question_schema(),
     }
+
+
+def _question_schema() -> dict[str, Any]:
+    # Self-contained, its definitions (the enum of kinds) inline: a $ref in it would be
+    # resolved against the whole document.
+    schema = Question.model_json_schema()
+    for name, definition in schema.pop("$defs", {}).items():
+        schema = _inline(schema, f"#/$defs/{name}", definition)
+    return schema
+
+
+def _inline(node: Any, ref: str, definition: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if node.get("$ref") == ref:
+            return {k: v for k, v in node.items() if k != "$ref"} | definition
+        return {key: _inline(value, ref, definition) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline(item, ref, definition) for item in node]
+    return node

@@ -12,6 +12,8 @@ import click
 from pydantic import TypeAdapter, ValidationError
 
 from agentbus._exceptions import AgentBusError, RemoteError
+from agentbus.bus import QuestionHandler
+from agentbus.cli._answers import answerer, converse, loose_json
 from agentbus.cli._context import (
     client_bus,
     client_id_option,
@@ -55,6 +57,13 @@ def plan() -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
 @click.option("--leader", "leader_service", default="leader", show_default=True)
 @click.option("--quiet", "-q", is_flag=True, help="No live progress lines.")
+@click.option(
+    "--answer",
+    "answers",
+    multiple=True,
+    metavar="JSON",
+    help="An answer to a question a step asks, in order (repeat it for each).",
+)
 @client_id_option
 @click.pass_context
 @run_async
@@ -65,8 +74,14 @@ async def plan_run(
     timeout: float,
     leader_service: str,
     quiet: bool,
+    answers: tuple[str, ...],
 ) -> None:
     """Run the plan in FILE on a leader, showing live progress; print the aggregate.
+
+    A step that asks (its agent's question, or an approval step) is answered with the
+    next --answer, else at a prompt when standard input is a terminal; else its question
+    is shown with the command that answers it (`agentbus answer`, from anywhere), and the
+    plan waits for it, within --timeout.
 
     The exit status is 0 when the plan completed, 1 when it was partial, 2 when it failed,
     and 3 when it could not run (an invalid plan, no leader, no broker).
@@ -82,7 +97,9 @@ async def plan_run(
         async with client_bus(ctx) as bus:
             client = PlanClient(bus, leader=leader_service)
             progress = None if quiet else _show_progress
-            aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
+            aggregate = await client.run(
+                parsed, timeout=timeout, on_progress=progress, on_question=answerer(answers)
+            )
     except AgentBusError as exc:
         raise _CouldNotRun(str(exc)) from exc
     if as_json:
@@ -90,6 +107,37 @@ async def plan_run(
     else:
         click.echo(aggregate_report(aggregate))
     ctx.exit(_PLAN_EXIT[aggregate.status])
+
+
+@plan.command("answer")
+@click.argument("question_id")
+@click.argument("value", metavar="ANSWER", required=False)
+@click.option("--decline", is_flag=True, help="Decline to answer.")
+@click.option("--leader", "leader_service", default="leader", show_default=True)
+@client_id_option
+@click.pass_context
+@run_async
+async def plan_answer(
+    ctx: click.Context, question_id: str, value: str | None, decline: bool, leader_service: str
+) -> None:
+    """Answer the question QUESTION_ID a plan's step waits on (`plan status` lists them).
+
+    ANSWER is JSON (text that is not JSON goes as a string); an approval step takes
+    true, false, or {"approved": true, "note": "..."}. The plan goes on; what the leader
+    says is printed. An answer to a question no plan waits on says why (exit 3).
+    """
+    if (value is None) == (not decline):
+        raise click.UsageError("give either ANSWER or --decline")
+    async with client_bus(ctx) as bus:
+        try:
+            said = await PlanClient(bus, leader=leader_service).answer(
+                question_id, None if value is None else loose_json(value), decline=decline
+            )
+        except RemoteError as exc:
+            raise _CouldNotRun(f"{exc.code}: {exc.envelope.payload.message}") from exc
+        except AgentBusError as exc:
+            raise _CouldNotRun(str(exc)) from exc
+    print_json(said)
 
 
 @plan.command("status")
@@ -272,6 +320,20 @@ async def agents(
     help="Ask through a leader, as a task whose status `agentbus plan status ID` shows.",
 )
 @click.option("--task-id", help="The task's id (with --task; default: made up).")
+@click.option(
+    "--answer",
+    "answers",
+    multiple=True,
+    metavar="JSON",
+    help="An answer to a question the skill asks, in order (repeat it for each).",
+)
+@click.option("--context", "context_id", metavar="ID", help="The conversation's id.")
+@click.option(
+    "--answer-within",
+    type=click.FloatRange(min=0.001),
+    metavar="SECONDS",
+    help="How long a question of this request may wait for its answer.",
+)
 @client_id_option
 @click.pass_context
 @run_async
@@ -284,11 +346,19 @@ async def request(
     result_only: bool,
     as_task: bool,
     task_id: str | None,
+    answers: tuple[str, ...],
+    context_id: str | None,
+    answer_within: float | None,
 ) -> None:
     """Send ACTION to RECEIVER (an agent id or service) and print the response as JSON.
 
     The skill's progress and partial results are printed on stderr as they come. An error
     envelope is printed too, and the exit status is then 1.
+
+    A question the skill asks is answered with the next --answer (JSON; text that is not
+    JSON goes as a string), else at a prompt when standard input is a terminal; else the
+    question is printed as JSON with how to answer it (`agentbus answer`), and the exit
+    status is 5.
 
     With --task the request goes through a leader as a task (a plan of one subtask): its
     id is printed on stderr first, and `agentbus plan status ID` shows it while it runs
@@ -304,14 +374,22 @@ async def request(
         await _request_task(ctx, receiver, action, parameters, timeout, result_only, task_id)
         return
     async with client_bus(ctx) as bus:
-        try:
-            reply = await bus.request(
-                receiver, action, parameters, timeout=timeout, on_progress=_show_update
+
+        async def ask(on_question: QuestionHandler | None) -> ResponseEnvelope:
+            return await bus.request(
+                receiver,
+                action,
+                parameters,
+                timeout=timeout,
+                on_progress=_show_update,
+                on_question=on_question,
+                context_id=context_id,
+                answer_within=answer_within,
             )
-        except RemoteError as exc:
-            print_json(exc.envelope.model_dump(mode="json"))
-            ctx.exit(1)
-    print_json(reply.result if result_only else reply.model_dump(mode="json"))
+
+        reply = await converse(ctx, ask, answers)
+    if reply is not None:
+        print_json(reply.result if result_only else reply.model_dump(mode="json"))
 
 
 @click.command()

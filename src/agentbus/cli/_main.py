@@ -15,6 +15,7 @@ from agentbus import __version__
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._logging import configure_logging
+from agentbus.cli._answers import answer
 from agentbus.cli._asyncapi import team_asyncapi
 from agentbus.cli._audit import audit_command
 from agentbus.cli._calls import agents, plan, publish, request
@@ -148,6 +149,7 @@ def demo(
 
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
+cli.add_command(answer)
 cli.add_command(definitions_command)
 cli.add_command(federation_command)
 cli.add_command(audit_command)

@@ -104,6 +104,13 @@ def progress_text(state: str, update: dict[str, Any]) -> str:
         parts = [f"{fraction:.0%}" if isinstance(fraction, int | float) else None]
         parts.append(update.get("message"))
         return "progress " + " ".join(str(part) for part in parts if part is not None)
+    if state == "input_required":
+        question = update.get("question") or {}
+        return (
+            f"asks: {question.get('text')} (agentbus answer {question.get('question_id')} ANSWER)"
+        )
+    if state == "answered":
+        return f"answered by {update.get('by')}" + (" (declined)" if update.get("declined") else "")
     if state == "partial":
         chunk = update.get("chunk")
         shown = chunk if isinstance(chunk, str) else orjson.dumps(chunk).decode()
@@ -121,5 +128,12 @@ def plan_state_report(state: PlanState) -> str:
         (o.id, o.skill, o.status.value, str(o.attempts), ",".join(o.agents) or "-")
         for o in state.subtasks
     ]
-    head = f"{state.plan_id}: running on {state.leader}, {state.done}/{state.total} done"
-    return head + "\n" + table(("subtask", "skill", "status", "attempts", "agents"), rows)
+    where = "waiting, parked by" if state.state == "waiting" else "running on"
+    head = f"{state.plan_id}: {where} {state.leader}, {state.done}/{state.total} done"
+    report = head + "\n" + table(("subtask", "skill", "status", "attempts", "agents"), rows)
+    for question in state.questions:
+        report += (
+            f"\n{question.subtask_id} asks: {question.text}\n"
+            f"  answer it: agentbus answer {question.question_id} ANSWER"
+        )
+    return report

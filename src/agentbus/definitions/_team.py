@@ -365,7 +365,11 @@ def permissions_of(
         rf"{e(topology.exchange)}\.feed\.{own}\.[^.]+",
     ]
     if grant.service is not None:
-        queues.append(e(topology.service_queue(grant.service)))
+        # Its service's queue, and its conversation journal: its alone to read.
+        queues += [
+            e(topology.service_queue(grant.service)),
+            e(topology.conversations(grant.service)),
+        ]
     if grant.keeps_plans:
         queues += [
             rf"{e(topology.exchange)}\.journal\.[^.]+",

@@ -13,6 +13,7 @@ from agentbus.envelopes._codes import (
 )
 from agentbus.envelopes._models import (
     AgentId,
+    ContextId,
     Envelope,
     ErrorEnvelope,
     ErrorPayload,
@@ -27,14 +28,28 @@ from agentbus.envelopes._models import (
     new_message_id,
     utcnow,
 )
+from agentbus.envelopes._questions import (
+    ANSWER_ACTION,
+    ANSWER_WITHIN,
+    AnswerParameters,
+    Question,
+    QuestionKind,
+    answers_questions,
+    new_question_id,
+    question_origin,
+)
 from agentbus.envelopes._schema import envelope_schema
 
 __all__ = [
+    "ANSWER_ACTION",
+    "ANSWER_WITHIN",
     "BROADCAST",
     "DEFAULT_MAX_SIZE",
     "ID_PATTERN",
     "PROTOCOL_VERSION",
     "AgentId",
+    "AnswerParameters",
+    "ContextId",
     "Envelope",
     "EnvelopeError",
     "ErrorCode",
@@ -46,16 +61,21 @@ __all__ = [
     "MessageType",
     "Metadata",
     "PayloadTooLarge",
+    "Question",
+    "QuestionKind",
     "RequestEnvelope",
     "RequestPayload",
     "ResponseEnvelope",
     "ResponsePayload",
     "ResponseStatus",
     "UnsupportedVersion",
+    "answers_questions",
     "decode",
     "encode",
     "envelope_schema",
     "is_valid_id",
     "new_message_id",
+    "new_question_id",
+    "question_origin",
     "utcnow",
 ]

@@ -1,4 +1,4 @@
-"""Enumerations and constants of wire contract 1.1."""
+"""Enumerations and constants of wire contract 1.2."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ __all__ = [
     "ID_PATTERN",
     "PROTOCOL_MAJOR",
     "PROTOCOL_VERSION",
+    "QUESTIONS_SINCE",
     "ErrorCode",
     "MessageType",
     "ResponseStatus",
@@ -18,7 +19,9 @@ __all__ = [
 ]
 
 PROTOCOL_MAJOR: Final = 1
-PROTOCOL_VERSION: Final = "1.1"  # 1.1: the error code rate_limited
+PROTOCOL_VERSION: Final = "1.2"  # 1.1: rate_limited; 1.2: questions (input_required)
+QUESTIONS_SINCE: Final = (1, 2)
+"""The first version whose readers take an ``input_required`` response (docs/wire.md)."""
 BROADCAST: Final = "broadcast"
 ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
 
@@ -45,6 +48,8 @@ class ResponseStatus(enum.StrEnum):
     SUCCESS = "success"
     FAILURE = "failure"
     IN_PROGRESS = "in_progress"
+    INPUT_REQUIRED = "input_required"
+    """The skill asks its caller a question (``result``: the question); since 1.2."""
 
 
 class ErrorCode(enum.StrEnum):
@@ -63,3 +68,8 @@ class ErrorCode(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     RATE_LIMITED = "rate_limited"
     """The sender (its broker user) is over its rate at this receiver (since 1.1)."""
+    INPUT_REQUIRED = "input_required"
+    """The skill asks a question a caller before 1.2 cannot take (``details.question``;
+    since 1.2)."""
+    QUESTION_CLOSED = "question_closed"
+    """An answer to a question that is not open: unknown, expired or answered (since 1.2)."""

@@ -23,6 +23,7 @@ from agentbus.envelopes._codes import (
 
 __all__ = [
     "AgentId",
+    "ContextId",
     "Envelope",
     "ErrorEnvelope",
     "ErrorPayload",
@@ -34,6 +35,7 @@ __all__ = [
     "RequestPayload",
     "ResponseEnvelope",
     "ResponsePayload",
+    "UtcDateTime",
     "new_message_id",
     "utcnow",
 ]
@@ -74,6 +76,11 @@ MessageId: TypeAlias = Annotated[
 ]
 """A message id: 1 to 255 printable ASCII characters (it travels as an AMQP short string)."""
 
+ContextId: TypeAlias = Annotated[
+    str, StringConstraints(min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$")
+]
+"""A conversation's id (``metadata.context_id``): 1 to 255 printable ASCII characters."""
+
 UtcDateTime: TypeAlias = Annotated[datetime, AfterValidator(_as_utc)]
 
 
@@ -92,6 +99,8 @@ class Metadata(_WireModel):
     correlation_id: MessageId | None = Field(default=None, exclude_if=_is_none)
     deadline: UtcDateTime | None = Field(default=None, exclude_if=_is_none)
     trace: str | None = Field(default=None, exclude_if=_is_none)
+    context_id: ContextId | None = Field(default=None, exclude_if=_is_none)
+    """The conversation the request belongs to (since 1.2): its turns share it."""
 
 
 class RequestPayload(_WireModel):

@@ -16,8 +16,8 @@ from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._leader import Leader
 from agentbus.leader._plan import Plan, Subtask, resolve_input
-from agentbus.leader._run import PlanRunner, RunState
-from agentbus.leader._status import PlanState
+from agentbus.leader._run import PlanRunner
+from agentbus.leader._status import PlanState, RunState
 
 __all__ = [
     "PLAN_PROGRESS",

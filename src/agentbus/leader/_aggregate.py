@@ -28,6 +28,8 @@ class SubtaskStatus(enum.StrEnum):
 
     PENDING = "pending"
     RUNNING = "running"
+    INPUT_REQUIRED = "input_required"
+    """Waiting for the answer to a question (its agent's, or an approval step's)."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agentbus._exceptions import AgentBusError, RemoteError
-from agentbus.envelopes import ErrorCode, ResponseEnvelope
+from agentbus.envelopes import ErrorCode, Question, ResponseEnvelope
 from agentbus.leader._aggregate import SubtaskStatus
 
-__all__ = ["Answered", "AttemptResult", "Failed", "Flight", "Holders", "SubtaskError"]
+__all__ = ["Answered", "Asked", "AttemptResult", "Failed", "Flight", "Holders", "SubtaskError"]
 
 # Errors that another try cannot mend.
 _FINAL_CODES: Final = frozenset(
@@ -27,6 +27,8 @@ _FINAL_CODES: Final = frozenset(
 )
 # Not a wire error code: the ``error.code`` of a subtask that never ran.
 _SKIPPED: Final = "skipped"
+# Nor this: the ``error.code`` of an approval step refused (or a question declined).
+_REJECTED: Final = "rejected"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class SubtaskError:
     code: str
     message: str
     details: dict[str, Any] | None = None
+    final: bool = False
+    """Another try cannot mend it, whatever its code (a refusal by a person)."""
 
     @classmethod
     def of(cls, exc: AgentBusError) -> SubtaskError:
@@ -77,6 +81,17 @@ class SubtaskError:
         return cls(ErrorCode.CANCELLED.value, f"plan budget spent ({over})")
 
     @classmethod
+    def unanswered(cls, question_id: str) -> SubtaskError:
+        """Return the error of a step whose question got no answer in time."""
+        return cls(ErrorCode.TIMEOUT.value, f"no answer to question {question_id} in time")
+
+    @classmethod
+    def declined(cls, by: str, note: str = "") -> SubtaskError:
+        """Return the error of an approval step refused (or a question declined) by ``by``."""
+        message = f"refused by {by}" + (f": {note}" if note else "")
+        return cls(_REJECTED, message, final=True)
+
+    @classmethod
     def holder_offline(cls, holder: str | None) -> SubtaskError:
         """Return the error of an attempt whose agent went offline while holding it."""
         message = f"agent {holder} went offline while holding the subtask"
@@ -85,7 +100,7 @@ class SubtaskError:
     @property
     def is_final(self) -> bool:
         """Return whether another try cannot mend it."""
-        return self.code in _FINAL_CODES
+        return self.final or self.code in _FINAL_CODES
 
     @property
     def status(self) -> SubtaskStatus:
@@ -126,7 +141,14 @@ class Failed:
     holder_gone: bool = False
 
 
-AttemptResult = Answered | Failed
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The attempt's agent asks a question before it answers (``agentbus.ask``)."""
+
+    question: Question
+
+
+AttemptResult = Answered | Failed | Asked
 
 
 class Flight:

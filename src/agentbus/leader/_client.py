@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
 
-from agentbus._exceptions import AgentBusError
-from agentbus.bus import Transport
-from agentbus.envelopes import EventEnvelope
+from agentbus._exceptions import AgentBusError, QuestionDeclined
+from agentbus._logging import get_logger
+from agentbus.bus import QuestionHandler, Transport
+from agentbus.envelopes import EventEnvelope, Question
 from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
 from agentbus.leader._plan import Plan
 from agentbus.leader._status import PlanState
 
 __all__ = ["TASK_SUBTASK", "PlanClient"]
+
+_log = get_logger("agentbus.leader")
 
 TASK_SUBTASK = "task"
 """The id of the one subtask of a plan made by ``PlanClient.run_task``."""
@@ -37,23 +41,33 @@ class PlanClient:
         *,
         timeout: float = 600.0,
         on_progress: ProgressCallback | None = None,
+        on_question: QuestionHandler | None = None,
     ) -> Aggregate:
         """Run ``plan`` on a leader and return its aggregate.
+
+        A step that asks a question (its agent's, or an approval step's) waits for an
+        answer: ``on_question`` is awaited with each and returns the answer (raising
+        ``QuestionDeclined`` declines it); without it, answer from anywhere
+        (``answer``, ``agentbus answer``) while the plan waits. ``timeout`` covers the
+        whole run, the waits included.
 
         Raises:
             RemoteError: the leader refused the plan (``invalid_parameters`` for an invalid one).
             RequestTimeout: no aggregate within ``timeout`` seconds.
         """
         plan = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
-        if on_progress is not None:
+        answering: set[asyncio.Task[None]] = set()
+        if on_progress is not None or on_question is not None:
             await self._subscribe()
-            self._callbacks[plan.id] = on_progress
+            self._callbacks[plan.id] = _follower(self, on_progress, on_question, answering)
         try:
             reply = await self._bus.request(
                 self._leader, "run_plan", {"plan": plan.model_dump(mode="json")}, timeout=timeout
             )
         finally:
             self._callbacks.pop(plan.id, None)
+            for task in answering:
+                task.cancel()
         try:
             return Aggregate.model_validate(reply.result)
         except ValidationError as exc:
@@ -92,6 +106,25 @@ class PlanClient:
         plan = {"subtasks": [subtask]} | ({"id": task_id} if task_id is not None else {})
         return await self.run(plan, timeout=timeout, on_progress=on_progress)
 
+    async def answer(
+        self,
+        question: Question | str,
+        answer: Any = None,
+        *,
+        decline: bool = False,
+        timeout: float = 10.0,
+    ) -> dict[str, Any]:
+        """Answer a plan's question (from its progress or ``status``): the step waiting
+        on it goes on. Returns what the leader says (``accepted``, the plan and step).
+
+        Raises:
+            QuestionClosed: no plan waits on it (unknown, answered, or the plan ended).
+            RemoteError: the answer does not fit (an approval that is not one).
+        """
+        reply = await self._bus.answer(question, answer, decline=decline, timeout=timeout)
+        result: dict[str, Any] = reply.result
+        return result
+
     async def status(self, plan_id: str, *, timeout: float = 10.0) -> PlanState:
         """Where the plan ``plan_id`` is: running (each subtask so far) or ended (with its
         aggregate), as a leader knows it (``Leader.plan_status``).
@@ -117,6 +150,14 @@ class PlanClient:
             await self._bus.subscribe(f"agent.{self._bus.agent_id}.event", self._on_event)
             self._subscribed = True
 
+    async def _answer_with(self, on_question: QuestionHandler, question: Question) -> None:
+        try:
+            value = await on_question(question)
+        except QuestionDeclined:
+            await self.answer(question, decline=True)
+            return
+        await self.answer(question, value)
+
     async def _on_event(self, event: EventEnvelope) -> None:
         if event.payload.event_name != PLAN_PROGRESS:
             return
@@ -128,3 +169,34 @@ class PlanClient:
             result = callback(progress)
             if result is not None:
                 await result
+
+
+def _follower(
+    client: PlanClient,
+    on_progress: ProgressCallback | None,
+    on_question: QuestionHandler | None,
+    answering: set[asyncio.Task[None]],
+) -> ProgressCallback:
+    # Progress to the caller's callback; each question to on_question, answered off the
+    # event's path (a person may take minutes).
+    async def follow(progress: Progress) -> None:
+        if on_progress is not None:
+            shown = on_progress(progress)
+            if shown is not None:
+                await shown
+        if on_question is not None and progress.transition == "input_required":
+            question = Question.model_validate((progress.detail or {}).get("question"))
+            task = asyncio.create_task(client._answer_with(on_question, question))
+            answering.add(task)
+            task.add_done_callback(_answered(answering))
+
+    return follow
+
+
+def _answered(answering: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
+    def done(task: asyncio.Task[None]) -> None:
+        answering.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning("plan question not answered", error=str(task.exception()))
+
+    return done

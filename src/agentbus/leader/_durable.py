@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from agentbus.bus import Journal
+from agentbus.envelopes import Question
 from agentbus.leader._aggregate import SubtaskStatus
 from agentbus.leader._attempt import SubtaskError
 from agentbus.leader._plan import Plan
@@ -27,9 +28,11 @@ from agentbus.leader._status import PlanState
 
 __all__ = [
     "JOURNAL",
+    "Asker",
     "PlanJournal",
     "Restored",
     "Sent",
+    "find_asker",
     "journaled_state",
     "lookup",
     "plan_key",
@@ -65,6 +68,13 @@ class Restored:
     begun_at: float | None = None
     settled: dict[str, dict[str, Any]] = field(default_factory=dict)
     in_flight: dict[str, Sent] = field(default_factory=dict)
+    asking: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The steps waiting for an answer: their ``asked`` records (and ``answered``, once
+    the answer came and before the step went on)."""
+    origin: dict[str, Any] | None = None
+    """Who asked for the plan, where its answer goes (``Origin.record``)."""
+    parked: bool = False
+    """Whether the plan parked (every step waits for people) and no leader runs it."""
     ended: bool = False
 
 
@@ -88,6 +98,30 @@ class PlanJournal:
         """The request id of an attempt: the same whichever leader sends it."""
         return f"{self.key}/{subtask_id}/{attempt}"
 
+    def answer_id(self, subtask_id: str, question_id: str) -> str:
+        """The request id of the answer to an agent's question: the same whichever leader
+        sends it."""
+        return f"{self.key}/{subtask_id}/{question_id}"
+
+    async def asked(
+        self,
+        subtask_id: str,
+        question: dict[str, Any],
+        asked: dict[str, Any] | None,
+        began: float | None = None,
+    ) -> None:
+        """Record that a step waits for the answer to the plan's ``question`` (standing for
+        the agent's question ``asked``; None for an approval step), and when the plan
+        began (to read it back from); return once written."""
+        record = {"kind": "asked", "subtask": subtask_id, "question": question, "asked": asked}
+        await self._add(record | {"began": began})
+
+    async def answered(self, subtask_id: str, question_id: str, answer: dict[str, Any]) -> None:
+        """Record the answer a step's question got (``value`` or ``declined``, ``by``);
+        return once written (then it goes on to the agent)."""
+        record = {"kind": "answered", "subtask": subtask_id, "question_id": question_id}
+        await self._add(record | {"answer": answer})
+
     async def restore(self, sent_at: datetime) -> Restored | None:
         """Read the plan's records back; None if no leader began it."""
         since = min(sent_at, datetime.now(UTC)) - _LOOK_BACK
@@ -99,10 +133,21 @@ class PlanJournal:
                 restored = _apply(restored, record)
         return restored
 
-    async def begun(self, leader: str, plan: dict[str, Any] | None) -> None:
-        """Record that ``leader`` runs the plan (the plan itself the first time)."""
-        record = {"kind": "begun", "leader": leader, "at": time.time()}
-        await self._add(record if plan is None else record | {"plan_id": plan["id"], "plan": plan})
+    async def begun(
+        self, leader: str, plan: dict[str, Any] | None, origin: dict[str, Any] | None = None
+    ) -> None:
+        """Record that ``leader`` runs the plan (the plan itself, and who asked for it and
+        where its answer goes, the first time)."""
+        record: dict[str, Any] = {"kind": "begun", "leader": leader, "at": time.time()}
+        if plan is not None:
+            record |= {"plan_id": plan["id"], "plan": plan, "origin": origin}
+        await self._add(record)
+
+    async def parked(self, questions: list[str]) -> None:
+        """Record that the plan parked on ``questions`` (ids), and wait until the journal
+        has every record: no leader runs it until an answer comes."""
+        self._add({"kind": "parked", "questions": questions})
+        await self.flush()
 
     async def ended(self, status: str) -> None:
         """Record that the plan ended, and wait until the journal has every record."""
@@ -168,6 +213,60 @@ class PlanJournal:
                 written.set_result(None)
 
 
+@dataclass(slots=True)
+class Asker:
+    """Where a plan's question stands, as the journal has it since the question."""
+
+    plan_id: str
+    leader: str
+    """The leader that runs the plan now: the one that asked, or one that took it over."""
+    key: str = ""
+    """The plan's key in the journal."""
+    subtask_id: str = ""
+    began: float | None = None
+    """When the plan began (its first record's time), to read it back from."""
+    answered: bool = False
+    parked: bool = False
+    ended: bool = False
+
+
+async def find_asker(journal: Journal, question_id: str, since: datetime) -> Asker | None:
+    """The plan that asked ``question_id`` (read from ``since``, the question's time)."""
+    found: Asker | None = None
+    key = None
+    for entry in await journal.read(since):
+        records = entry.get("records", ())
+        if found is None:
+            for record in records:
+                question = record.get("question") if record.get("kind") == "asked" else None
+                if question is not None and question.get("question_id") == question_id:
+                    key = str(entry.get("plan"))
+                    found = Asker(
+                        str(question.get("plan_id")),
+                        str(question.get("asker")),
+                        key=key,
+                        subtask_id=str(record.get("subtask")),
+                        began=record.get("began"),
+                    )
+            continue
+        if entry.get("plan") == key:
+            _note(found, question_id, records)
+    return found
+
+
+def _note(found: Asker, question_id: str, records: list[dict[str, Any]]) -> None:
+    for record in records:
+        kind = record.get("kind")
+        if kind == "begun":
+            found.leader, found.parked = str(record.get("leader")), False
+        elif kind == "parked":
+            found.parked = True
+        elif kind == "ended":
+            found.ended = True
+        elif kind == "answered" and record.get("question_id") == question_id:
+            found.answered = True
+
+
 async def lookup(journal: Journal, plan_id: str, since: datetime) -> Restored | None:
     """The latest run of the plan ``plan_id`` that the journal holds since ``since``."""
     runs: dict[str, Restored | None] = {}
@@ -190,20 +289,37 @@ def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None
     if kind == "begun":
         restored = restored or Restored(leader="")
         restored.leader = str(record.get("leader"))
+        restored.parked = False
         if "plan" in record:
             restored.plan, restored.begun_at = record["plan"], record.get("at")
+            restored.origin = record.get("origin")
         return restored
     if restored is None:
         return None
     if kind == "ended":
         restored.ended = True
+    elif kind == "parked":
+        restored.parked = True
+    else:
+        _apply_step(restored, kind, record)
+    return restored
+
+
+def _apply_step(restored: Restored, kind: object, record: dict[str, Any]) -> None:
     if kind == "sent":
         sent = Sent(record["attempt"], record["message_id"], record["receiver"])
         restored.in_flight[record["subtask"]] = sent
     elif kind == "settled":
         restored.in_flight.pop(record["subtask"], None)
+        restored.asking.pop(record["subtask"], None)
         restored.settled[record["subtask"]] = record
-    return restored
+    elif kind == "asked":
+        restored.in_flight.pop(record["subtask"], None)
+        restored.asking[record["subtask"]] = record
+    elif kind == "answered":
+        asking = restored.asking.get(record["subtask"])
+        if asking is not None and asking["question"].get("question_id") == record["question_id"]:
+            asking["answer"] = record["answer"]
 
 
 def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
@@ -223,6 +339,16 @@ def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
     record.usage = entry.get("usage")
 
 
+def _waiting_on(found: Restored, records: dict[str, SubtaskRecord]) -> list[Question]:
+    # The steps waiting for an answer, and their questions.
+    questions = []
+    for subtask_id, asking in found.asking.items():
+        if "answer" not in asking:
+            records[subtask_id].status = SubtaskStatus.INPUT_REQUIRED
+            questions.append(Question.model_validate(asking["question"]))
+    return questions
+
+
 def journaled_state(found: Restored) -> PlanState | None:
     """The plan's state as the journal has it (None without the plan's first record)."""
     if found.plan is None:
@@ -234,14 +360,16 @@ def journaled_state(found: Restored) -> PlanState | None:
     for subtask_id, sent in found.in_flight.items():
         records[subtask_id].status = SubtaskStatus.RUNNING
         records[subtask_id].attempts = sent.attempt
+    questions = _waiting_on(found, records)
     if not found.ended:
         return PlanState(
             plan_id=plan.id,
-            state="running",
+            state="waiting" if found.parked else "running",
             leader=found.leader,
             done=len(found.settled),
             total=len(records),
             subtasks=[record.outcome() for record in records.values()],
+            questions=questions,
         )
     begun = found.begun_at or time.time()
     last = max((r.ended or begun for r in records.values()), default=begun)

@@ -6,26 +6,29 @@ A durable plan's journal and take-over are the ``TakeOver`` the runner is given.
 from __future__ import annotations
 
 import asyncio
-import enum
 import random
 import time
-from typing import Any
+from typing import Any, Final
 
 from agentbus._exceptions import UsageError
 from agentbus._logging import get_logger
 from agentbus.agents import CancelCause, cancel_cause
 from agentbus.bus import Transport, current_trace
-from agentbus.envelopes import utcnow
+from agentbus.envelopes import Question, utcnow
 from agentbus.leader._aggregate import Aggregate, SubtaskOutcome, SubtaskStatus
-from agentbus.leader._attempt import Answered, AttemptResult, Failed, Holders, SubtaskError
+from agentbus.leader._attempt import Answered, Asked, AttemptResult, Failed, Holders, SubtaskError
+from agentbus.leader._conversing import Conversing
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import Sent
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._limits import Limits
+from agentbus.leader._parking import PlanParked
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
+from agentbus.leader._questions import APPROVAL, PlanAsking, PlanQuestions
 from agentbus.leader._record import SubtaskRecord, tally
 from agentbus.leader._sender import AttemptSender
+from agentbus.leader._status import Cancellation, RunState
 from agentbus.leader._takeover import TakeOver
 
 __all__ = ["Cancellation", "PlanRunner", "RunState"]
@@ -33,24 +36,7 @@ __all__ = ["Cancellation", "PlanRunner", "RunState"]
 _log = get_logger("agentbus.leader")
 
 
-class RunState(enum.Enum):
-    """Where a plan runner is in its one run."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    FINISHED = "finished"
-    STOPPED = "stopped"
-
-
-class Cancellation(enum.Enum):
-    """Why a run was cancelled from outside; the value is its ``stop_reason``."""
-
-    REQUESTED = "the plan was cancelled by request"
-    """A ``cancel`` request for the plan's ``run_plan`` request."""
-    LEADER_STOPPING = "the leader is stopping"
-    """The leader is stopping: the plan's work is cancelled with it."""
-    HANDED_OVER = "the leader is stopping: the plan goes on under another"
-    """The leader is stopping, and the durable plan goes on under another: its work runs on."""
+_PARK: Final = "park"  # on the ended queue: every step left has waited ``park_after``
 
 
 class PlanRunner:
@@ -73,11 +59,14 @@ class PlanRunner:
         retry_cap: float = 5.0,
         rng: random.Random | None = None,
         takeover: TakeOver | None = None,
+        asking: PlanAsking | None = None,
     ) -> None:
         self.plan = plan
         self.state = RunState.PENDING
         self.stop_reason: str | None = None
         self.cancellation: Cancellation | None = None
+        self.parked: list[Question] = []
+        """The questions the plan parked on (state ``PARKED``)."""
         self._directory = directory
         self._limits = Limits(
             plan, retry_base=retry_base, retry_cap=retry_cap, rng=rng or random.Random()
@@ -87,7 +76,7 @@ class PlanRunner:
         self._records = {s.id: SubtaskRecord(s.id, s.skill) for s in plan.subtasks}
         self._results: dict[str, Any] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}  # by subtask id, named after it
-        self._ended: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
+        self._ended: asyncio.Queue[asyncio.Task[None] | str] = asyncio.Queue()
         self._holders = Holders()
         self._takeover = takeover
         self._done = 0
@@ -102,6 +91,16 @@ class PlanRunner:
             takeover=takeover,
             trace=current_trace(),  # the run_plan request's, when a leader serves one
             log=self._log,
+        )
+        self._conversing = Conversing(
+            asking or PlanAsking(PlanQuestions(bus.agent_id, "leader"), plan.id),
+            self._sender,
+            self._limits,
+            self._emit,
+            takeover,
+            plan_id=plan.id,
+            running=lambda: len(self._tasks),
+            wake=lambda: self._ended.put_nowait(_PARK),
         )
 
     def __repr__(self) -> str:
@@ -144,10 +143,14 @@ class PlanRunner:
             except asyncio.CancelledError as exc:
                 await self._cancelled(cancel_cause(exc))
                 raise
-        if self.state is RunState.RUNNING:
-            self.state = RunState.FINISHED
+            finally:
+                self._conversing.stop_parking()
         if self._takeover is not None:
             await self._takeover.flush()
+        if self.state is RunState.PARKED:
+            raise PlanParked(self.parked)
+        if self.state is RunState.RUNNING:
+            self.state = RunState.FINISHED
         return tally(
             self.plan,
             self._records,
@@ -187,6 +190,8 @@ class PlanRunner:
             if ended is None:  # the plan's deadline passed with work still running
                 await self._stop(graph.stop("the plan's deadline passed"))
                 break
+            if ended == [_PARK] and await self._park():
+                return
             for effect in graph.settle((i, self._records[i].status) for i in ended):
                 await self._carry_out(effect)
         reason = self.stop_reason or "a dependency did not succeed"
@@ -200,7 +205,8 @@ class PlanRunner:
         self._tasks[subtask.id] = task
 
     async def _next_ended(self) -> list[str] | None:
-        # The subtasks that ended since the last call (at least one); None at the deadline.
+        # The subtasks that ended since the last call (at least one); None at the deadline;
+        # [_PARK] when every step left has waited for people long enough to park.
         try:
             async with asyncio.timeout(self._limits.seconds_left()):
                 done = [await self._ended.get()]
@@ -208,8 +214,21 @@ class PlanRunner:
             return None
         while not self._ended.empty():
             done.append(self._ended.get_nowait())
+        tasks = [task for task in done if not isinstance(task, str)]
+        if not tasks:
+            return [_PARK]
         # A task a stop cancelled ends later: it is no longer the graph's business.
-        return [task.get_name() for task in done if self._tasks.pop(task.get_name(), None) is task]
+        return [t.get_name() for t in tasks if self._tasks.pop(t.get_name(), None) is t]
+
+    async def _park(self) -> bool:
+        questions = self._conversing.park()
+        if questions is None or self._takeover is None:  # a step runs again, or an answer
+            return False  # came just now: go on
+        self.state = RunState.PARKED
+        self.parked = questions
+        await self._takeover.hand_over(list(self._tasks.values()))
+        self._tasks.clear()
+        return True
 
     async def _carry_out(self, effect: Skip | Stop) -> None:
         if isinstance(effect, Stop):
@@ -243,12 +262,19 @@ class PlanRunner:
         record.status = SubtaskStatus.RUNNING
         record.started = time.time()
         self._emit(record, "started")
+        if subtask.skill == APPROVAL and subtask.service is None:
+            self._end_step(record, await self._conversing.approve(subtask, record, parameters))
+            return
         tried: set[str] = set()
         in_flight = self._in_flight(record)
+        result = await self._conversing.resumed(subtask, record, tried)
         while True:
-            record.attempts += 1
-            result = await self._attempt(subtask, parameters, record, tried, in_flight)
-            in_flight = None
+            if result is None:
+                record.attempts += 1
+                result = await self._attempt(subtask, parameters, record, tried, in_flight)
+                in_flight = None
+            while isinstance(result, Asked):
+                result = await self._conversing.converse(subtask, record, result.question, tried)
             if isinstance(result, Answered):
                 self._succeed(record, result)
                 return
@@ -259,6 +285,13 @@ class PlanRunner:
             self._emit(record, "retrying", error=error)
             if not result.holder_gone:
                 await asyncio.sleep(self._limits.backoff(record.attempts))
+            result = None
+
+    def _end_step(self, record: SubtaskRecord, result: AttemptResult) -> None:
+        if isinstance(result, Answered):
+            self._succeed(record, result)
+        elif isinstance(result, Failed):
+            self._finish(record, result.error)
 
     def _parameters(self, subtask: Subtask, record: SubtaskRecord) -> dict[str, Any] | None:
         # Its own and its inputs, from the results of its dependencies; None when one of

@@ -13,15 +13,24 @@ import asyncio
 from datetime import timedelta
 from typing import Any, Protocol
 
-from agentbus._exceptions import AgentBusError, NoCapableAgent, RemoteError
+from agentbus._exceptions import AgentBusError, InputRequired, NoCapableAgent, RemoteError
 from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.agents import NOTIFY_START, send_cancel
 from agentbus.bus import Transport
-from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
-from agentbus.leader._attempt import Answered, AttemptResult, Failed, Flight, Holders, SubtaskError
+from agentbus.envelopes import ANSWER_ACTION, Question, RequestEnvelope, ResponseEnvelope, utcnow
+from agentbus.leader._attempt import (
+    Answered,
+    Asked,
+    AttemptResult,
+    Failed,
+    Flight,
+    Holders,
+    SubtaskError,
+)
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import Sent
 from agentbus.leader._plan import Subtask
+from agentbus.leader._questions import Given
 from agentbus.leader._record import SubtaskRecord
 from agentbus.leader._takeover import TakeOver
 
@@ -98,6 +107,49 @@ class AttemptSender:
             receiver = in_flight.receiver if in_flight else await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
             return Failed(SubtaskError.of(exc))
+        span, fields = self._fields(subtask, receiver, subtask.skill, parameters, timeout)
+        if self._takeover is not None:  # the same id whichever leader sends it
+            fields["message_id"] = await self._takeover.message_id(
+                subtask.id, record.attempts, receiver, sent_before=in_flight is not None
+            )
+        # One validation of plain dicts: half the cost of model_construct's Python loop.
+        request = RequestEnvelope.model_validate(fields)
+        return await self._traced(span, request, timeout, record, tried, bool(in_flight))
+
+    async def answer(
+        self,
+        subtask: Subtask,
+        record: SubtaskRecord,
+        asked: Question,
+        given: Given,
+        tried: set[str],
+        *,
+        timeout: float,
+    ) -> AttemptResult:
+        """Give the agent that asked ``asked`` its answer and return how the step goes on:
+        its answer, another question, or a failure. Under the same request id whichever
+        leader sends it (a durable plan's), so an agent takes one answer once."""
+        parameters: dict[str, Any] = {"question_id": asked.question_id}
+        if given.declined:
+            parameters["decline"] = True
+        else:
+            parameters["answer"] = given.value
+        span, fields = self._fields(subtask, asked.service, ANSWER_ACTION, parameters, timeout)
+        if asked.context_id is not None:
+            fields["metadata"]["context_id"] = asked.context_id
+        if self._takeover is not None:
+            fields["message_id"] = self._takeover.journal.answer_id(subtask.id, asked.question_id)
+        request = RequestEnvelope.model_validate(fields)
+        return await self._traced(span, request, timeout, record, tried, False)
+
+    def _fields(
+        self,
+        subtask: Subtask,
+        receiver: str,
+        action: str,
+        parameters: dict[str, Any],
+        timeout: float,
+    ) -> tuple[Any, dict[str, Any]]:
         metadata: dict[str, Any] = {
             "deadline": utcnow() + timedelta(seconds=timeout),
             NOTIFY_START: True,
@@ -117,18 +169,23 @@ class AttemptSender:
         fields: dict[str, Any] = {
             "sender_id": self._bus.agent_id,
             "receiver_id": receiver,
-            "payload": {"action": subtask.skill, "parameters": parameters},
+            "payload": {"action": action, "parameters": parameters},
             "metadata": metadata,
         }
-        if self._takeover is not None:  # the same id whichever leader sends it
-            fields["message_id"] = await self._takeover.message_id(
-                subtask.id, record.attempts, receiver, sent_before=in_flight is not None
-            )
-        # One validation of plain dicts: half the cost of model_construct's Python loop.
-        request = RequestEnvelope.model_validate(fields)
+        return span, fields
+
+    async def _traced(
+        self,
+        span: Any,
+        request: RequestEnvelope,
+        timeout: float,
+        record: SubtaskRecord,
+        tried: set[str],
+        in_flight: bool,
+    ) -> AttemptResult:
         result: AttemptResult | None = None
         try:
-            result = await self._send(request, timeout, record, tried, asked_before=bool(in_flight))
+            result = await self._send(request, timeout, record, tried, asked_before=in_flight)
         finally:
             outcome = "cancelled" if result is None else "success"
             if isinstance(result, Failed):
@@ -177,6 +234,10 @@ class AttemptSender:
                     request, timeout=timeout, on_progress=on_progress
                 )
             return Answered.of(reply)
+        except InputRequired as exc:
+            tried.add(exc.envelope.sender_id)
+            record.add_agent(exc.envelope.sender_id)
+            return Asked(exc.question)
         except RemoteError as exc:
             tried.add(exc.envelope.sender_id)
             record.add_agent(exc.envelope.sender_id)

@@ -2,30 +2,35 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from collections import OrderedDict
 from typing import Final, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from agentbus.envelopes import Question
 from agentbus.leader._aggregate import Aggregate, SubtaskOutcome
 
-__all__ = ["PlanState", "RecentPlans"]
+__all__ = ["Cancellation", "PlanState", "RecentPlans", "RunState"]
 
 _RECENT: Final = 1000  # finished plans a leader remembers, at most
 
 
 class PlanState(BaseModel):
-    """A plan as a leader knows it: ``running`` with each subtask so far, or ``ended``
-    with its aggregate."""
+    """A plan as a leader knows it: ``running`` with each subtask so far, ``waiting`` (it
+    parked: every step left waits for an answer, and no leader runs it until one comes),
+    or ``ended`` with its aggregate."""
 
     plan_id: str
-    state: Literal["running", "ended"]
+    state: Literal["running", "waiting", "ended"]
     leader: str
     done: int
     total: int
     subtasks: list[SubtaskOutcome]
     aggregate: Aggregate | None = None
+    questions: list[Question] = Field(default_factory=list)
+    """The plan's questions waiting for an answer (``agentbus answer ID ANSWER``)."""
 
     @classmethod
     def ended(cls, aggregate: Aggregate, leader: str) -> PlanState:
@@ -62,3 +67,24 @@ class RecentPlans:
         if found is None or time.monotonic() - found[0] > self._retention:
             return None
         return found[1]
+
+
+class RunState(enum.Enum):
+    """Where a plan runner is in its one run."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    STOPPED = "stopped"
+    PARKED = "parked"
+
+
+class Cancellation(enum.Enum):
+    """Why a run was cancelled from outside; the value is its ``stop_reason``."""
+
+    REQUESTED = "the plan was cancelled by request"
+    """A ``cancel`` request for the plan's ``run_plan`` request."""
+    LEADER_STOPPING = "the leader is stopping"
+    """The leader is stopping: the plan's work is cancelled with it."""
+    HANDED_OVER = "the leader is stopping: the plan goes on under another"
+    """The leader is stopping, and the durable plan goes on under another: its work runs on."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Collection
-from typing import Final
+from typing import Any, Final
 
-from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus._exceptions import AgentBusError, InputRequired, RemoteError, RequestTimeout
 from agentbus._faults import fault_point
 from agentbus._logging import get_logger
 from agentbus.bus import ProgressCallback, Transport
@@ -42,6 +42,8 @@ class TakeOver:
         restored: What the journal said when this leader began the plan; None for a
             plan no leader began before.
         reply_to: The plan's reply queue, as ``send_request`` takes it.
+        began: When the plan began (its questions' records say it, for a leader that
+            resumes the plan to read its journal from then).
     """
 
     def __init__(
@@ -51,9 +53,11 @@ class TakeOver:
         *,
         restored: Restored | None = None,
         reply_to: str,
+        began: float | None = None,
     ) -> None:
         self.journal = journal
         self.reply_to = reply_to
+        self._began = began
         self.is_handed_over = False
         """Whether the plan went to another leader (``hand_over``): its work runs on."""
         self._bus = bus
@@ -82,6 +86,23 @@ class TakeOver:
     def in_flight(self, subtask_id: str) -> Sent | None:
         """Return, once, the attempt another leader had in flight for the subtask."""
         return self._restored.in_flight.pop(subtask_id, None)
+
+    def asking(self, subtask_id: str) -> dict[str, Any] | None:
+        """Return, once, the question another leader left the subtask waiting on (its
+        ``asked`` record, with ``answer`` if one came)."""
+        return self._restored.asking.pop(subtask_id, None)
+
+    async def asked(
+        self, subtask_id: str, question: dict[str, Any], asked: dict[str, Any] | None
+    ) -> None:
+        """Journal that the subtask waits for an answer; then the reply that asked (held
+        on the plan's queue) leaves it."""
+        await self.journal.asked(subtask_id, question, asked, began=self._began)
+        self._release(subtask_id)
+
+    async def answered(self, subtask_id: str, question_id: str, answer: dict[str, Any]) -> None:
+        """Journal the answer the subtask's question got, before it goes on."""
+        await self.journal.answered(subtask_id, question_id, answer)
 
     async def message_id(
         self, subtask_id: str, attempt: int, receiver: str, *, sent_before: bool
@@ -130,7 +151,7 @@ class TakeOver:
                 reply = await self._bus.send_request(
                     request, timeout=timeout, on_progress=on_progress, reply_to=self.reply_to
                 )
-        except RemoteError:
+        except (RemoteError, InputRequired):
             self._answered_by(subtask_id, request.message_id)
             raise
         self._answered_by(subtask_id, request.message_id)

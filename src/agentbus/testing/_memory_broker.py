@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final
 
-from agentbus._exceptions import ConfigurationError, Unroutable
+from agentbus._exceptions import ConfigurationError, QueueInUse, Unroutable
 from agentbus.bus import topic_matches
 from agentbus.testing._consumer import ConsumerCallback, MemoryConsumer
 from agentbus.testing._message import DeadLetter, DeadLetterReason, MemoryMessage, Queued
@@ -36,6 +36,7 @@ class _Queue:
     next_consumer: int = 0
     pump_scheduled: bool = False
     deleted: bool = False
+    exclusive: bool = False
     expiry_timer: asyncio.TimerHandle | None = None
     unused_timer: asyncio.TimerHandle | None = None
 
@@ -180,16 +181,30 @@ class MemoryBroker:
         ]
 
     def consume(
-        self, queue: str, callback: ConsumerCallback, *, prefetch: int = 0, no_ack: bool = False
+        self,
+        queue: str,
+        callback: ConsumerCallback,
+        *,
+        prefetch: int = 0,
+        no_ack: bool = False,
+        exclusive: bool = False,
     ) -> MemoryConsumer:
         """Start consuming ``queue``: ``callback`` is called, in its own task, per delivery.
 
         With ``no_ack`` each message counts as acknowledged once delivered (prefetch
-        does not apply), as AMQP's ``basic.consume`` with ``no-ack``.
+        does not apply), as AMQP's ``basic.consume`` with ``no-ack``. ``exclusive``: the
+        queue alone, as RabbitMQ's exclusive consumer.
+
+        Raises:
+            QueueInUse: ``exclusive`` and the queue has a consumer, or it has an exclusive
+                consumer.
         """
         if prefetch < 0:
             raise ConfigurationError("prefetch must be 0 (no bound) or more")
         target = self._queue(queue)
+        if target.consumers and (exclusive or target.exclusive):
+            raise QueueInUse(f"queue {queue!r} is in exclusive use")
+        target.exclusive = exclusive
         consumer = MemoryConsumer(self, queue, callback, 0 if no_ack else prefetch, no_ack=no_ack)
         target.consumers.append(consumer)
         if target.unused_timer is not None:
@@ -234,6 +249,8 @@ class MemoryBroker:
         with contextlib.suppress(ValueError):
             queue.consumers.remove(consumer)
         queue.next_consumer = 0
+        if not queue.consumers:
+            queue.exclusive = False
         self._arm_unused_timer(queue)
 
     def _requeue(self, name: str, queued: Queued) -> None:

@@ -125,13 +125,13 @@ class MemoryBus(BaseBus):
         return MemoryJournal(self.broker.journals.setdefault(queue, []), utcnow)
 
     async def _open_reply_queue(
-        self, queue: str, *, hold: bool
+        self, queue: str, *, hold: bool, exclusive: bool = False
     ) -> Callable[[bool], Awaitable[None]]:
         assert self._dispatcher is not None
         dispatcher = self._dispatcher
         take = partial(dispatcher.on_held_reply, queue=queue) if hold else dispatcher.on_message
         self.broker.declare_queue(queue, dead_letter=False, expires=_REPLY_QUEUE_EXPIRES)
-        consumer = self.broker.consume(queue, take, prefetch=_REPLY_PREFETCH)
+        consumer = self.broker.consume(queue, take, prefetch=_REPLY_PREFETCH, exclusive=exclusive)
         self._reply_consumers.add(consumer)
 
         async def stop(delete: bool) -> None:

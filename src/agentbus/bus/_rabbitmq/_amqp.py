@@ -24,6 +24,7 @@ import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection
 from pamqp.commands import Basic
 
+from agentbus._logging import get_logger
 from agentbus._topology import DIRECT_REPLY_TO
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "is_nack",
     "scratch_channel",
 ]
+
+_log = get_logger("agentbus.bus")
 
 _ACK_DELAY = 0.05  # s: how long a partial batch of a feed waits for its ack
 
@@ -182,7 +185,9 @@ class DeliveryConsumer:
     Each delivery goes to ``callback`` as a ``Delivery``, in the task aiormq starts for it:
     aio-pika's ``Queue.consume`` would wrap it in an ``IncomingMessage`` and run the
     callback in a second task. ``no_ack``: the broker counts each delivery settled as it
-    sends it (settling the ``Delivery`` does nothing).
+    sends it (settling the ``Delivery`` does nothing). ``exclusive``: the queue alone, or
+    not at all (``start`` raises ``QueueInUse``; after a reconnect that finds the queue
+    taken, the consumer gives its channel up instead of trying again and again).
     """
 
     def __init__(
@@ -192,11 +197,14 @@ class DeliveryConsumer:
         callback: DeliveryCallback,
         *,
         no_ack: bool = False,
+        exclusive: bool = False,
     ) -> None:
         self._channel = channel
         self._queue = queue
         self._callback = callback
         self._no_ack = no_ack
+        self._exclusive = exclusive
+        self._given_up: asyncio.Future[Any] | None = None
         self._underlay: aiormq.abc.AbstractChannel | None = None
         self._tag: str | None = None
 
@@ -222,12 +230,23 @@ class DeliveryConsumer:
     async def _consume(self) -> None:
         self._tag = None
         self._underlay = await self._channel.get_underlay_channel()
-        ok = await self._underlay.basic_consume(self._queue, self._deliver, no_ack=self._no_ack)
+        ok = await self._underlay.basic_consume(
+            self._queue, self._deliver, no_ack=self._no_ack, exclusive=self._exclusive
+        )
         self._tag = ok.consumer_tag
 
     async def _restart(self, *_: Any) -> None:
         # As for feeds: the robust channel restored the queue, not this consumer.
-        await self._consume()
+        try:
+            await self._consume()
+        except aiormq.exceptions.ChannelAccessRefused as exc:
+            if not self._exclusive:
+                raise
+            # Taken by another consumer while this one was away (a plan another leader
+            # took over): give the channel up rather than reopen it to be refused again.
+            _log.warning("queue taken by another consumer", queue=self._queue, error=str(exc))
+            self._channel.reopen_callbacks.discard(self._restart)
+            self._given_up = asyncio.ensure_future(self._channel.close())
 
     async def _deliver(self, message: aiormq.abc.DeliveredMessage) -> None:
         await self._callback(Delivery(message, acked=self._no_ack))

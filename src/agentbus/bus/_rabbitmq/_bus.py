@@ -317,7 +317,7 @@ class Bus(BaseBus):
         return journal
 
     async def _open_reply_queue(
-        self, queue: str, *, hold: bool
+        self, queue: str, *, hold: bool, exclusive: bool = False
     ) -> Callable[[bool], Awaitable[None]]:
         assert self._dispatcher is not None
         dispatcher = self._dispatcher
@@ -332,7 +332,7 @@ class Bus(BaseBus):
                 channel = await self._channel(prefetch=_REPLY_PREFETCH)
                 try:
                     declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
-                    consumer = DeliveryConsumer(channel, queue, take)
+                    consumer = DeliveryConsumer(channel, queue, take, exclusive=exclusive)
                     await consumer.start()
                 except BaseException:
                     await _bounded(channel.close())

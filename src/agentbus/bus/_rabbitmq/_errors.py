@@ -16,6 +16,7 @@ from agentbus._exceptions import (
     ConfigurationError,
     ConnectionLost,
     PublishFailed,
+    QueueInUse,
     TLSError,
     TransportError,
 )
@@ -33,6 +34,8 @@ NOT_OPENED: Final = "Connection was not opened"
 connection has no transport, between a loss and its reconnect: the one library message this
 module reads. tests/unit/test_transport_errors.py fails when aio-pika changes it."""
 
+IN_EXCLUSIVE_USE: Final = "in exclusive use"
+"""RabbitMQ's ACCESS_REFUSED text when a queue's exclusive consumer stands in the way."""
 NO_LOCAL_REPLICA: Final = "does not have a replica on the local node"
 """RabbitMQ's PRECONDITION_FAILED text for a consumer of a stream on a node whose replica of
 it is not running: for a while after the node restarted (the stream coordinator starts
@@ -42,6 +45,8 @@ it again), which is waited out as a reconnect is."""
 def translate(exc: BaseException) -> AgentBusError | None:
     """Return the agentbus error for a transport exception, or ``None`` if it is not one."""
     match exc:
+        case aiormq.exceptions.ChannelAccessRefused() if IN_EXCLUSIVE_USE in str(exc):
+            return QueueInUse(f"another consumer has the queue to itself: {exc}")
         case aiormq.exceptions.ChannelAccessRefused():
             return AccessRefused(f"the broker refused access: {exc}")
         case aiormq.exceptions.ChannelPreconditionFailed() if NO_LOCAL_REPLICA in str(exc):

@@ -3,7 +3,8 @@
 A plan's first report names every subtask (``outline``), so each is listed from the
 start, pending until it runs; a plan first heard in the middle lists its subtasks from
 their first transition. A skill's own ``progress`` and ``partial`` news keep its subtask
-running, with its fraction, message and the number of partial results. A plan that is
+running, with its fraction, message and the number of partial results; a step waiting for
+a person's answer shows ``input_required`` with the question. A plan that is
 done shows the aggregate the transitions add up to (the leader's own aggregate goes to
 the requester alone). Timings are the send times of the batches (the leader sends one
 every 100 ms at most), so they are good to a tenth of a second."""
@@ -132,10 +133,12 @@ class PlanBoard:
         bus: Transport,
         *,
         on_change: Callable[[], None],
+        on_report: Callable[[str, ProgressReport], None] | None = None,
         keep: int = _KEEP,
     ) -> None:
         self._bus = bus
         self._on_change = on_change
+        self._on_report = on_report
         self._keep = keep
         self._plans: dict[str, _Plan] = {}
         self._feed: Feed | None = None
@@ -191,11 +194,14 @@ class PlanBoard:
             self.malformed += 1
             return
         at = _timestamp(envelope.get("timestamp"))
+        leader = str(envelope.get("sender_id"))
+        if self._on_report is not None:
+            self._on_report(leader, report)
         plan = self._plans.get(report.plan_id)
         if plan is None:
             plan = _Plan(
                 plan_id=report.plan_id,
-                leader=str(envelope.get("sender_id")),
+                leader=leader,
                 total=report.total,
                 first_seen=at,
             )
@@ -244,6 +250,10 @@ def _apply(
     elif transition in ("progress", "partial"):  # the skill's own news: still running
         subtask.status = "running"
         subtask.agent_id = agent_id or subtask.agent_id
+    elif transition == "input_required":  # waits for a person's answer, holding no agent
+        subtask.status = "input_required"
+    elif transition == "answered":
+        subtask.status = "running"
     elif transition == "retrying":
         subtask.status = "retrying"
         subtask.error = error
@@ -277,6 +287,12 @@ def _note(subtask: _Subtask, transition: str, detail: dict[str, Any]) -> None:
             subtask.message = message[:200]
     elif transition == "partial":
         subtask.chunks += 1
+    elif transition == "input_required":
+        question = detail.get("question")
+        text = question.get("text") if isinstance(question, dict) else None
+        subtask.message = f"asks: {text[:200]}" if isinstance(text, str) else None
+    elif transition == "answered":
+        subtask.message = None
 
 
 def _timestamp(value: object) -> datetime:

@@ -27,6 +27,18 @@ from agentbus.leader import PLAN_PROGRESS, ProgressReport, SubtaskStatus
 __all__ = ["PlanBoard"]
 
 _KEEP: Final = 50  # finished plans kept on the board, newest first
+# Transitions that do not end a subtask, and the status each shows: a skill's own news
+# (progress, partial) keeps it running; input_required waits for a person's answer,
+# holding no agent; answered runs it again.
+_GOING_ON: Final = {
+    "started": "running",
+    "running": "running",
+    "progress": "running",
+    "partial": "running",
+    "input_required": "input_required",
+    "answered": "running",
+    "retrying": "retrying",
+}
 _TERMINAL: Final = frozenset(
     {SubtaskStatus.SUCCEEDED, SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.CANCELLED}
 )
@@ -240,30 +252,23 @@ def _apply(
     error: dict[str, Any] | None,
     at: datetime,
 ) -> None:
-    if transition == "started":
-        subtask.status = "running"
-        subtask.started_at = subtask.started_at or at
-    elif transition == "running":
-        subtask.status = "running"
-        subtask.agent_id = agent_id or subtask.agent_id
-        subtask.started_at = subtask.started_at or at
-    elif transition in ("progress", "partial"):  # the skill's own news: still running
-        subtask.status = "running"
-        subtask.agent_id = agent_id or subtask.agent_id
-    elif transition == "input_required":  # waits for a person's answer, holding no agent
-        subtask.status = "input_required"
-    elif transition == "answered":
-        subtask.status = "running"
-    elif transition == "retrying":
-        subtask.status = "retrying"
-        subtask.error = error
-    else:  # a terminal status, by its name (succeeded says which agent answered)
-        subtask.status = transition
-        subtask.agent_id = agent_id or subtask.agent_id
-        subtask.error = error
-        subtask.ended_at = at
-        if transition in _TERMINAL and subtask.started_at is None:
-            subtask.started_at = at  # skipped (or cancelled before it started): no time spent
+    going_on = _GOING_ON.get(transition)
+    if going_on is not None:
+        subtask.status = going_on
+        if transition in ("started", "running"):
+            subtask.started_at = subtask.started_at or at
+        if transition in ("running", "progress", "partial"):
+            subtask.agent_id = agent_id or subtask.agent_id
+        if transition == "retrying":
+            subtask.error = error
+        return
+    # A terminal status, by its name (succeeded says which agent answered).
+    subtask.status = transition
+    subtask.agent_id = agent_id or subtask.agent_id
+    subtask.error = error
+    subtask.ended_at = at
+    if transition in _TERMINAL and subtask.started_at is None:
+        subtask.started_at = at  # skipped (or cancelled before it started): no time spent
 
 
 def _outlined(item: object) -> _Subtask | None:

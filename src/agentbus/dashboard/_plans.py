@@ -138,7 +138,11 @@ class _Plan:
 
 
 class PlanBoard:
-    """Plans as their progress events tell them; a plan can be cancelled from here."""
+    """Plans as their progress events tell them; a plan can be cancelled from here.
+
+    ``on_report`` is handed each report with its leader's id (the question board follows
+    the plans' questions through it).
+    """
 
     def __init__(
         self,
@@ -150,7 +154,7 @@ class PlanBoard:
     ) -> None:
         self._bus = bus
         self._on_change = on_change
-        self._on_report = on_report
+        self._on_report = on_report if on_report is not None else _ignore
         self._keep = keep
         self._plans: dict[str, _Plan] = {}
         self._feed: Feed | None = None
@@ -207,8 +211,7 @@ class PlanBoard:
             return
         at = _timestamp(envelope.get("timestamp"))
         leader = str(envelope.get("sender_id"))
-        if self._on_report is not None:
-            self._on_report(leader, report)
+        self._on_report(leader, report)
         plan = self._plans.get(report.plan_id)
         if plan is None:
             plan = _Plan(
@@ -243,6 +246,10 @@ class PlanBoard:
         finished.sort(key=lambda plan: plan.first_seen)
         for plan in finished[: max(len(finished) - self._keep, 0)]:
             del self._plans[plan.plan_id]
+
+
+def _ignore(leader: str, report: ProgressReport) -> None:
+    pass
 
 
 def _apply(

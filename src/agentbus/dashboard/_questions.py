@@ -152,8 +152,11 @@ class QuestionBoard:
     def take_report(self, leader: str, report: ProgressReport) -> None:
         """Follow a plan's progress (``PlanBoard`` hands each report on): its questions
         asked and answered, its steps and itself ending."""
-        self._leaders.add(leader)
         changed = False
+        if leader not in self._leaders:
+            self._leaders.add(leader)
+            # Known as a leader now: the questions it caused its agents to ask are hidden.
+            changed = any(opened.caller == leader for opened in self._open.values())
         for progress in report.transitions:
             detail = progress.detail or {}
             if progress.transition == "input_required":

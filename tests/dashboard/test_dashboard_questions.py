@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_support import DESKTOP, PHONE, Browser, DashboardProcess, shot
-from processes import Processes, poll
+from dashboard_support import DESKTOP, PHONE, Browser, DashboardProcess, shot, team
+from processes import Processes
 
-from agentbus import Bus, InputRequired
+from agentbus import InputRequired
 from agentbus.leader import PlanClient
 
 PLAN_TIMEOUT = 60.0
@@ -79,7 +79,7 @@ async def test_a_plans_questions_are_answered_on_the_page_and_the_plan_completes
 ) -> None:
     """A step's agent asks: the page lists the plan's question (not the agent's own);
     then an approval step's form (yes or no, and a note); the plan completes."""
-    client = await team(procs)
+    client = await team(procs, "power")
     page = await browser.new_page(viewport=PHONE)
     await page.goto(dashboard.url)
     await log_in(page, dashboard.token)
@@ -127,19 +127,3 @@ async def test_a_plans_questions_are_answered_on_the_page_and_the_plan_completes
     await approval.wait_for(state="detached", timeout=10_000)
     await page.wait_for_selector('[data-plan-id="asking-plan"][data-state="finished"]')
     await shot(page, screens, "2-plan-completed-phone")
-
-
-async def team(procs: Processes) -> Bus:
-    """A registry, a leader and a worker; return a client bus once the worker is known."""
-    started = [procs.registry("registry-1"), procs.leader("leader-1")]
-    started.append(procs.agent("Worker", "worker-1"))
-    for process in started:
-        await process.started()
-    client = await procs.client()
-
-    async def known() -> bool | None:
-        reply = await client.request("registry", "find_skill", {"skill": "power"}, timeout=5)
-        return True if reply.result else None
-
-    await poll(known, 10, "the registry to know the worker")
-    return client

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agentbus import Agent, InputRequired, Settings, ask, skill
 from agentbus._exceptions import QuestionClosed, UsageError
-from agentbus.dashboard import Dashboard, DashboardSettings
+from agentbus.dashboard import Dashboard, DashboardSettings, QuestionBoard
 from agentbus.dashboard._answering import Outcome
 from agentbus.dashboard.app import create_app
 from agentbus.leader import Leader, PlanClient, ProgressReport
@@ -26,12 +26,20 @@ TOKEN = "a-token-for-the-tests"
 
 class Asker(Agent):
     name = "asker"
+    go_on = asyncio.Event()
 
     @skill
     async def power(self, n: int) -> int:
         """Ask which power of ``n`` to take (0 to 5)."""
         exponent = await ask(f"Which power of {n}?", Annotated[int, Field(ge=0, le=5)])
         return int(n**exponent)
+
+    @skill
+    async def slow(self) -> str:
+        """Ask, then work until ``go_on`` is set."""
+        word = await ask("A word?")
+        await self.go_on.wait()
+        return word
 
     @skill
     async def soon(self) -> str:
@@ -297,3 +305,35 @@ async def test_the_answer_api_needs_the_token_and_says_what_came_of_the_answer(
             "failed",
             "cancelled",
         )
+
+
+async def test_an_outcome_that_comes_late_is_shown_when_it_comes(team: Team) -> None:
+    """The work after the answer outlasts the wait: the answer returns still waiting (a
+    second one is refused as closed), and the board shows the result once it comes."""
+    changes: list[None] = []
+    board = QuestionBoard(team.client, on_change=lambda: changes.append(None), wait=0.05)
+    await board.start()
+    try:
+        Asker.go_on = asyncio.Event()  # of this test's loop
+        question_id = await team.asked("slow", {})
+        await wait_until(lambda: bool(board.snapshot()["questions"]), 5)
+
+        sent = await board.answer(question_id, "bees", by="token@x")
+
+        assert sent.outcome is Outcome.WAITING
+        [told] = board.snapshot()["answers"]
+        assert told["outcome"] == "waiting"
+        # Taken: the agent says so before the work is done, and the question leaves.
+        await wait_until(lambda: board.snapshot()["questions"] == [], 5)
+        second = await board.answer(question_id, "wasps", by="token@y")
+        await second.done.wait()
+        assert second.outcome is Outcome.CLOSED
+        seen = len(changes)
+        Asker.go_on.set()
+        await sent.done.wait()
+        assert (sent.outcome, sent.result) == (Outcome.RESULT, "bees")
+        closed, done = board.snapshot()["answers"]  # newest first
+        assert (closed["outcome"], done["result"]) == ("closed", '"bees"')
+        assert len(changes) > seen, "the page is told"
+    finally:
+        await board.aclose()

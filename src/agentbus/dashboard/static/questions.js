@@ -15,8 +15,8 @@ function unwrapped(schema) {
 }
 
 // One input for a simple schema: { node, read } (read() is undefined when left empty),
-// or null when the schema is not simple.
-function field(raw, label, required) {
+// or null when the schema is not simple. A secret (an authorization's) is not shown typed.
+function field(raw, label, required, secret) {
   const schema = unwrapped(raw);
   const name = { "aria-label": label, required };
   const choices = Array.isArray(schema.enum) ? schema.enum : "const" in schema ? [schema.const] : null;
@@ -38,7 +38,7 @@ function field(raw, label, required) {
     return { node: input, read: () => (input.value === "" ? undefined : Number(input.value)) };
   }
   if (schema.type === "string") {
-    const input = el("input", { ...name, type: "text", minlength: schema.minLength,
+    const input = el("input", { ...name, type: secret ? "password" : "text", minlength: schema.minLength,
       maxlength: schema.maxLength, pattern: schema.pattern, value: schema.default });
     return { node: input, read: () => (input.value === "" && !required ? undefined : input.value) };
   }
@@ -46,13 +46,14 @@ function field(raw, label, required) {
 }
 
 // The whole answer's inputs: { nodes, read }; a JSON text area where no form fits.
-function answerInputs(schema) {
-  const one = field(schema, "answer", true);
+function answerInputs(schema, secret) {
+  const one = field(schema, "answer", true, secret);
   if (one) return { nodes: [one.node], read: one.read };
   const properties = schema.type === "object" && schema.properties ? schema.properties : null;
   if (properties) {
     const needed = new Set(schema.required || []);
-    const fields = Object.entries(properties).map(([key, sub]) => [key, sub, field(sub, key, needed.has(key))]);
+    const fields = Object.entries(properties)
+      .map(([key, sub]) => [key, sub, field(sub, key, needed.has(key), secret)]);
     if (fields.every(([, , made]) => made)) {
       return {
         nodes: fields.map(([key, sub, made]) => el("label", { class: "field" },
@@ -88,7 +89,7 @@ function askedFor(q) {
 }
 
 function renderQuestion(q) {
-  const inputs = answerInputs(q.answer_schema || {});
+  const inputs = answerInputs(q.answer_schema || {}, q.kind === "auth");
   const form = el("form", { class: "answer", autocomplete: "off" }, inputs.nodes,
     el("button", { type: "submit", "data-action": "answer" }, "Answer"),
     el("button", { type: "button", class: "danger", "data-action": "decline",

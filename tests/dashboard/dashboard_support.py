@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processes import AgentProcess
+from processes import AgentProcess, Processes, poll
+
+from agentbus import Bus
 
 STARTUP = 30.0  # s: a process starting (imports, connecting) on a loaded machine
 DESKTOP = {"width": 1280, "height": 900}
@@ -70,3 +72,20 @@ async def shot(page: Any, screens: Path, name: str) -> None:
     path = screens / f"{name}.png"
     await page.screenshot(path=str(path), full_page=True)
     print(f"screenshot: {path}")
+
+
+async def team(procs: Processes, skill: str) -> Bus:
+    """A registry, a leader and a worker; return a client bus once the registry knows the
+    worker's ``skill`` (a plan's step finds its agent then)."""
+    started = [procs.registry("registry-1"), procs.leader("leader-1")]
+    started.append(procs.agent("Worker", "worker-1"))
+    for process in started:
+        await process.started()
+    client = await procs.client()
+
+    async def known() -> bool | None:
+        reply = await client.request("registry", "find_skill", {"skill": skill}, timeout=5)
+        return True if reply.result else None
+
+    await poll(known, 10, "the registry to know the worker")
+    return client

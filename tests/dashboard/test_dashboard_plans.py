@@ -6,10 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from dashboard_support import DESKTOP, Browser, DashboardProcess, shot
-from processes import SLACK, Processes, poll, within
+from dashboard_support import DESKTOP, Browser, DashboardProcess, shot, team
+from processes import SLACK, Processes, within
 
-from agentbus import Bus
 from agentbus._exceptions import RemoteError
 from agentbus.leader import Aggregate, PlanClient
 
@@ -35,27 +34,11 @@ def subtask(plan_id: str, subtask_id: str, status: str) -> str:
     return f'[data-plan-id="{plan_id}"] tr[data-subtask-id="{subtask_id}"][data-status="{status}"]'
 
 
-async def team(procs: Processes) -> Bus:
-    """A registry, a leader and a worker; return a client bus once the worker is known."""
-    started = [procs.registry("registry-1"), procs.leader("leader-1")]
-    started.append(procs.agent("Worker", "worker-1"))
-    for process in started:
-        await process.started()
-    client = await procs.client()
-
-    async def known() -> bool | None:
-        reply = await client.request("registry", "find_skill", {"skill": "square"}, timeout=5)
-        return True if reply.result else None
-
-    await poll(known, 10, "the registry to know the worker")
-    return client
-
-
 async def test_plan_subtasks_change_state_live(
     procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
 ) -> None:
     """Running, retrying, succeeded and failed show as they happen; the aggregate at the end."""
-    client = await team(procs)
+    client = await team(procs, "square")
     page = await browser.new_page(viewport=DESKTOP)
     await page.goto(dashboard.url)
     await page.wait_for_selector('tr[data-agent-id="worker-1"]')
@@ -123,7 +106,7 @@ async def test_cancel_is_refused_without_the_token_and_stops_the_plan_with_it(
     procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
 ) -> None:
     """Without the token the cancel is refused (401); with it, the running subtasks cancel."""
-    client = await team(procs)
+    client = await team(procs, "square")
     worker = procs.processes[-1]
     page = await browser.new_page(viewport=DESKTOP)
     await page.goto(dashboard.url)

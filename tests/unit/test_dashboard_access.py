@@ -24,6 +24,7 @@ from agentbus import Settings
 from agentbus._exceptions import ConfigurationError
 from agentbus.bus import DeadLetter, DeadLetters, Settled
 from agentbus.dashboard import Dashboard, DashboardSettings
+from agentbus.dashboard._changes import TOPICS
 from agentbus.dashboard._sessions import Sessions
 from agentbus.dashboard._settings import is_loopback
 from agentbus.dashboard.app import create_app
@@ -36,6 +37,7 @@ ACTIONS = (
     ("/api/plans/plan-1/cancel", None),
     ("/api/dead-letters/replay", {"ids": ["poison"]}),
     ("/api/dead-letters/discard", {"ids": ["poison"]}),
+    ("/api/questions/nobody.1795883320140.9823e16072632354/answer", {"answer": 1}),
 )
 SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
 
@@ -214,7 +216,7 @@ async def test_an_open_event_stream_ends_with_its_session() -> None:
             async for line in lines:  # the first snapshot of each board, whole
                 if line.startswith("event:"):
                     seen.add(line.removeprefix("event:").strip())
-                elif line.startswith("data:") and len(seen) == 4:
+                elif line.startswith("data:") and len(seen) == len(TOPICS):
                     break
             await dash.client.post("/logout", headers={"Cookie": cookie})
             dash.dashboard.changes.touch("agents")
@@ -241,7 +243,8 @@ async def test_actions_need_the_token_and_a_session_needs_a_same_origin_request(
             path, json=body, headers={"Cookie": cookie, "Origin": "http://evil.example"}
         )
         assert [r.status_code for r in (cross, no_origin, foreign)] == [401, 401, 401]
-        # The plan is unknown (409) and the letter is there (200): past the token, both.
+        # The plan is unknown (409), the letter is there and the answer sent (200, its
+        # outcome a failure: nobody serves that question's service): past the token, all.
         allowed = 409 if "plans" in path else 200
         same = await post(path, json=body, headers={"Cookie": cookie, **SAME_ORIGIN})
         assert same.status_code == allowed

@@ -1,9 +1,11 @@
 """``agentbus definitions --dashboard USER``: a user that may watch the whole team.
 
 ``agentbus dashboard`` broadcasts ``announce`` as it starts, asks each instance to
-``describe`` itself for its card, browses the dead-letter queue, and may broadcast
-``cancel`` for a plan. Under generated permissions a user needs this role for each of
-those; without it the broker refuses them (the dashboard could not even start).
+``describe`` itself for its card, browses the dead-letter queue, may broadcast
+``cancel`` for a plan, and sends ``answer_question`` to the service whose skill asked
+(or to the leader, for a plan's question). Under generated permissions a user needs
+this role for each of those; without it the broker refuses them (the dashboard could
+not even start).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ def _rows(document: dict[str, object], key: str) -> dict[str, dict[str, str]]:
     return {row["user"]: row for row in rows}
 
 
-def test_a_dashboard_user_watches_the_team_and_calls_no_service() -> None:
-    """announce, cancel, describe any instance, browse dead letters; nothing more."""
+def test_a_dashboard_user_watches_the_team_and_answers_its_questions() -> None:
+    """announce, cancel, describe any instance, browse dead letters, send answers to every
+    service of the team (the leader's too); nothing more."""
     team = ["registry", "leader", "text"]
     watching = definitions(team_grants(team, clients={"ops": ["leader"]}, dashboards=["ops"]))
     plain = definitions(team_grants(team, clients={"ops": ["leader"]}))
@@ -38,9 +41,14 @@ def test_a_dashboard_user_watches_the_team_and_calls_no_service() -> None:
     assert _may(ops["write"], "broadcast.request.announce")
     assert _may(ops["write"], "broadcast.request.cancel")
     assert _may(ops["write"], "agent.text-1f2e.request")  # describe, to an instance
-    assert not _may(ops["write"], "agent.text.request"), "a service by name: a call"
-    assert _may(ops["write"], "agent.leader.request"), "its --client calls stay"
+    # answer_question, to the service whose skill asked; a plan's question to the leader.
+    # The broker tells requests apart by service, not action: these are calls.
+    for service in team:
+        assert _may(ops["write"], f"agent.{service}.request")
+    assert not _may(ops["write"], "agent.other.request"), "only the team's services"
     assert not _may(ops["write"], "broadcast.request.shutdown")
+    text = _rows(watching, "topic_permissions")["text"]
+    assert _may(text["write"], "agent.ops-1.response"), "text may answer the answer"
     read = _rows(watching, "permissions")["ops"]["read"]
     assert _may(read, topology.dead_letter_queue)
     assert not _may(read, topology.service_queue("text"))
@@ -49,6 +57,8 @@ def test_a_dashboard_user_watches_the_team_and_calls_no_service() -> None:
     plain_ops = _rows(plain, "topic_permissions")["ops"]
     assert not _may(plain_ops["write"], "broadcast.request.announce")
     assert not _may(plain_ops["write"], "agent.text-1f2e.request")
+    assert not _may(plain_ops["write"], "agent.text.request")
+    assert _may(plain_ops["write"], "agent.leader.request"), "its --client calls"
 
 
 def test_a_dashboard_user_outside_the_team_is_added() -> None:
@@ -59,6 +69,7 @@ def test_a_dashboard_user_outside_the_team_is_added() -> None:
     assert [u["name"] for u in document["users"]] == ["text", "watch"]
     watch = _rows(document, "topic_permissions")["watch"]
     assert _may(watch["write"], "broadcast.request.announce")
-    assert not _may(watch["write"], "agent.text.request")
+    assert _may(watch["write"], "agent.text.request"), "its answers to text's questions"
+    assert not _may(watch["write"], "agent.other.request")
     text = _rows(document, "topic_permissions")["text"]
     assert _may(text["write"], "agent.watch-1.response"), "text may answer its describe"

@@ -63,7 +63,7 @@ def dashboard(
     public_read: bool | None,
     agent_id: str | None,
 ) -> None:
-    """Serve the live web dashboard: agents, plans, traffic and dead letters."""
+    """Serve the live web dashboard: agents, questions, plans, traffic and dead letters."""
     try:
         from agentbus.dashboard import DashboardSettings
         from agentbus.dashboard.app import create_app

@@ -77,7 +77,8 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, list[str]]:
     multiple=True,
     metavar="USER",
     help="A user that may watch the whole team (agentbus dashboard): announce, describe "
-    "any instance, browse the dead-letter queue, cancel plans.",
+    "any instance, browse the dead-letter queue, cancel plans, answer questions (requests "
+    "to every service).",
 )
 @click.option(
     "--peer-site",

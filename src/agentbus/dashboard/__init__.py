@@ -1,4 +1,4 @@
-"""The web dashboard: the team, its plans, its traffic and its dead letters, live in a browser.
+"""The web dashboard: the team, its open questions, plans, traffic and dead letters, live.
 
 Needs the ``dashboard`` extra (Starlette, uvicorn, sse-starlette) for the HTTP app; the
 boards themselves run on any transport.
@@ -9,6 +9,7 @@ from agentbus.dashboard._changes import Changes
 from agentbus.dashboard._dashboard import Dashboard
 from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
+from agentbus.dashboard._questions import QuestionBoard
 from agentbus.dashboard._settings import DashboardSettings
 from agentbus.dashboard._traffic import TrafficBoard
 
@@ -19,5 +20,6 @@ __all__ = [
     "DashboardSettings",
     "DeadLetterBoard",
     "PlanBoard",
+    "QuestionBoard",
     "TrafficBoard",
 ]

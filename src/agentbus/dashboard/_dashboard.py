@@ -10,13 +10,15 @@ from agentbus.dashboard._agents import AgentBoard
 from agentbus.dashboard._changes import Changes
 from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
+from agentbus.dashboard._questions import QuestionBoard
 from agentbus.dashboard._traffic import TrafficBoard
 
 __all__ = ["Dashboard"]
 
 
 class Dashboard:
-    """Follows a team on an open bus: agents, plans, traffic, dead letters; each a live board."""
+    """Follows a team on an open bus: agents, open questions, plans, traffic, dead letters;
+    each a live board."""
 
     def __init__(
         self,
@@ -34,7 +36,12 @@ class Dashboard:
             missed=missed_intervals,
             traffic=self.traffic,
         )
-        self.plans = PlanBoard(bus, on_change=lambda: self.changes.touch("plans"))
+        self.questions = QuestionBoard(bus, on_change=lambda: self.changes.touch("questions"))
+        self.plans = PlanBoard(
+            bus,
+            on_change=lambda: self.changes.touch("plans"),
+            on_report=self.questions.take_report,
+        )
         self.dead_letters = DeadLetterBoard(
             dead_letters, on_change=lambda: self.changes.touch("dead_letters")
         )
@@ -44,6 +51,7 @@ class Dashboard:
 
     async def start(self) -> Self:
         """Start following the team (the bus must be open)."""
+        await self.questions.start()
         await self.plans.start()
         await self.agents.start()
         await self.dead_letters.start()
@@ -54,6 +62,7 @@ class Dashboard:
         await self.dead_letters.aclose()
         await self.agents.aclose()
         await self.plans.aclose()
+        await self.questions.aclose()
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -70,6 +79,8 @@ class Dashboard:
         """Return what the page shows of ``topic``."""
         if topic == "agents":
             return self.agents.snapshot()
+        if topic == "questions":
+            return self.questions.snapshot()
         if topic == "plans":
             return self.plans.snapshot()
         if topic == "traffic":

@@ -3,7 +3,8 @@
 A plan's first report names every subtask (``outline``), so each is listed from the
 start, pending until it runs; a plan first heard in the middle lists its subtasks from
 their first transition. A skill's own ``progress`` and ``partial`` news keep its subtask
-running, with its fraction, message and the number of partial results. A plan that is
+running, with its fraction, message and the number of partial results; a step waiting for
+a person's answer shows ``input_required`` with the question. A plan that is
 done shows the aggregate the transitions add up to (the leader's own aggregate goes to
 the requester alone). Timings are the send times of the batches (the leader sends one
 every 100 ms at most), so they are good to a tenth of a second."""
@@ -26,6 +27,18 @@ from agentbus.leader import PLAN_PROGRESS, ProgressReport, SubtaskStatus
 __all__ = ["PlanBoard"]
 
 _KEEP: Final = 50  # finished plans kept on the board, newest first
+# Transitions that do not end a subtask, and the status each shows: a skill's own news
+# (progress, partial) keeps it running; input_required waits for a person's answer,
+# holding no agent; answered runs it again.
+_GOING_ON: Final = {
+    "started": "running",
+    "running": "running",
+    "progress": "running",
+    "partial": "running",
+    "input_required": "input_required",
+    "answered": "running",
+    "retrying": "retrying",
+}
 _TERMINAL: Final = frozenset(
     {SubtaskStatus.SUCCEEDED, SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.CANCELLED}
 )
@@ -125,17 +138,23 @@ class _Plan:
 
 
 class PlanBoard:
-    """Plans as their progress events tell them; a plan can be cancelled from here."""
+    """Plans as their progress events tell them; a plan can be cancelled from here.
+
+    ``on_report`` is handed each report with its leader's id (the question board follows
+    the plans' questions through it).
+    """
 
     def __init__(
         self,
         bus: Transport,
         *,
         on_change: Callable[[], None],
+        on_report: Callable[[str, ProgressReport], None] | None = None,
         keep: int = _KEEP,
     ) -> None:
         self._bus = bus
         self._on_change = on_change
+        self._on_report = on_report if on_report is not None else _ignore
         self._keep = keep
         self._plans: dict[str, _Plan] = {}
         self._feed: Feed | None = None
@@ -191,11 +210,13 @@ class PlanBoard:
             self.malformed += 1
             return
         at = _timestamp(envelope.get("timestamp"))
+        leader = str(envelope.get("sender_id"))
+        self._on_report(leader, report)
         plan = self._plans.get(report.plan_id)
         if plan is None:
             plan = _Plan(
                 plan_id=report.plan_id,
-                leader=str(envelope.get("sender_id")),
+                leader=leader,
                 total=report.total,
                 first_seen=at,
             )
@@ -227,6 +248,10 @@ class PlanBoard:
             del self._plans[plan.plan_id]
 
 
+def _ignore(leader: str, report: ProgressReport) -> None:
+    pass
+
+
 def _apply(
     subtask: _Subtask,
     transition: str,
@@ -234,26 +259,23 @@ def _apply(
     error: dict[str, Any] | None,
     at: datetime,
 ) -> None:
-    if transition == "started":
-        subtask.status = "running"
-        subtask.started_at = subtask.started_at or at
-    elif transition == "running":
-        subtask.status = "running"
-        subtask.agent_id = agent_id or subtask.agent_id
-        subtask.started_at = subtask.started_at or at
-    elif transition in ("progress", "partial"):  # the skill's own news: still running
-        subtask.status = "running"
-        subtask.agent_id = agent_id or subtask.agent_id
-    elif transition == "retrying":
-        subtask.status = "retrying"
-        subtask.error = error
-    else:  # a terminal status, by its name (succeeded says which agent answered)
-        subtask.status = transition
-        subtask.agent_id = agent_id or subtask.agent_id
-        subtask.error = error
-        subtask.ended_at = at
-        if transition in _TERMINAL and subtask.started_at is None:
-            subtask.started_at = at  # skipped (or cancelled before it started): no time spent
+    going_on = _GOING_ON.get(transition)
+    if going_on is not None:
+        subtask.status = going_on
+        if transition in ("started", "running"):
+            subtask.started_at = subtask.started_at or at
+        if transition in ("running", "progress", "partial"):
+            subtask.agent_id = agent_id or subtask.agent_id
+        if transition == "retrying":
+            subtask.error = error
+        return
+    # A terminal status, by its name (succeeded says which agent answered).
+    subtask.status = transition
+    subtask.agent_id = agent_id or subtask.agent_id
+    subtask.error = error
+    subtask.ended_at = at
+    if transition in _TERMINAL and subtask.started_at is None:
+        subtask.started_at = at  # skipped (or cancelled before it started): no time spent
 
 
 def _outlined(item: object) -> _Subtask | None:
@@ -277,6 +299,12 @@ def _note(subtask: _Subtask, transition: str, detail: dict[str, Any]) -> None:
             subtask.message = message[:200]
     elif transition == "partial":
         subtask.chunks += 1
+    elif transition == "input_required":
+        question = detail.get("question")
+        text = question.get("text") if isinstance(question, dict) else None
+        subtask.message = f"asks: {text[:200]}" if isinstance(text, str) else None
+    elif transition == "answered":
+        subtask.message = None
 
 
 def _timestamp(value: object) -> datetime:

@@ -33,7 +33,7 @@ class DashboardSettings(BaseSettings):
     port: int = Field(default=8470, ge=0, le=65535)
     """The port to listen on."""
     token: SecretStr | None = None
-    """The one token: it allows actions (cancel, replay, discard) and, beyond localhost,
+    """The one token: it allows actions (cancel, replay, discard, answer) and, beyond localhost,
     reading; None: the page is read-only (and must then listen on localhost, or be public)."""
     public_read: bool = False
     """Beyond localhost, show the team to whoever reaches the page, without the token."""

@@ -22,7 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Lifespan
 
-from agentbus._exceptions import AgentBusError, InvalidParameters, UsageError
+from agentbus._exceptions import AgentBusError, InvalidParameters, QuestionClosed, UsageError
 from agentbus._logging import get_logger
 from agentbus.dashboard._access import REALM, Access, ReadGate, login_routes
 from agentbus.dashboard._changes import TOPICS
@@ -104,6 +104,9 @@ def create_app(
                 return error(400, str(exc))
             except UsageError as exc:
                 return error(409, str(exc))
+            except QuestionClosed as exc:  # not open: unknown, expired, answered already
+                body = {"error": str(exc), "code": exc.code, **exc.details}
+                return JSON(body, status_code=409)
             except AgentBusError as exc:
                 return error(502, f"{type(exc).__name__}: {exc}")
 
@@ -128,18 +131,27 @@ def create_app(
             headers={"Cache-Control": "no-store", "X-Board-Version": version},
         )
 
+    async def answer_question(request: Request) -> dict[str, Any]:
+        body = await _body(request)
+        decline = body.get("decline") is True
+        if not decline and "answer" not in body:
+            raise InvalidParameters('expected {"answer": <JSON>} or {"decline": true}')
+        question_id = request.path_params["question_id"]
+        sent = await get_dashboard().questions.answer(
+            question_id, body.get("answer"), decline=decline, by=_by(request)
+        )
+        if isinstance(sent.error, QuestionClosed):
+            raise sent.error
+        return sent.view()
+
     async def settle(request: Request, how: str) -> dict[str, Any]:
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise InvalidParameters(f"the body is not JSON: {exc}") from exc
-        ids = body.get("ids") if isinstance(body, dict) else None
+        body = await _body(request)
+        ids = body.get("ids")
         if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids)):
             raise InvalidParameters('expected {"ids": ["<message id>", ...]}')
         board = get_dashboard().dead_letters
-        by = f"token@{request.client.host if request.client else 'unknown'}"
         action = board.replay if how == "replay" else board.discard
-        settled = await action(ids, by=by)
+        settled = await action(ids, by=_by(request))
         return {how + "ed": settled.done, "failed": settled.failed}
 
     async def replay(request: Request) -> dict[str, Any]:
@@ -153,6 +165,7 @@ def create_app(
         Route("/api/state", state),
         Route("/api/events", events),
         Route("/api/plans/{plan_id}/cancel", guarded(cancel_plan), methods=["POST"]),
+        Route("/api/questions/{question_id}/answer", guarded(answer_question), methods=["POST"]),
         Route("/api/dead-letters", dead_letters),
         Route("/api/dead-letters/replay", guarded(replay), methods=["POST"]),
         Route("/api/dead-letters/discard", guarded(discard), methods=["POST"]),
@@ -167,3 +180,18 @@ def create_app(
         Middleware(ReadGate, access=access),
     ]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+def _by(request: Request) -> str:
+    """Who acts, as the logs name them: the token, and the client's address."""
+    return f"token@{request.client.host if request.client else 'unknown'}"
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise InvalidParameters(f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidParameters("the body is not a JSON object")
+    return body

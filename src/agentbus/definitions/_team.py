@@ -65,8 +65,11 @@ class Grant:
         keeps_plans: Whether it keeps plan journals and their durable reply queues (the
             leader's durable plans: ``<exchange>.journal.*``, ``<exchange>.replies.*``).
         watches: Whether it watches the whole team, as ``agentbus dashboard`` does: it
-            broadcasts ``announce`` (and ``cancel``, the dashboard's one action on plans),
-            asks any instance to ``describe`` itself, and browses the dead-letter queue.
+            broadcasts ``announce`` (and ``cancel``, its action on plans), asks any
+            instance to ``describe`` itself, browses the dead-letter queue, and sends
+            ``answer_question`` to any service (the leader too): a person answers the
+            team's questions from the page. The broker tells requests apart by service,
+            not by action: it may send any request to the team's services.
     """
 
     user: str
@@ -114,14 +117,15 @@ def team_grants(
     readers, watchers = set(auditors), set(dashboards)
     grants += _reader_grants((readers | watchers) - set(users))
     grants = [replace(g, audits=True) if g.user in readers else g for g in grants]
-    return [_watching(g) if g.user in watchers else g for g in grants]
+    return [_watching(g, team) if g.user in watchers else g for g in grants]
 
 
-def _watching(grant: Grant) -> Grant:
+def _watching(grant: Grant, team: Sequence[str]) -> Grant:
     """``grant`` with the dashboard's rights added (``Grant.watches``)."""
     return replace(
         grant,
         watches=True,
+        calls=grant.calls | frozenset(team),  # the answers to the team's questions
         broadcasts=grant.broadcasts | {"announce", "cancel"},
         calls_instances=True,
     )
@@ -180,7 +184,8 @@ def _service_grant(service: str, team: Sequence[str], callees: Iterable[str]) ->
 
 
 def _reader_grants(names: Iterable[str]) -> list[Grant]:
-    """The grants of auditors and dashboards that are no user of the team: they call nothing."""
+    """The grants of auditors and dashboards that are no user of the team: an auditor calls
+    nothing; a dashboard's calls are its role's (``_watching``)."""
     grants = []
     for name in sorted(names):
         if not is_valid_id(name):

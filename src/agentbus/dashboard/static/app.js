@@ -112,6 +112,7 @@ function tickAges() {
   for (const node of document.querySelectorAll(".age[data-at]")) {
     node.textContent = ago(node.dataset.at);
   }
+  tickUntil(); // questions.js: the time a question has left
 }
 
 // ---- plans -----------------------------------------------------------------
@@ -350,6 +351,7 @@ function toLogin() {
 
 const renderers = {
   agents: renderAgents,
+  questions: renderQuestions, // questions.js
   plans: renderPlans,
   traffic: renderTraffic,
   dead_letters: renderDeadLetters,

@@ -47,7 +47,8 @@ class Desk:
             self.asked.append(params)
             return queue.pop(0)(params)
 
-        return Client(self.server.server, mode=era, elicitation_callback=elicit if answers else None)
+        callback = elicit if answers else None
+        return Client(self.server.server, mode=era, elicitation_callback=callback)
 
 
 @pytest.fixture
@@ -168,9 +169,7 @@ async def test_a_client_without_elicitation_gets_the_question_to_answer_elsewher
 
 
 @ERAS
-async def test_a_question_no_form_can_ask_is_a_tool_error_naming_why(
-    desk: Desk, era: str
-) -> None:
+async def test_a_question_no_form_can_ask_is_a_tool_error_naming_why(desk: Desk, era: str) -> None:
     """A list of objects is no form: the client, though it takes forms, is not asked."""
     async with desk.client(era, accept({})) as client:
         result = await client.call_tool("clerk__route", {"start": "Oslo"})

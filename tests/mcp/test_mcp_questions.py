@@ -6,6 +6,7 @@ over stdio and HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from mcp import Client
 from mcp_agents import Clerk
 
 from agentbus import QuestionClosed, Settings
+from agentbus.leader import Leader, PlanClient
 from agentbus.mcp import ERROR_META, McpSettings, TeamServer
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
@@ -60,10 +62,11 @@ async def desk() -> AsyncIterator[Desk]:
             return MemoryBus(broker, Settings(), agent_id=agent_id)
 
         await stack.enter_async_context(Registry(bus=bus("registry-1"), heartbeat_interval=BEAT))
+        await stack.enter_async_context(Leader(bus=bus("leader-1"), heartbeat_interval=BEAT))
         clerk = await stack.enter_async_context(Clerk(bus=bus("clerk-1"), heartbeat_interval=BEAT))
         server = TeamServer(bus("mcp-1"), McpSettings(refresh_interval=BEAT))
         await stack.enter_async_context(server)
-        await wait_until(lambda: "clerk__book" in server.tools)
+        await wait_until(lambda: {"clerk__book", "run_plan"} <= server.tools.keys())
         answering = await stack.enter_async_context(bus("answerer-1"))
         yield Desk(server, clerk, answering)
 
@@ -182,3 +185,63 @@ async def test_a_question_no_form_can_ask_is_a_tool_error_naming_why(desk: Desk,
     assert reply.result == "Oslo -> Bergen"
     with pytest.raises(QuestionClosed):
         await desk.bus.answer(ident, [])
+
+
+APPROVAL: dict[str, Any] = {
+    "id": "ok", "skill": "approval", "parameters": {"question": "Send it?"}
+}  # fmt: skip
+TRIP_PLAN: dict[str, Any] = {
+    "subtasks": [
+        {"id": "trip", "skill": "book", "parameters": {"who": "ed"}},
+        {**APPROVAL, "inputs": {"booking": "trip"}, "depends_on": ["trip"]},
+    ]
+}
+
+
+async def test_a_plans_questions_are_elicitations_beside_the_call(desk: Desk) -> None:
+    """2025 era: the step's questions (asked in the leader's name) and the approval step's
+    are forms while run_plan waits; the answers go to the leader, and the plan ends."""
+    answers = (
+        accept({"city": "Rome", "nights": 1}),
+        accept({"answer": True}),
+        accept({"approved": True}),
+    )
+    async with desk.client("legacy", *answers) as client:
+        result = await client.call_tool("run_plan", {"plan": TRIP_PLAN})
+    assert result.structured_content is not None, result.content
+    assert result.structured_content["status"] == "completed"
+    outcomes = {s["id"]: s["result"] for s in result.structured_content["subtasks"]}
+    assert outcomes["trip"] == "booked 1 nights in Rome for ed"
+    assert [asked.message for asked in desk.asked][:2] == [
+        "Where to, ed?",
+        "Book 1 nights in Rome?",
+    ]
+    assert desk.asked[2].message.startswith("Send it?")
+    assert desk.clerk.booked == ["ed: Rome"]
+
+
+@pytest.mark.parametrize(("era", "elicits"), [("legacy", False), ("auto", True)])
+async def test_a_plans_question_the_client_cannot_take_ends_the_call_not_the_plan(
+    desk: Desk, era: str, elicits: bool
+) -> None:
+    """Without the capability, or in the 2026-07-28 era (a call asks only by ending its
+    round): the tool error input_required names the plan; the plan goes on, and the
+    answer from the bus lets it finish."""
+    answers = (accept({}),) if elicits else ()
+    plan = {"id": f"go-{era}", "subtasks": [APPROVAL]}
+    async with desk.client(era, *answers) as client:
+        result = await client.call_tool("run_plan", {"plan": plan})
+    error = error_of(result)
+    question = error["details"]["question"]
+    assert (error["code"], question["plan_id"]) == ("input_required", plan["id"])
+    assert f"the plan {plan['id']} goes on meanwhile" in error["message"]
+    assert desk.asked == []
+    assert question["text"] == "Send it?"
+    reply = await desk.bus.answer(question["question_id"], True)
+    assert reply.result["accepted"] is True
+    plans = PlanClient(desk.bus)
+    async with asyncio.timeout(10):
+        while (state := await plans.status(plan["id"])).state == "running":  # noqa: ASYNC110
+            await asyncio.sleep(BEAT)
+    assert state.aggregate is not None
+    assert state.aggregate.status == "completed"

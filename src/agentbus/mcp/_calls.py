@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -39,7 +40,7 @@ from agentbus.envelopes import (
     utcnow,
 )
 from agentbus.leader import Leader, Progress
-from agentbus.mcp._elicit import Elicitor, Reply
+from agentbus.mcp._elicit import Elicitor, PlanQuestions, Reply
 from agentbus.mcp._notify import Notifier
 from agentbus.mcp._tools import Route, Tool, tool_error, tool_result
 
@@ -97,7 +98,7 @@ class Calls:
         else:  # a 2026-07-28 retry, with the client's reply to the question its round asked
             envelope = self._answer(bus, reply)
         while True:
-            outcome = await self._send(bus, tool.route, envelope, client.notifier)
+            outcome = await self._send(bus, tool.route, envelope, client)
             if not isinstance(outcome, Question):
                 return outcome
             step = await client.elicitor.ask(outcome)
@@ -106,16 +107,19 @@ class Calls:
             envelope = self._answer(bus, step)
 
     async def _send(
-        self, bus: Transport, route: Route, envelope: RequestEnvelope, notifier: Notifier
+        self, bus: Transport, route: Route, envelope: RequestEnvelope, client: Client
     ) -> types.CallToolResult | Question:
         # One bus request: its result, its error as a tool error, or the question it asks.
         flight = self._flights[envelope.message_id] = _Flight(bus, envelope.message_id)
         updates: asyncio.Queue[Update | None] = asyncio.Queue()
-        pump = asyncio.create_task(_pump(updates, notifier))
+        pump = asyncio.create_task(_pump(updates, client.notifier))
         outcome: types.CallToolResult | Question
         try:
-            reply = await self._request(flight, envelope, updates)
-            outcome = tool_result(route, reply.payload.result)
+            reply = await self._request(flight, envelope, updates, client.elicitor)
+            if isinstance(reply, types.CallToolResult):
+                outcome = reply  # a plan's question the client cannot be asked
+            else:
+                outcome = tool_result(route, reply.payload.result)
         except InputRequired as asked:
             outcome = asked.question
         except AgentBusError as exc:
@@ -180,27 +184,38 @@ class Calls:
         )
 
     async def _request(
-        self, flight: _Flight, envelope: RequestEnvelope, updates: asyncio.Queue[Update | None]
-    ) -> ResponseEnvelope:
+        self,
+        flight: _Flight,
+        envelope: RequestEnvelope,
+        updates: asyncio.Queue[Update | None],
+        elicitor: Elicitor,
+    ) -> ResponseEnvelope | types.CallToolResult:
         def on_reply(reply: ResponseEnvelope) -> None:
             flight.holder = reply.sender_id
             report = reply.payload.result
             if isinstance(report, dict):
                 updates.put_nowait((_report_message(report), {"in_progress": report}))
 
-        def on_plan(progress: Progress) -> None:
-            transition = progress.model_dump(mode="json")
-            updates.put_nowait((_transition_message(progress), {"plan_progress": transition}))
-
         plan = Leader.plan_of(envelope.payload.action, envelope.payload.parameters)
         if plan is None:
             return await flight.bus.send_request(
                 envelope, timeout=self._timeout, on_progress=on_reply
             )
+        questions = PlanQuestions(flight.bus, elicitor, timeout=self._timeout)
+
+        def on_plan(progress: Progress) -> None:
+            transition = progress.model_dump(mode="json")
+            updates.put_nowait((_transition_message(progress), {"plan_progress": transition}))
+            questions.heard(progress)
+
         with self._plans.watching(flight.bus, str(plan["id"]), on_plan):
-            return await flight.bus.send_request(
-                envelope, timeout=self._timeout, on_progress=on_reply
-            )
+            try:
+                return await _until_told(
+                    flight.bus.send_request(envelope, timeout=self._timeout, on_progress=on_reply),
+                    questions.told,
+                )
+            finally:
+                questions.close()
 
     def _cancel(self, flight: _Flight) -> None:
         # In a task of its own: the caller's task is being cancelled, and every await in it
@@ -216,6 +231,21 @@ class Calls:
         for flight in list(self._flights.values()):
             self._cancel(flight)
         await asyncio.gather(*self._cancels, return_exceptions=True)
+
+
+async def _until_told(
+    request: Coroutine[Any, Any, ResponseEnvelope], told: asyncio.Future[types.CallToolResult]
+) -> ResponseEnvelope | types.CallToolResult:
+    # The plan's response; or, told first, the tool error that ends the call (the plan
+    # goes on: no bus cancel, the request is only no longer waited for).
+    waiting = asyncio.ensure_future(request)
+    either: set[asyncio.Future[Any]] = {waiting, told}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+    return waiting.result() if waiting.done() and not waiting.cancelled() else told.result()
 
 
 async def _pump(updates: asyncio.Queue[Update | None], notifier: Notifier) -> None:

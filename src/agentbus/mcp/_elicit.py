@@ -9,6 +9,11 @@ or a decline (the client declined or cancelled the form).
 
 Any other client, or a question no form can ask, gets the tool error ``input_required``
 at once: the question (``details.question``), left open, and the command that answers it.
+
+A plan's questions (``run_plan``: a step's question comes as the plan's progress, asked
+by the leader) are asked beside the call, which goes on waiting for the plan
+(``PlanQuestions``); the reply is the leader's answer. A client that cannot be asked so
+ends the call with the tool error, the plan left running.
 """
 
 from __future__ import annotations
@@ -24,17 +29,22 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import is_version_at_least
 
+from agentbus._exceptions import AgentBusError
+from agentbus._logging import get_logger
+from agentbus.bus import Transport
 from agentbus.envelopes import ErrorCode, Question, utcnow
+from agentbus.leader import Progress
 from agentbus.mcp._forms import Form, form_of
 from agentbus.mcp._tools import tool_error
 
-__all__ = ["INPUT_KEY", "Elicitor", "Reply"]
+__all__ = ["INPUT_KEY", "Elicitor", "PlanQuestions", "Reply", "unanswered"]
 
 MODERN_ERA: Final = "2026-07-28"
 """The first protocol version whose calls ask for input by ``InputRequiredResult``."""
 INPUT_KEY: Final = "agentbus/question"
 """The key of the one input request an ``InputRequiredResult`` of this server carries."""
 _STATE: Final = 1
+_log = get_logger("agentbus.mcp")
 _SHOWN_DATA: Final = 2000  # characters of a question's data shown in the form's message
 
 Outcome = types.CallToolResult | types.InputRequiredResult
@@ -118,6 +128,16 @@ class Elicitor:
         asked = Reply(pending.question_id, pending.service, pending.context_id)
         return _reply(asked, Form({}, pending.field), response)
 
+    async def ask_aside(self, question: Question) -> Reply | types.CallToolResult:
+        """Ask ``question`` while the call's bus request goes on (a plan's question): the
+        client's reply, or the tool error that says it must be answered elsewhere (in the
+        2026-07-28 era a call asks only by ending its round, which would leave the plan)."""
+        if self.is_modern:
+            return unanswered(question, "a 2026-07-28 call cannot ask while its plan runs")
+        asked = await self.ask(question)
+        assert not isinstance(asked, types.InputRequiredResult)  # 2025 era: asked mid-call
+        return asked
+
     async def ask(self, question: Question) -> Reply | Outcome:
         """Ask ``question``: the client's reply (2025 era), the round's end that asks it
         (2026-07-28 era), or the tool error that says it must be answered elsewhere."""
@@ -189,8 +209,53 @@ def message_of(question: Question) -> str:
 def unanswered(question: Question, why: str) -> types.CallToolResult:
     """The tool error ``input_required``: ``question``, left open, and how to answer it."""
     ident = question.question_id
+    plan = question.plan_id
+    if plan is not None:
+        why = f"{why}; the plan {plan} goes on meanwhile: `agentbus plan status {plan}`"
     return tool_error(
         ErrorCode.INPUT_REQUIRED,
         f"{question.text} (question {ident}; {why}; answer with `agentbus answer {ident} ANSWER`)",
         {"question": question.model_dump(mode="json"), "reason": why},
     )
+
+
+class PlanQuestions:
+    """The questions of a plan a call runs: each asked of the client as it comes, its
+    reply sent to the leader; ``told`` is set when one ends the call instead."""
+
+    def __init__(self, bus: Transport, elicitor: Elicitor, *, timeout: float) -> None:
+        self._bus = bus
+        self._elicitor = elicitor
+        self._timeout = timeout
+        self._asking: set[asyncio.Task[None]] = set()
+        self.told: asyncio.Future[types.CallToolResult] = asyncio.get_running_loop().create_future()
+
+    def __repr__(self) -> str:
+        return f"<PlanQuestions asking={len(self._asking)}>"
+
+    def heard(self, progress: Progress) -> None:
+        """Ask the question a transition of the plan tells of (``input_required``)."""
+        if progress.transition != "input_required" or progress.detail is None:
+            return
+        question = Question.model_validate(progress.detail.get("question"))
+        task = asyncio.create_task(self._ask(question))
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
+
+    async def _ask(self, question: Question) -> None:
+        step = await self._elicitor.ask_aside(question)
+        if not isinstance(step, Reply):
+            if not self.told.done():
+                self.told.set_result(step)
+            return
+        try:
+            await self._bus.answer(
+                step.question_id, step.value, decline=step.declined, timeout=self._timeout
+            )
+        except AgentBusError as exc:  # answered elsewhere first, expired...: the plan says
+            _log.warning("plan question not answered", question_id=step.question_id, error=str(exc))
+
+    def close(self) -> None:
+        """Stop asking: the call ends."""
+        for task in self._asking:
+            task.cancel()

@@ -141,35 +141,42 @@ def _kind(schema: Mapping[str, Any]) -> str:
 
 def _choice(schema: Mapping[str, Any]) -> dict[str, Any]:
     field = {key: schema[key] for key in _COMMON if key in schema}
-    options = schema.get("oneOf")
-    if isinstance(options, list) and options and all(_is_titled(o) for o in options):
-        titled = [{"const": o["const"], "title": o.get("title", o["const"])} for o in options]
+    titled = _titled(schema.get("oneOf"))
+    if titled is not None:
         return {"type": "string", "oneOf": titled, **field}
     values = schema["enum"] if "enum" in schema else [schema.get("const")]
-    if not values or not all(isinstance(value, str) for value in values):
-        raise ValueError("a choice of values that are not all strings")
-    names = schema.get("enumNames")
-    return {"type": "string", "enum": values, **field, **({"enumNames": names} if names else {})}
+    choice = {"type": "string", "enum": _strings(values, "a choice of values"), **field}
+    if schema.get("enumNames"):
+        choice["enumNames"] = schema["enumNames"]
+    return choice
 
 
 def _choices(schema: Mapping[str, Any], items: dict[str, Any]) -> dict[str, Any]:
     if not ("enum" in items or "anyOf" in items or "oneOf" in items):
         raise ValueError("a list of free values (a form lists choices only)")
-    options = items.get("anyOf") or items.get("oneOf")
-    if isinstance(options, list) and options and all(_is_titled(o) for o in options):
-        titled = [{"const": o["const"], "title": o.get("title", o["const"])} for o in options]
-        shown: dict[str, Any] = {"anyOf": titled}
-    else:
-        values = items.get("enum")
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise ValueError("a list of values that are not all strings")
-        shown = {"type": "string", "enum": values}
+    titled = _titled(items.get("anyOf") or items.get("oneOf"))
+    shown: dict[str, Any] = (
+        {"anyOf": titled}
+        if titled is not None
+        else {"type": "string", "enum": _strings(items.get("enum"), "a list of values")}
+    )
     kept = (*_COMMON, "minItems", "maxItems")
     return {"type": "array", "items": shown, **{k: schema[k] for k in kept if k in schema}}
 
 
-def _is_titled(option: Any) -> bool:
-    return isinstance(option, dict) and isinstance(option.get("const"), str)
+def _titled(options: Any) -> list[dict[str, Any]] | None:
+    # Options with titles: ``{"const": value, "title": shown}``, every value a string.
+    if not isinstance(options, list) or not options:
+        return None
+    if not all(isinstance(o, dict) and isinstance(o.get("const"), str) for o in options):
+        return None
+    return [{"const": o["const"], "title": o.get("title", o["const"])} for o in options]
+
+
+def _strings(values: Any, what: str) -> list[str]:
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{what} that are not all strings")
+    return values
 
 
 def answer_type(schema: dict[str, Any]) -> Any:

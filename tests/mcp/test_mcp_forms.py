@@ -8,6 +8,7 @@ skill may ask for is either such a form (an object of primitives), the one prope
 from __future__ import annotations
 
 import enum
+import re
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -125,9 +126,8 @@ def test_titled_choices_keep_their_titles() -> None:
     ],
 )
 def test_what_no_form_can_ask_is_refused_with_the_reason(answer: Any, why: str) -> None:
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match=f"^{re.escape(why)}") as refused:
         form_of(schema(answer))
-    assert str(refused.value).startswith(why)
     assert str(refused.value).endswith(
         "a form takes strings, numbers, booleans and choices of strings, "
         "alone or as the properties of one object"

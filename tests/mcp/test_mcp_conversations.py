@@ -10,9 +10,12 @@ function that starts it and says what its tool asks and returns.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
+import io
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from mcp_team import ERAS, HEARTBEAT, KEY, ROOT, Team
 from agentbus.mcp import ERROR_META, McpTarget, RemoteMcpAgent
 
 WORDSMITH = [sys.executable, str(Path(__file__).with_name("wordsmith_mcp.py"))]
+GUIDE = ROOT / "docs" / "conversations.md"
 
 
 @dataclass(frozen=True)
@@ -174,3 +178,44 @@ async def test_a_client_without_elicitation_is_told_and_the_cli_answers(
     printed, _ = await asyncio.wait_for(answered.communicate(), 60)
     assert answered.returncode == 0
     assert json.loads(printed) == asker.result["result"]
+
+
+def guide_block(mark: str) -> str:
+    """The first block of docs/conversations.md under ``mark``."""
+    text = GUIDE.read_text(encoding="utf-8")
+    found = re.search(re.escape(mark) + r"\s*```\w+\n(.*?)```", text, re.DOTALL)
+    assert found is not None, mark
+    return found[1]
+
+
+async def test_the_guide_runs_as_written(team: Team) -> None:
+    """docs/conversations.md, "From an MCP client": the page's clerk on the bus, and its
+    client block as written (the broker and exchange the test's; ``agentbus`` run by
+    this interpreter), tried again while the server starts."""
+    clerk: dict[str, Any] = {}
+    exec(compile(guide_block("<!-- doc-test: ask-in-a-skill -->"), "clerk", "exec"), clerk)
+    await team.add(
+        clerk["Clerk"](agent_id="clerk-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    )
+    await team.registered("clerk")
+    block = guide_block("<!-- tested-by: tests/mcp/test_mcp_conversations.py -->")
+    written = 'command="agentbus", args=["mcp"], env={"AGENTBUS_URL": "amqp://guest:guest@localhost:5672/"}'
+    assert written in block
+    here = f'command={sys.executable!r}, args=["-m", "agentbus", "mcp"], env={team.env()!r}'
+    code = compile(
+        block.replace(written, here), "guide", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    )
+    async with asyncio.timeout(60):
+        while True:
+            printed = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(printed):
+                    await eval(code, {"__name__": "__guide__"})
+                break
+            except Exception:  # the server not up, the tools not listed yet
+                await asyncio.sleep(HEARTBEAT)
+    assert printed.getvalue().splitlines() == [
+        "Where to, ann?",
+        "Book 2 nights in Oslo?",
+        "booked 2 nights in Oslo for ann",
+    ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +16,11 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp_agents import Clerk
+from mcp_team import free_port, start_uvicorn, stop_uvicorn
 
 from agentbus import QuestionClosed, Settings
 from agentbus.leader import Leader, PlanClient
-from agentbus.mcp import ERROR_META, McpSettings, TeamServer
+from agentbus.mcp import ERROR_META, ApiKeys, McpSettings, TeamServer, http_app
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
 from waiting import wait_until
@@ -34,6 +35,7 @@ Answer = Callable[[types.ElicitRequestFormParams], types.ElicitResult]
 class Desk:
     """The clerk on the in-memory bus, the team server in front of it, a bus to answer from."""
 
+    broker: MemoryBroker
     server: TeamServer
     clerk: Clerk
     bus: MemoryBus
@@ -42,6 +44,11 @@ class Desk:
     def client(self, era: str, *answers: Answer) -> Client:
         """A client of ``era`` that fills each form with the next of ``answers`` (none: a
         client without the elicitation capability)."""
+        callback = self.fill(*answers) if answers else None
+        return Client(self.server.server, mode=era, elicitation_callback=callback)
+
+    def fill(self, *answers: Answer) -> Callable[[Any, Any], Awaitable[types.ElicitResult]]:
+        """An elicitation callback that fills each form with the next of ``answers``."""
         queue = list(answers)
 
         async def elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -49,8 +56,7 @@ class Desk:
             self.asked.append(params)
             return queue.pop(0)(params)
 
-        callback = elicit if answers else None
-        return Client(self.server.server, mode=era, elicitation_callback=callback)
+        return elicit
 
 
 @pytest.fixture
@@ -68,7 +74,7 @@ async def desk() -> AsyncIterator[Desk]:
         await stack.enter_async_context(server)
         await wait_until(lambda: {"clerk__book", "run_plan"} <= server.tools.keys())
         answering = await stack.enter_async_context(bus("answerer-1"))
-        yield Desk(server, clerk, answering)
+        yield Desk(broker, server, clerk, answering)
 
 
 def accept(content: dict[str, Any]) -> Answer:
@@ -245,3 +251,30 @@ async def test_a_plans_question_the_client_cannot_take_ends_the_call_not_the_pla
             await asyncio.sleep(BEAT)
     assert state.aggregate is not None
     assert state.aggregate.status == "completed"
+
+
+@pytest.mark.parametrize(("era", "asked"), [("legacy", False), ("auto", True)])
+async def test_a_stateless_endpoint_asks_2026_clients_and_tells_2025_ones(
+    desk: Desk, era: str, asked: bool
+) -> None:
+    """Over HTTP with several workers (stateless, here one server so): a 2026-07-28 call
+    asks by its round's end, which any worker's retry answers; a 2025 client's call has
+    no channel back to it, and gets the tool error at once."""
+    port = free_port()
+    config = McpSettings(transport="http", port=port, workers=2, refresh_interval=BEAT)
+    server = TeamServer(MemoryBus(desk.broker, Settings(), agent_id="mcp-2"), config)
+    app = http_app(server, ApiKeys({}, allow_anonymous=True))
+    fill = desk.fill(accept({"answer": "Eve"}))
+    async with server:
+        await wait_until(lambda: "clerk__polite" in server.tools)
+        uvicorn, serving = await start_uvicorn(app, port)
+        try:
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with Client(url, mode=era, elicitation_callback=fill) as client:
+                result = await client.call_tool("clerk__polite", {"who": "e"})
+        finally:
+            await stop_uvicorn(uvicorn, serving)
+    if asked:
+        assert result.structured_content == {"result": "hello Eve"}
+    else:
+        assert "(a stateless endpoint)" in error_of(result)["message"]

@@ -101,13 +101,14 @@ class Elicitor:
 
     def cannot(self) -> str | None:
         """Why this call cannot ask its client with a form; None: it can."""
+        if not self.is_modern and not self._ctx.session.can_send_request:
+            # Checked first: a stateless endpoint does not know what the client declared.
+            return "this connection carries no request to its client (a stateless endpoint)"
         capabilities = self._ctx.session.client_capabilities
         elicitation = capabilities.elicitation if capabilities is not None else None
         # A bare ``elicitation: {}`` (before modes) is form mode; URL mode alone is not.
         if elicitation is None or (elicitation.form is None and elicitation.url is not None):
             return "the client takes no form elicitation"
-        if not self.is_modern and not self._ctx.session.can_send_request:
-            return "this connection carries no request to its client (a stateless endpoint)"
         return None
 
     def resumed(self) -> Reply | None:

@@ -45,7 +45,13 @@ class Asker:
     steps: list[tuple[str, Any]]
     """Each question's text (the form's message) and the answer given to it."""
     result: Any
-    """The call's structured content, once every question is answered."""
+    """The skill's result, once every question is answered."""
+
+    @property
+    def structured(self) -> Any:
+        """The call's structured content: the result, an object, or ``{"result": ...}``
+        (the tool's output schema wraps a result that is not an object)."""
+        return self.result if isinstance(self.result, dict) else {"result": self.result}
 
 
 async def bus_agent(team: Team) -> Asker:
@@ -56,7 +62,7 @@ async def bus_agent(team: Team) -> Asker:
         tool="clerk__book",
         arguments={"who": "ann"},
         steps=[("Where to, ann?", {"city": "Oslo", "nights": 2}), ("Book 2 nights in Oslo?", True)],
-        result={"result": "booked 2 nights in Oslo for ann"},
+        result="booked 2 nights in Oslo for ann",
     )
 
 
@@ -75,7 +81,7 @@ async def remote_mcp_server(team: Team) -> Asker:
         tool="smith__sign",
         arguments={"text": "the deal"},
         steps=[("Who signs 'the deal'?", {"name": "Ann"}), ("Sign as Ann?", {"sure": True})],
-        result={"result": "the deal -- Ann"},
+        result="the deal -- Ann",
     )
 
 
@@ -83,7 +89,11 @@ ASKERS: dict[str, Callable[[Team], Awaitable[Asker]]] = {
     "bus-agent": bus_agent,
     "run-mcp": remote_mcp_server,
 }
-"""How each asker is started on the team's bus."""
+"""How each asker is started on the team's bus; every test below runs with each. A remote
+A2A agent that asks joins as one more: a function that starts it and ``agentbus run-a2a``
+in front of it on ``team`` (``team.settings``, or ``team.env()`` for a process), waits for
+``team.registered(service)``, and returns its tool (``<service>__<skill>``), arguments,
+questions with their answers, and result."""
 
 
 @pytest.fixture(params=sorted(ASKERS))
@@ -135,7 +145,7 @@ async def test_over_stdio_the_agent_asks_by_elicitation(team: Team, asker: Asker
         await until_listed(client, asker.tool)
         result = await client.call_tool(asker.tool, asker.arguments)
     assert not result.is_error, result.content
-    assert result.structured_content == asker.result
+    assert result.structured_content == asker.structured
     assert person.shown == [text for text, _ in asker.steps]
 
 
@@ -147,7 +157,7 @@ async def test_over_http_the_agent_asks_by_elicitation(team: Team, asker: Asker,
         await until_listed(client, asker.tool)
         result = await client.call_tool(asker.tool, asker.arguments)
     assert not result.is_error, result.content
-    assert result.structured_content == asker.result
+    assert result.structured_content == asker.structured
     assert person.shown == [text for text, _ in asker.steps]
 
 
@@ -177,7 +187,7 @@ async def test_a_client_without_elicitation_is_told_and_the_cli_answers(
     )
     printed, _ = await asyncio.wait_for(answered.communicate(), 60)
     assert answered.returncode == 0
-    assert json.loads(printed) == asker.result["result"]
+    assert json.loads(printed) == asker.result
 
 
 def guide_block(mark: str) -> str:

@@ -6,9 +6,17 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from agentbus import Agent, AgentBusError, current_request, report_progress, skill
+from agentbus import (
+    Agent,
+    AgentBusError,
+    QuestionDeclined,
+    ask,
+    current_request,
+    report_progress,
+    skill,
+)
 
 
 class TextStats(BaseModel):
@@ -77,3 +85,50 @@ class Shouter(Agent):
     async def shout(self, text: str) -> str:
         """Return the text in capitals."""
         return text.upper()
+
+
+class Trip(BaseModel):
+    """Where to, and for how long."""
+
+    city: str
+    nights: int = Field(ge=1, le=30)
+
+
+class Stop(BaseModel):
+    city: str
+
+
+class Clerk(Agent):
+    """Asks its caller what it needs (``agentbus.ask``): the asking agent of the MCP tests."""
+
+    name = "clerk"
+    description = "Books trips, asking where to and whether to go ahead"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.booked: list[str] = []
+        """Each trip booked: the effect after the last question, done once."""
+
+    @skill
+    async def book(self, who: str) -> str:
+        """Ask where to and for how long, then whether to book it."""
+        trip = await ask(f"Where to, {who}?", Trip)
+        if not await ask(f"Book {trip.nights} nights in {trip.city}?", bool):
+            return "not booked"
+        self.booked.append(f"{who}: {trip.city}")
+        return f"booked {trip.nights} nights in {trip.city} for {who}"
+
+    @skill
+    async def polite(self, who: str) -> str:
+        """Ask a name; a declined question is answered, not failed."""
+        try:
+            name = await ask(f"What should I call {who}?")
+        except QuestionDeclined:
+            return f"no name for {who}"
+        return f"hello {name}"
+
+    @skill
+    async def route(self, start: str) -> str:
+        """Ask for a list of stops: an answer no MCP form can ask for."""
+        stops = await ask(f"Which stops after {start}?", list[Stop])
+        return " -> ".join([start, *(stop.city for stop in stops)])

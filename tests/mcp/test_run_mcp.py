@@ -47,7 +47,7 @@ async def test_an_mcp_servers_tools_are_skills_on_the_bus(team: Team) -> None:
     agent = await on_the_bus(team, McpTarget(command=WORDSMITH))
     assert agent.name == "Word-smith"  # from the server's name, "Word smith"
     skills = await listed_skills(team)
-    assert skills["Word-smith"] == ["refuse", "reverse", "slow-wait", "stats"]
+    assert skills["Word-smith"] == ["refuse", "reverse", "sign", "slow-wait", "stats"]
     card = (
         await team.client.request("registry", "get_card", {"agent_id": "words-1"}, timeout=5)
     ).result

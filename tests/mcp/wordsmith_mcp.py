@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
+from mcp.server.elicitation import AcceptedElicitation
+from mcp.server.mcpserver import Context, Elicit, ElicitationResult, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class Stats(BaseModel):
@@ -23,6 +25,26 @@ class Stats(BaseModel):
     letters: int
 
 
+class Signer(BaseModel):
+    """Who signs."""
+
+    name: str = Field(min_length=2)
+
+
+class Sure(BaseModel):
+    sure: bool
+
+
+def who_signs(text: str) -> Elicit[Signer]:
+    """The first question of ``sign``: it needs the tool's argument."""
+    return Elicit(f"Who signs {text!r}?", Signer)
+
+
+def sure_to_sign(who: Annotated[Signer, Resolve(who_signs)]) -> Elicit[Sure]:
+    """The second question of ``sign``: it needs the first's answer."""
+    return Elicit(f"Sign as {who.name}?", Sure)
+
+
 @dataclass
 class Seen:
     """What the server was asked, and how its ``wait`` calls ended."""
@@ -30,10 +52,12 @@ class Seen:
     asked: list[str] = field(default_factory=list)
     waiting: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: list[str] = field(default_factory=list)
+    signed: list[str] = field(default_factory=list)
 
 
 def wordsmith(seen: Seen | None = None) -> MCPServer:
-    """The server: ``reverse`` (text), ``stats`` (structured), ``wait`` (progress), ``refuse``."""
+    """The server: ``reverse`` (text), ``stats`` (structured), ``wait`` (progress), ``refuse``,
+    ``sign`` (two elicitations, the SDK's ``Resolve``: in both protocol eras)."""
     seen = seen or Seen()
     server = MCPServer("Word smith", instructions="Plays with words.", version="3.1.0")
 
@@ -67,6 +91,19 @@ def wordsmith(seen: Seen | None = None) -> MCPServer:
         """Always fails."""
         seen.asked.append("refuse")
         raise ToolError(f"refused {text!r}, as always")
+
+    @server.tool()
+    def sign(
+        text: str,
+        who: Annotated[Signer, Resolve(who_signs)],
+        sure: Annotated[ElicitationResult[Sure], Resolve(sure_to_sign)],
+    ) -> str:
+        """Ask who signs, then whether to sign; a declined first question fails the call."""
+        seen.asked.append("sign")
+        if not isinstance(sure, AcceptedElicitation) or not sure.data.sure:
+            return "not signed"
+        seen.signed.append(f"{text} -- {who.name}")
+        return f"{text} -- {who.name}"
 
     return server
 

@@ -156,6 +156,8 @@ def _cancelled_on_sigterm() -> Iterator[None]:
 @click.option("--heartbeat", type=click.FloatRange(min=0.05), default=5.0, show_default=True)
 @click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to wait at start for the server to answer.")  # fmt: skip
+@click.option("--answer-within", type=click.FloatRange(min=1), default=900.0, show_default=True,
+              help="Seconds a question the server asks waits for its answer.")  # fmt: skip
 @click.pass_context
 def run_mcp(
     ctx: click.Context,
@@ -170,12 +172,14 @@ def run_mcp(
     concurrency: int | None,
     heartbeat: float,
     wait: float,
+    answer_within: float,
 ) -> None:
     """Put an MCP server on the bus: its tools as skills, calls forwarded.
 
     TARGET is the server's Streamable HTTP URL, or the command that starts it over stdio
     (after --, when it has options of its own): agentbus run-mcp -- uvx mcp-server-time.
     The agent heartbeats like any other; plans, the gateway and every client can use it.
+    What the server asks during a call (an elicitation) is a question to the caller.
     """
     try:
         from agentbus.mcp import McpTarget, RemoteMcpAgent
@@ -197,6 +201,7 @@ def run_mcp(
             heartbeat_interval=heartbeat,
             settings=settings_of(ctx),
             wait=wait,
+            answer_within=answer_within,
         )
         await run_until_signalled(agent)
 

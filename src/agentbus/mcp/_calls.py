@@ -7,12 +7,18 @@ the order they came. The response is the tool's result; an error envelope or a b
 (timeout, no instance, unroutable) a tool error carrying the wire code. A client's
 cancellation (``notifications/cancelled``) cancels the bus request: the ``cancel`` goes to
 the instance holding it, or on broadcast before one is known.
+
+A question the work asks (``agentbus.ask``: the request is answered ``input_required``)
+goes to the client (``_elicit``); its reply is sent as the question's answer (the
+built-in ``answer_question``, one more bus request like the first), and so on until the
+work ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,15 +26,23 @@ from typing import Any
 import mcp_types as types
 import orjson
 
-from agentbus._exceptions import AgentBusError, RemoteError, RequestTimeout
+from agentbus._exceptions import AgentBusError, InputRequired, RemoteError, RequestTimeout
 from agentbus._http import PlanWatch
 from agentbus._logging import get_logger
 from agentbus.agents import NOTIFY_START, send_cancel
 from agentbus.bus import Transport
-from agentbus.envelopes import RequestEnvelope, ResponseEnvelope, utcnow
+from agentbus.envelopes import (
+    ANSWER_ACTION,
+    ErrorCode,
+    Question,
+    RequestEnvelope,
+    ResponseEnvelope,
+    utcnow,
+)
 from agentbus.leader import Leader, Progress
+from agentbus.mcp._elicit import Elicitor, PlanQuestions, Reply
 from agentbus.mcp._notify import Notifier
-from agentbus.mcp._tools import Tool, tool_error, tool_result
+from agentbus.mcp._tools import Route, Tool, tool_error, tool_result
 
 __all__ = ["Calls"]
 
@@ -36,6 +50,15 @@ _log = get_logger("agentbus.mcp")
 
 Update = tuple[str, dict[str, Any]]
 """One progress notification: its message, and the bus update it tells."""
+Outcome = types.CallToolResult | types.InputRequiredResult
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """The client of one tool call: who hears its progress, who answers its questions."""
+
+    notifier: Notifier
+    elicitor: Elicitor
 
 
 @dataclass(slots=True)
@@ -58,17 +81,47 @@ class Calls:
         return f"<Calls flights={len(self._flights)}>"
 
     async def call(
-        self, bus: Transport, tool: Tool, arguments: dict[str, Any], notifier: Notifier
-    ) -> types.CallToolResult:
-        """Send ``arguments`` to ``tool``'s skill from ``bus``; return the tool's result."""
-        route = tool.route
-        envelope = self._envelope(bus, tool, arguments)
+        self, bus: Transport, tool: Tool, arguments: dict[str, Any], client: Client
+    ) -> Outcome:
+        """Send ``arguments`` to ``tool``'s skill from ``bus``; return the tool's result.
+
+        Each question the work asks goes to ``client.elicitor`` (``_elicit``): its reply
+        answers it, and the work's next step is awaited in turn; or the question ends the
+        call (the round's end that asks it, in the 2026-07-28 era; a tool error).
+        """
+        try:
+            reply = client.elicitor.resumed()
+        except ValueError as exc:
+            return tool_error(ErrorCode.INVALID_PARAMETERS, str(exc), {})
+        if reply is None:
+            envelope = self._envelope(bus, tool, arguments)
+        else:  # a 2026-07-28 retry, with the client's reply to the question its round asked
+            envelope = self._answer(bus, reply)
+        while True:
+            outcome = await self._send(bus, tool.route, envelope, client)
+            if not isinstance(outcome, Question):
+                return outcome
+            step = await client.elicitor.ask(outcome)
+            if not isinstance(step, Reply):
+                return step
+            envelope = self._answer(bus, step)
+
+    async def _send(
+        self, bus: Transport, route: Route, envelope: RequestEnvelope, client: Client
+    ) -> types.CallToolResult | Question:
+        # One bus request: its result, its error as a tool error, or the question it asks.
         flight = self._flights[envelope.message_id] = _Flight(bus, envelope.message_id)
         updates: asyncio.Queue[Update | None] = asyncio.Queue()
-        pump = asyncio.create_task(_pump(updates, notifier))
+        pump = asyncio.create_task(_pump(updates, client.notifier))
+        outcome: types.CallToolResult | Question
         try:
-            reply = await self._request(flight, envelope, updates)
-            outcome = tool_result(route, reply.payload.result)
+            reply = await self._request(flight, envelope, updates, client.elicitor)
+            if isinstance(reply, types.CallToolResult):
+                outcome = reply  # a plan's question the client cannot be asked
+            else:
+                outcome = tool_result(route, reply.payload.result)
+        except InputRequired as asked:
+            outcome = asked.question
         except AgentBusError as exc:
             outcome = self._failed(exc, flight)
         except asyncio.CancelledError:
@@ -95,40 +148,74 @@ class Calls:
         if plan is not None and "id" not in plan:
             # A plan needs an id to follow its progress.
             arguments = {**arguments, "plan": {**plan, "id": f"mcp-{uuid.uuid4().hex[:12]}"}}
+        return self._request_to(bus, route.service, route.action, arguments)
+
+    def _answer(self, bus: Transport, reply: Reply) -> RequestEnvelope:
+        # The client's reply to a question, as ``bus.answer`` sends it: its reply is the
+        # work's next step (the result, another question, or an error).
+        parameters: dict[str, Any] = {"question_id": reply.question_id}
+        if reply.declined:
+            parameters["decline"] = True
+        else:
+            parameters["answer"] = reply.value
+        return self._request_to(bus, reply.service, ANSWER_ACTION, parameters, reply.context_id)
+
+    def _request_to(
+        self,
+        bus: Transport,
+        receiver: str,
+        action: str,
+        parameters: dict[str, Any],
+        context_id: str | None = None,
+    ) -> RequestEnvelope:
+        metadata: dict[str, Any] = {
+            "deadline": utcnow() + timedelta(seconds=self._timeout),
+            NOTIFY_START: True,
+        }
+        if context_id is not None:
+            metadata["context_id"] = context_id
         return RequestEnvelope.model_validate(
             {
                 "sender_id": bus.agent_id,
-                "receiver_id": route.service,
-                "payload": {"action": route.action, "parameters": arguments},
-                "metadata": {
-                    "deadline": utcnow() + timedelta(seconds=self._timeout),
-                    NOTIFY_START: True,
-                },
+                "receiver_id": receiver,
+                "payload": {"action": action, "parameters": parameters},
+                "metadata": metadata,
             }
         )
 
     async def _request(
-        self, flight: _Flight, envelope: RequestEnvelope, updates: asyncio.Queue[Update | None]
-    ) -> ResponseEnvelope:
+        self,
+        flight: _Flight,
+        envelope: RequestEnvelope,
+        updates: asyncio.Queue[Update | None],
+        elicitor: Elicitor,
+    ) -> ResponseEnvelope | types.CallToolResult:
         def on_reply(reply: ResponseEnvelope) -> None:
             flight.holder = reply.sender_id
             report = reply.payload.result
             if isinstance(report, dict):
                 updates.put_nowait((_report_message(report), {"in_progress": report}))
 
-        def on_plan(progress: Progress) -> None:
-            transition = progress.model_dump(mode="json")
-            updates.put_nowait((_transition_message(progress), {"plan_progress": transition}))
-
         plan = Leader.plan_of(envelope.payload.action, envelope.payload.parameters)
         if plan is None:
             return await flight.bus.send_request(
                 envelope, timeout=self._timeout, on_progress=on_reply
             )
+        questions = PlanQuestions(flight.bus, elicitor, timeout=self._timeout)
+
+        def on_plan(progress: Progress) -> None:
+            transition = progress.model_dump(mode="json")
+            updates.put_nowait((_transition_message(progress), {"plan_progress": transition}))
+            questions.heard(progress)
+
         with self._plans.watching(flight.bus, str(plan["id"]), on_plan):
-            return await flight.bus.send_request(
-                envelope, timeout=self._timeout, on_progress=on_reply
-            )
+            try:
+                return await _until_told(
+                    flight.bus.send_request(envelope, timeout=self._timeout, on_progress=on_reply),
+                    questions.told,
+                )
+            finally:
+                questions.close()
 
     def _cancel(self, flight: _Flight) -> None:
         # In a task of its own: the caller's task is being cancelled, and every await in it
@@ -144,6 +231,21 @@ class Calls:
         for flight in list(self._flights.values()):
             self._cancel(flight)
         await asyncio.gather(*self._cancels, return_exceptions=True)
+
+
+async def _until_told(
+    request: Coroutine[Any, Any, ResponseEnvelope], told: asyncio.Future[types.CallToolResult]
+) -> ResponseEnvelope | types.CallToolResult:
+    # The plan's response; or, told first, the tool error that ends the call (the plan
+    # goes on: no bus cancel, the request is only no longer waited for).
+    waiting = asyncio.ensure_future(request)
+    either: set[asyncio.Future[Any]] = {waiting, told}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+    return waiting.result() if waiting.done() and not waiting.cancelled() else told.result()
 
 
 async def _pump(updates: asyncio.Queue[Update | None], notifier: Notifier) -> None:

@@ -3,13 +3,20 @@
 The SDK's client keeps task groups that must be left by the task that entered them; a
 bus agent starts and stops from whichever task runs it, so the session lives in a task
 of the link's, and calls are made on it from any task.
+
+The server's elicitations go to the call that is asked: a 2026-07-28 server asks inside
+the call's own exchange (``InputRequiredResult``), which the SDK answers in the call's
+task, so the call's handler is found in its context; a 2025 server sends
+``elicitation/create`` on its own, naming no call, so it goes to the one call waiting
+with a handler (with several, none can be told: the elicitation is refused).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -17,6 +24,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -24,7 +32,10 @@ from agentbus._exceptions import AgentBusError
 from agentbus._logging import get_logger
 from agentbus.envelopes import ErrorCode
 
-__all__ = ["McpLink", "McpTarget"]
+__all__ = ["Elicit", "McpLink", "McpTarget"]
+
+Elicit = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
+"""Answers an elicitation of the server during one call."""
 
 _log = get_logger("agentbus.mcp")
 _FIRST_PAUSE: Final = 0.2  # seconds between tries to connect, doubling
@@ -38,6 +49,9 @@ _GONE: Final = (
     anyio.EndOfStream,
 )
 """What a call raises when its server went away."""
+_eliciting: contextvars.ContextVar[Elicit | None] = contextvars.ContextVar(
+    "agentbus_mcp_eliciting", default=None
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +65,9 @@ class McpTarget:
     cwd: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     """Sent with every HTTP request (``Authorization: Bearer ...``)."""
+    mode: str = "auto"
+    """The protocol era: ``auto`` (2026-07-28 where the server offers it, else the 2025
+    handshake), or ``legacy`` (the 2025 handshake)."""
 
     def __post_init__(self) -> None:
         if (self.url is None) == (not self.command):
@@ -67,17 +84,22 @@ class McpTarget:
         return cls(command=list(words), **options)
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[Client]:
-        """Open an SDK client session with the server (and its HTTP client, for a URL)."""
+    async def session(self, elicit: ElicitationFnT | None = None) -> AsyncIterator[Client]:
+        """Open an SDK client session with the server (and its HTTP client, for a URL);
+        ``elicit`` answers its elicitations (None: the client declares none)."""
         if self.url is None:
             command, *args = self.command
             server = StdioServerParameters(command=command, args=args, env=self.env, cwd=self.cwd)
-            async with Client(server, mode="auto") as client:
+            async with Client(server, mode=self.mode, elicitation_callback=elicit) as client:
                 yield client
             return
         async with (
             httpx2.AsyncClient(headers=self.headers, timeout=_HTTP_TIMEOUT) as http,
-            Client(streamable_http_client(self.url, http_client=http), mode="auto") as client,
+            Client(
+                streamable_http_client(self.url, http_client=http),
+                mode=self.mode,
+                elicitation_callback=elicit,
+            ) as client,
         ):
             yield client
 
@@ -93,6 +115,8 @@ class McpLink:
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._eliciting: dict[int, Elicit] = {}
+        self._calls = 0
 
     def __repr__(self) -> str:
         state = "open" if self.is_open else "closed"
@@ -136,7 +160,7 @@ class McpLink:
 
     async def _hold(self) -> None:
         try:
-            async with self.target.session() as client:
+            async with self.target.session(self._elicit) as client:
                 self.server_info = client.server_info
                 self.tools = await _all_tools(client)
                 self._client = client
@@ -156,9 +180,14 @@ class McpLink:
             self._client = None
 
     async def call(
-        self, name: str, arguments: dict[str, Any], progress: Any = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Any = None,
+        elicit: Elicit | None = None,
     ) -> types.CallToolResult:
-        """Call the tool ``name``; ``progress(progress, total, message)`` hears its progress.
+        """Call the tool ``name``; ``progress(progress, total, message)`` hears its progress,
+        ``elicit`` answers the server's elicitations during the call (None: they are refused).
 
         Raises:
             AgentBusError: ``agent_unavailable`` when the server is gone (or goes during
@@ -170,6 +199,11 @@ class McpLink:
             raise AgentBusError(
                 f"the MCP server at {self.target} is gone", code=ErrorCode.AGENT_UNAVAILABLE
             )
+        self._calls += 1
+        number = self._calls
+        if elicit is not None:
+            self._eliciting[number] = elicit
+        context = _eliciting.set(elicit)
         try:
             return await client.call_tool(name, arguments, progress_callback=progress)
         except MCPError as exc:
@@ -183,6 +217,26 @@ class McpLink:
                 f"the MCP server at {self.target} is gone: {_reason(exc)}",
                 code=ErrorCode.AGENT_UNAVAILABLE,
             ) from exc
+        finally:
+            _eliciting.reset(context)
+            self._eliciting.pop(number, None)
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        # In the call's context (2026-07-28), else the one call that waits with a handler.
+        elicit = _eliciting.get()
+        if elicit is None and len(self._eliciting) == 1:
+            elicit = next(iter(self._eliciting.values()))
+        if elicit is None:
+            waiting = len(self._eliciting)
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message=f"agentbus cannot tell which of its {waiting} calls this elicitation is for"
+                if waiting
+                else "no call of agentbus takes an elicitation now",
+            )
+        return await elicit(params)
 
     async def aclose(self) -> None:
         """End the session (a command's process is stopped)."""

@@ -7,12 +7,12 @@ schema the tool's input schema, its result schema the output schema, unwrapped f
 ``tools/call``. The server's progress notifications are progress reports; the structured
 content, or else the content, is the result; a tool error an error envelope (with its
 wire code when another agentbus server sent it); a bus ``cancel`` cancels the call
-(the SDK sends ``notifications/cancelled``).
+(the SDK sends ``notifications/cancelled``). The server's elicitations are questions to
+the bus caller, the call kept open meanwhile (``_kept``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any, Final
 
@@ -22,8 +22,9 @@ from jsonschema import Draft202012Validator, validators
 from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._http import SchemaSkill
-from agentbus.agents import Agent, SkillMark, SkillSpec, report_progress
+from agentbus.agents import Agent, SkillMark, SkillSpec, current_request, remember
 from agentbus.envelopes import ErrorCode
+from agentbus.mcp._kept import KeptCalls, follow
 from agentbus.mcp._link import McpLink, McpTarget
 from agentbus.mcp._schemas import RESULT_KEY, unwrap
 from agentbus.mcp._tools import ERROR_META
@@ -33,22 +34,29 @@ __all__ = ["RemoteMcpAgent"]
 _NOT_ID: Final = re.compile(r"[^A-Za-z0-9_-]+")
 _ANY_OBJECT: Final[dict[str, Any]] = {"type": "object", "additionalProperties": True}
 
-Progress = tuple[float, float | None, str | None]
+ANSWER_WITHIN: Final = 900.0
+"""Seconds an elicitation of the server waits for its bus answer, by default."""
 
 
 class RemoteMcpAgent(Agent):
     """A bus agent fronting an MCP server; build it with ``connect``.
 
     The agent owns its link to the server: stopping it closes the session (and stops a
-    server it started as a command).
+    server it started as a command). ``answer_within``: seconds a question the server
+    asks (an elicitation) may wait for its answer; the call is kept open meanwhile, and
+    cancelled after.
     """
 
     name = "mcp"
     description = "An MCP server"
 
-    def __init__(self, *, link: McpLink, **options: Any) -> None:
+    def __init__(
+        self, *, link: McpLink, answer_within: float = ANSWER_WITHIN, **options: Any
+    ) -> None:
         super().__init__(**options)
         self.link = link
+        self.waiting = KeptCalls(answer_within)
+        """The calls kept open while the server's elicitations wait for bus answers."""
 
     @classmethod
     def for_tools(
@@ -119,21 +127,39 @@ class RemoteMcpAgent(Agent):
             raise
 
     async def on_stop(self) -> None:
+        await self.waiting.aclose()
         await self.link.aclose()
 
     async def forward(self, tool: str, arguments: dict[str, Any], wrapped: bool) -> Any:
-        """Call ``tool`` with ``arguments``; return its result, reporting its progress."""
-        reports: asyncio.Queue[Progress | None] = asyncio.Queue()
+        """From the skill: call ``tool`` with ``arguments``; return its result, reporting
+        its progress, and asking the caller what the server elicits.
 
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            reports.put_nowait((progress, total, message))  # told from the SDK's own task
+        Raises:
+            AgentBusError: the call failed (its wire code), or an answer came for a call
+                this instance no longer keeps (``agent_unavailable``).
+        """
+        key = current_request().message_id  # the conversation's first request, every run
+        first = False
 
-        pump = asyncio.create_task(_report(reports))
-        try:
-            result = await self.link.call(tool, arguments, on_progress)
-        finally:
-            reports.put_nowait(None)
-            await asyncio.shield(pump)
+        async def begin() -> str:
+            nonlocal first
+            first = True
+            return key
+
+        await remember("mcp_call", begin)
+        call = self.waiting.get(key)
+        if call is None and not first:
+            raise AgentBusError(
+                f"the call of {tool!r} this answer was for is no longer kept here (its wait "
+                "ran out, or the agent restarted): send the request again",
+                code=ErrorCode.AGENT_UNAVAILABLE,
+                details={"tool": tool},
+            )
+        if call is None:
+            call = self.waiting.start(
+                key, lambda kept: self.link.call(tool, arguments, kept.on_progress, kept.elicit)
+            )
+        result = await follow(call, self.waiting.answer_within)
         if result.is_error:
             raise _failure(tool, result)
         if result.structured_content is not None:
@@ -162,14 +188,6 @@ class _ToolSkill(SchemaSkill):
     async def run(self, agent: Any, arguments: dict[str, Any]) -> Any:
         assert isinstance(agent, RemoteMcpAgent)
         return await agent.forward(self.tool, arguments, self.wrapped)
-
-
-async def _report(reports: asyncio.Queue[Progress | None]) -> None:
-    # In the skill's task: progress reports go to the request this task serves.
-    while (report := await reports.get()) is not None:
-        progress, total, message = report
-        fraction = progress / total if total and 0 <= progress <= total else None
-        await report_progress(fraction, message or f"progress {progress:g}")
 
 
 def _failure(tool: str, result: types.CallToolResult) -> AgentBusError:

@@ -3,7 +3,8 @@
 Tools follow the registry: every live skill is a tool (``_tools``), listed as the cards
 are now, and clients are told when the list changes (``_changes``). Each card is a
 resource, ``agentbus://agents/<service>``. A call is one bus request (``_calls``), sent
-from the caller's bus: the server's own over stdio, the key's identity's over HTTP.
+from the caller's bus: the server's own over stdio, the key's identity's over HTTP; the
+questions its work asks are the client's elicitations (``_elicit``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from agentbus._exceptions import AgentBusError
 from agentbus._http import Callers, Face, PlanWatch
 from agentbus.bus import Transport
 from agentbus.mcp._auth import caller_of
-from agentbus.mcp._calls import Calls
+from agentbus.mcp._calls import Calls, Client
 from agentbus.mcp._changes import Changes
+from agentbus.mcp._elicit import Elicitor
 from agentbus.mcp._notify import Notifier
 from agentbus.mcp._settings import McpSettings
 from agentbus.mcp._stdio import loop_stdin
@@ -146,7 +148,7 @@ class TeamServer(Face):
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         tool = self.tools.get(params.name)
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"no tool {params.name!r} on this team (now)")
@@ -154,7 +156,8 @@ class TeamServer(Face):
             bus = await self._caller(ctx)
         except AgentBusError as exc:
             return tool_error(exc.code, exc.message, exc.details)
-        return await self._calls.call(bus, tool, dict(params.arguments or {}), Notifier(ctx))
+        client = Client(Notifier(ctx), Elicitor(ctx, params))
+        return await self._calls.call(bus, tool, dict(params.arguments or {}), client)
 
     async def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Transport:
         identity = caller_of(ctx)

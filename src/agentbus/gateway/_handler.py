@@ -5,28 +5,34 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from a2a.server.agent_execution import SimpleRequestContextBuilder
-from a2a.server.cluster import TaskEventStream, VersionedTaskStore
+from a2a.server.cluster import LegacyTaskStoreAdapter, TaskEventStream, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.id_generator import IDGenerator
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as a2a
-from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
 from agentbus.agents import AgentCard
 from agentbus.gateway._executor import CALL_KEY, WAITED_KEY, BusExecutor
 from agentbus.gateway._parts import bus_call
+from agentbus.gateway._questions import WAITING
 from agentbus.gateway._tasks import OpenTasks
 
 __all__ = ["GatewayHandler"]
+
+_PARKED_FOR = 30.0
+"""Seconds the SDK keeps a task waiting for input in memory; a follow-up after that
+takes it from the store (a question may wait days: it holds nothing meanwhile)."""
 
 
 class GatewayHandler(DefaultRequestHandler):
     """Handles one service's A2A requests; a message becomes a ``BusCall`` before any task.
 
     A message that fits no skill, or comes when every task slot is taken, gets the A2A
-    error at once: no task is created and nothing is sent on the bus. With a shared
+    error at once: no task is created and nothing is sent on the bus. A message on a task
+    (``taskId``) is taken only while the task waits for input: it is the answer. With a shared
     ``store`` and its ``events``, a cancel is told to the other gateway processes
     (``cancelled``), one of which may run the task.
     """
@@ -50,8 +56,12 @@ class GatewayHandler(DefaultRequestHandler):
             agent_card=a2a_card,
             event_stream=events,
             request_context_builder=SimpleRequestContextBuilder(task_id_generator=task_ids),
+            interrupted_task_timeout=_PARKED_FOR,
         )
         self.service = service
+        self._tasks = (
+            store if isinstance(store, VersionedTaskStore) else LegacyTaskStoreAdapter(store)
+        )
         self._card = card
         self._open = open_tasks
         self._cancelled = cancelled
@@ -59,24 +69,37 @@ class GatewayHandler(DefaultRequestHandler):
     def __repr__(self) -> str:
         return f"<GatewayHandler {self.service}>"
 
-    def _admit(self, params: a2a.SendMessageRequest, context: ServerCallContext) -> str:
+    async def _admit(self, params: a2a.SendMessageRequest, context: ServerCallContext) -> str:
         if params.message.task_id:
-            raise UnsupportedOperationError(
-                message="each task is one bus request: send a new message without taskId "
-                "(the bus agents take no follow-up input)"
-            )
-        card = self._card()
-        if card is None:
-            raise InvalidParamsError(message=f"the agent {self.service!r} is not on the bus now")
-        context.state[CALL_KEY] = bus_call(card, params.message)
+            await self._waiting(params.message.task_id, context)
+        else:
+            card = self._card()
+            if card is None:
+                raise InvalidParamsError(
+                    message=f"the agent {self.service!r} is not on the bus now"
+                )
+            context.state[CALL_KEY] = bus_call(card, params.message)
         key = params.message.message_id
         self._open.reserve(key)
         return key
 
+    async def _waiting(self, task_id: str, context: ServerCallContext) -> None:
+        # A follow-up message is the answer to the question its task waits on.
+        stored = await self._tasks.get(task_id, context)
+        if stored is None:
+            raise TaskNotFoundError
+        state = stored.task.status.state
+        if state not in WAITING:
+            raise UnsupportedOperationError(
+                message=f"the task is {a2a.TaskState.Name(state)}: a message on a task "
+                "answers its question, and it asks none now (a new request: a message "
+                "without taskId)"
+            )
+
     async def on_message_send(
         self, params: a2a.SendMessageRequest, context: ServerCallContext
     ) -> a2a.Message | a2a.Task:
-        key = self._admit(params, context)
+        key = await self._admit(params, context)
         # The caller waits for the end: its task starts as working, one event fewer.
         context.state[WAITED_KEY] = not params.configuration.return_immediately
         try:
@@ -96,7 +119,7 @@ class GatewayHandler(DefaultRequestHandler):
     async def on_message_send_stream(
         self, params: a2a.SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        key = self._admit(params, context)
+        key = await self._admit(params, context)
         try:
             async for event in super().on_message_send_stream(params, context):
                 yield event

@@ -32,7 +32,9 @@ async def store(redis_url: str) -> AsyncIterator[RedisTaskStore]:
     redis = connect(redis_url)
     prefix = f"test-{uuid.uuid4().hex[:10]}:a2a"
     try:
-        yield RedisTaskStore(redis, prefix=prefix, size=3, retention=60, open_expiry=60)
+        yield RedisTaskStore(
+            redis, prefix=prefix, size=3, retention=60, open_expiry=60, waiting_expiry=60
+        )
     finally:
         keys = [key async for key in redis.scan_iter(f"{prefix}:*")]
         if keys:

@@ -30,7 +30,7 @@ def _task(task_id: str, state: a2a.TaskState.ValueType) -> a2a.Task:
 
 async def test_the_store_drops_the_oldest_finished_tasks_beyond_its_size() -> None:
     """Open tasks stay; finished ones beyond the size go, oldest first."""
-    store = BoundedTaskStore(size=3, retention=3600)
+    store = BoundedTaskStore(size=3, retention=3600, waiting=3600)
     alice = ServerCallContext(user=_User("alice"))
     await store.save(_task("open", a2a.TaskState.TASK_STATE_WORKING), alice)
     for n in range(4):
@@ -42,7 +42,7 @@ async def test_the_store_drops_the_oldest_finished_tasks_beyond_its_size() -> No
 
 async def test_the_store_forgets_finished_tasks_after_the_retention() -> None:
     """A finished task is gone once its retention has passed; running ones stay."""
-    store = BoundedTaskStore(size=100, retention=1e-9)
+    store = BoundedTaskStore(size=100, retention=1e-9, waiting=3600)
     bob = ServerCallContext(user=_User("bob"))
     await store.save(_task("t1", a2a.TaskState.TASK_STATE_FAILED), bob)
     assert await store.get("t1", bob) is None  # read back after its retention

@@ -17,6 +17,7 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedO
 from agentbus.agents import AgentCard
 from agentbus.gateway._executor import CALL_KEY, WAITED_KEY, BusExecutor
 from agentbus.gateway._parts import bus_call
+from agentbus.gateway._push import Pushes
 from agentbus.gateway._questions import WAITING
 from agentbus.gateway._tasks import OpenTasks
 
@@ -34,7 +35,8 @@ class GatewayHandler(DefaultRequestHandler):
     error at once: no task is created and nothing is sent on the bus. A message on a task
     (``taskId``) is taken only while the task waits for input: it is the answer. With a shared
     ``store`` and its ``events``, a cancel is told to the other gateway processes
-    (``cancelled``), one of which may run the task.
+    (``cancelled``), one of which may run the task. With ``pushes``, callers register
+    webhooks (push notifications).
     """
 
     def __init__(
@@ -49,12 +51,16 @@ class GatewayHandler(DefaultRequestHandler):
         events: TaskEventStream | None = None,
         cancelled: Callable[[str], Awaitable[None]] | None = None,
         task_ids: IDGenerator | None = None,
+        pushes: Pushes | None = None,
     ) -> None:
         super().__init__(
             agent_executor=executor,
             task_store=store,
             agent_card=a2a_card,
             event_stream=events,
+            push_config_store=pushes.configs if pushes is not None else None,
+            push_sender=pushes.sender if pushes is not None else None,
+            push_url_validator=pushes.screen if pushes is not None else None,
             request_context_builder=SimpleRequestContextBuilder(task_id_generator=task_ids),
             interrupted_task_timeout=_PARKED_FOR,
         )

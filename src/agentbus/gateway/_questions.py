@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from agentbus.envelopes import Question, QuestionKind
 from agentbus.gateway._parts import from_json
+from agentbus.gateway._tasks import WAITING
 
 __all__ = [
     "QUESTION_KEY",
@@ -34,10 +35,6 @@ __all__ = [
 
 QUESTION_KEY: Final = "question"
 """The key of the question in the data part of a waiting task's status message."""
-WAITING: Final = frozenset(
-    {a2a.TaskState.TASK_STATE_INPUT_REQUIRED, a2a.TaskState.TASK_STATE_AUTH_REQUIRED}
-)
-"""The states of a task waiting for a follow-up message."""
 
 _CONTEXT_ID: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
 

@@ -77,7 +77,10 @@ class GatewayHandler(DefaultRequestHandler):
 
     async def _admit(self, params: a2a.SendMessageRequest, context: ServerCallContext) -> str:
         if params.message.task_id:
-            await self._waiting(params.message.task_id, context)
+            task = await self._waiting(params.message.task_id, context)
+            # The SDK would give a follow-up without one a new context: it goes on in its
+            # task's (when the task is not held in memory here, the SDK's own check fails).
+            params.message.context_id = params.message.context_id or task.context_id
         else:
             card = self._card()
             if card is None:
@@ -89,7 +92,7 @@ class GatewayHandler(DefaultRequestHandler):
         self._open.reserve(key)
         return key
 
-    async def _waiting(self, task_id: str, context: ServerCallContext) -> None:
+    async def _waiting(self, task_id: str, context: ServerCallContext) -> a2a.Task:
         # A follow-up message is the answer to the question its task waits on.
         stored = await self._tasks.get(task_id, context)
         if stored is None:
@@ -101,6 +104,7 @@ class GatewayHandler(DefaultRequestHandler):
                 "answers its question, and it asks none now (a new request: a message "
                 "without taskId)"
             )
+        return stored.task
 
     async def on_message_send(
         self, params: a2a.SendMessageRequest, context: ServerCallContext

@@ -106,3 +106,16 @@ class Clerk(Agent):
         """Ask for an authorization, then say who signed in."""
         token = await ask(f"A token for {who}, please", kind="auth")
         return f"{who} signed in with {token}"
+
+
+class Chatter(Agent):
+    name = "chatter"
+    description = "Chats: takes text, and asks for more until told no"
+
+    @skill
+    async def chat(self, text: str) -> str:
+        """Ask for more after ``text`` until the answer is no; return all that was said."""
+        said = [text]
+        while (more := await ask("Anything else?")).strip().lower() not in ("", "no", "bye"):
+            said.append(more)
+        return " / ".join(said)

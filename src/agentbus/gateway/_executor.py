@@ -15,7 +15,9 @@ event for the SDK to record, not four), unless an update comes first: then it is
 A question the work asks (``InputRequired``) ends the task's turn waiting for input
 (``_questions``); a follow-up message on that task runs again, as the answer, sent from
 the same caller's bus to the service that asked: its reply goes on with the same task.
-The task's A2A context id is each request's ``metadata.context_id``.
+The task's A2A context id is each request's ``metadata.context_id``. A plan's question
+(its ``input_required`` transition) makes the task wait for input while the plan runs on;
+its answer (``answer_plan``) lets the plan go on.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._questions import (
     answer_of,
     context_of,
+    plan_question,
     question_message,
     question_of,
     waiting_state,
@@ -232,6 +235,16 @@ class BusExecutor(AgentExecutor):
                 updates.put_nowait(None)
                 await pump
 
+    async def answer_plan(self, question: Question, message: a2a.Message, identity: str) -> None:
+        """Give a plan's ``question`` (the leader's) the answer ``message`` brings, from
+        the caller ``identity``: the task's running turn goes on with the plan.
+
+        Raises:
+            AgentBusError: the leader refused the answer (``question_closed``, ...).
+        """
+        bus = await self._callers.bus(identity)
+        await bus.answer(question, answer_of(message, question), timeout=self._timeout)
+
     async def aclose(self) -> None:
         """Send the bus cancel for every request still running: the gateway is going away."""
         flights = list(self._flights.values())
@@ -311,8 +324,21 @@ async def _pump(updates: asyncio.Queue[Update | None], telling: Telling) -> None
             )
             started.add(update.artifact_id)
         else:
-            message = _working(update, updater)
-            await updater.update_status(a2a.TaskState.TASK_STATE_WORKING, message=message)
+            state, message = _status(update, updater)
+            await updater.update_status(state, message=message)
+
+
+def _status(data: dict[str, Any], updater: TaskUpdater) -> tuple[a2a.TaskState, a2a.Message]:
+    # A plan's question makes the task wait for input (its answer, a follow-up message the
+    # handler takes, lets the plan go on here); any other update is working.
+    question = plan_question(data)
+    if question is None:
+        return a2a.TaskState.TASK_STATE_WORKING, _working(data, updater)
+    progress = new_data_part(data, media_type="application/json")
+    message = question_message(
+        question, task_id=updater.task_id, context_id=updater.context_id, before=[progress]
+    )
+    return waiting_state(question), message
 
 
 def _working(data: dict[str, Any], updater: TaskUpdater) -> a2a.Message:

@@ -7,11 +7,15 @@ again) and the whole question (a data part ``{"question": ...}``). The question 
 back from the stored task when the follow-up comes, in whichever gateway process takes
 it: nothing else is kept. The answer is the follow-up's data part, else its text: as it
 is for a question whose answer is a string, else read as JSON when it parses.
+
+A plan's question (the leader asks its people for a step) comes as a ``plan_progress``
+update while the plan runs on: the task waits for input with it all the same.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Final
 
 import orjson
@@ -28,6 +32,7 @@ __all__ = [
     "WAITING",
     "answer_of",
     "context_of",
+    "plan_question",
     "question_message",
     "question_of",
     "waiting_state",
@@ -46,8 +51,15 @@ def waiting_state(question: Question) -> a2a.TaskState:
     return a2a.TaskState.TASK_STATE_INPUT_REQUIRED
 
 
-def question_message(question: Question, *, task_id: str, context_id: str) -> a2a.Message:
-    """Return the status message of a task waiting on ``question``."""
+def question_message(
+    question: Question,
+    *,
+    task_id: str,
+    context_id: str,
+    before: Sequence[a2a.Part] = (),
+) -> a2a.Message:
+    """Return the status message of a task waiting on ``question`` (after the parts
+    ``before``)."""
     text = question.text
     if question.rejected is not None:
         errors = question.rejected.get("errors") or []
@@ -58,6 +70,7 @@ def question_message(question: Question, *, task_id: str, context_id: str) -> a2
         )
         text = f"{text} (the last answer did not fit: {why or 'refused'})"
     parts = [
+        *before,
         new_text_part(text, media_type="text/plain"),
         new_data_part(
             {QUESTION_KEY: question.model_dump(mode="json")}, media_type="application/json"
@@ -77,6 +90,19 @@ def question_of(task: a2a.Task) -> Question | None:
             except ValidationError:
                 return None
     return None
+
+
+def plan_question(update: dict[str, Any]) -> Question | None:
+    """Return the question a plan's ``input_required`` transition (a ``plan_progress``
+    update) asks in the leader's name; None for any other update."""
+    progress = update.get("plan_progress")
+    if not isinstance(progress, dict) or progress.get("transition") != "input_required":
+        return None
+    detail = progress.get("detail")
+    try:
+        return Question.model_validate((detail or {}).get(QUESTION_KEY))
+    except ValidationError:
+        return None
 
 
 def answer_of(message: a2a.Message, question: Question) -> Any:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentbus import Agent, AgentBusError, ask, current_request, report_progress, skill
+from agentbus import (
+    Agent,
+    AgentBusError,
+    QuestionDeclined,
+    ask,
+    current_request,
+    report_progress,
+    skill,
+)
 
 
 class Calc(Agent):
@@ -92,10 +100,19 @@ class Clerk(Agent):
     name = "clerk"
     description = "Books trips, asking where to and for how long"
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.declined: list[str] = []
+        """Who each declined question was for."""
+
     @skill
     async def book(self, who: str) -> str:
         """Book a trip for ``who``: ask where to, then how many nights."""
-        city = await ask(f"Where to, {who}?")
+        try:
+            city = await ask(f"Where to, {who}?")
+        except QuestionDeclined:
+            self.declined.append(who)
+            raise
         nights = await ask(f"How many nights in {city}?", int)
         return (
             f"booked {nights} nights in {city} for {who} in {current_request().metadata.context_id}"

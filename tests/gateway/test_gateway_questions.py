@@ -14,16 +14,19 @@ from a2a_client import data_of, sdk_client, send, state_name, user_message
 from gateway_agents import Calc, Clerk
 from gateway_team import HEARTBEAT, KEY, Team
 
+from agentbus import QuestionClosed
 from waiting import wait_until
 
 DEADLINE = 15.0
 
 
-async def clerk_team(team: Team) -> None:
+async def clerk_team(team: Team) -> Clerk:
     """A clerk and a gateway serving it."""
-    await team.add(Clerk(agent_id="clerk-1", settings=team.settings, heartbeat_interval=HEARTBEAT))
+    clerk = Clerk(agent_id="clerk-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    await team.add(clerk)
     gateway = await team.serve()
     await wait_until(lambda: "clerk" in gateway.directory.cards, DEADLINE)
+    return clerk
 
 
 def answer(task: a2a.Task, text: str, *, with_context: bool = True) -> a2a.Message:
@@ -150,3 +153,18 @@ async def test_a_message_on_a_task_that_asks_nothing_is_refused(team: Team) -> N
             await send(client, answer(working.task, "3"))
         await client.cancel_task(a2a.CancelTaskRequest(id=working.task.id))
     assert [skill for skill, _ in calc.seen] == ["double", "slow"]
+
+
+async def test_cancelling_a_task_that_waits_declines_its_question(team: Team) -> None:
+    """CancelTask on a task waiting for input: canceled, and the agent is told no answer
+    comes (its ``ask`` raises ``QuestionDeclined``); the question takes no answer after."""
+    clerk = await clerk_team(team)
+    async with sdk_client(f"{team.url}/agents/clerk", KEY) as client:
+        task = await only_task(client, user_message({"who": "ed"}, skill="book"))
+        question = asked(task)[2]
+        cancelled = await client.cancel_task(a2a.CancelTaskRequest(id=task.id))
+        assert state_name(cancelled.status.state) == "TASK_STATE_CANCELED"
+        await wait_until(lambda: clerk.declined == ["ed"], DEADLINE)
+    with pytest.raises(QuestionClosed) as closed:
+        await team.client.answer(str(question["question_id"]), "Oslo", timeout=10)
+    assert closed.value.details["reason"] == "answered"

@@ -41,7 +41,14 @@ from agentbus._http import Callers
 from agentbus._logging import get_logger
 from agentbus.agents import NOTIFY_START, send_cancel
 from agentbus.bus import Transport
-from agentbus.envelopes import ANSWER_ACTION, Question, RequestEnvelope, ResponseEnvelope, utcnow
+from agentbus.envelopes import (
+    ANSWER_ACTION,
+    ErrorCode,
+    Question,
+    RequestEnvelope,
+    ResponseEnvelope,
+    utcnow,
+)
 from agentbus.gateway._follow import Chunk, Follow, Unfollowed, Update
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._questions import (
@@ -67,6 +74,7 @@ PARTIAL_KEY = "agentbus.partial"
 """Artifact metadata key: true on an artifact of partial results, false on the result's."""
 
 _log = get_logger("agentbus.gateway")
+_DECLINE_WAIT = 5.0  # seconds a closing gateway waits for the declines it sent
 
 
 @dataclass(slots=True)
@@ -99,6 +107,7 @@ class BusExecutor(AgentExecutor):
         self._timeout = timeout
         self._follow: Follow = follow or Unfollowed()
         self._flights: dict[str, _Flight] = {}
+        self._declines: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<BusExecutor flights={len(self._flights)}>"
@@ -245,12 +254,34 @@ class BusExecutor(AgentExecutor):
         bus = await self._callers.bus(identity)
         await bus.answer(question, answer_of(message, question), timeout=self._timeout)
 
+    def decline(self, question: Question, identity: str) -> None:
+        """Tell the agent that asked ``question`` that no answer comes (its task was
+        cancelled), from the caller ``identity``, off the caller's path."""
+        declining = asyncio.create_task(self._decline(question, identity))
+        self._declines.add(declining)
+        declining.add_done_callback(self._declines.discard)
+
+    async def _decline(self, question: Question, identity: str) -> None:
+        try:
+            bus = await self._callers.bus(identity)
+            await bus.answer(question, decline=True, timeout=self._timeout)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.CANCELLED:  # the skill's ``ask`` raised, as it should
+                _log.info("question not declined", question_id=question.question_id, error=str(exc))
+        except AgentBusError as exc:
+            _log.info("question not declined", question_id=question.question_id, error=str(exc))
+
     async def aclose(self) -> None:
         """Send the bus cancel for every request still running: the gateway is going away."""
         flights = list(self._flights.values())
         for flight in flights:
             flight.cancelled = True
         await asyncio.gather(*(_send_cancel(flight) for flight in flights))
+        if self._declines:  # sent by now, mostly: their replies are not waited for long
+            _, late = await asyncio.wait(list(self._declines), timeout=_DECLINE_WAIT)
+            for declining in late:
+                declining.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def cancelled_elsewhere(
         self, task_id: str, confirm: Callable[[ServerCallContext], Awaitable[bool]]

@@ -174,9 +174,13 @@ class GatewayHandler(DefaultRequestHandler):
     async def on_cancel_task(
         self, params: a2a.CancelTaskRequest, context: ServerCallContext
     ) -> a2a.Task | None:
+        stored = await self._tasks.get(params.id, context)
         task: a2a.Task | None = await super().on_cancel_task(params, context)
         if self._cancelled is not None:
             await self._cancelled(params.id)  # the process running it may be another
+        asked = question_of(stored.task) if stored is not None else None
+        if asked is not None and asked.plan_id is None:  # a plan's: the plan is cancelled
+            self._bus_executor.decline(asked, context.user.user_name)
         return task
 
     async def on_message_send_stream(

@@ -1,10 +1,18 @@
 """A bus skill's questions through the gateway: the task waits for input, a follow-up answers.
 
 The official a2a-sdk client talks to a gateway on the real broker; the clerk asks where to,
-then how many nights, and books.
+then how many nights, and books. The A2A example of docs/conversations.md runs here too.
 """
 
 from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 from a2a.client import Client
@@ -15,9 +23,12 @@ from gateway_agents import Calc, Clerk
 from gateway_team import HEARTBEAT, KEY, Team
 
 from agentbus import QuestionClosed
+from agentbus.gateway import ApiKeys
 from waiting import wait_until
 
 DEADLINE = 15.0
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "conversations.md"
+MARK = "<!-- tested-by: tests/gateway/test_gateway_questions.py -->"
 
 
 async def clerk_team(team: Team) -> Clerk:
@@ -168,3 +179,42 @@ async def test_cancelling_a_task_that_waits_declines_its_question(team: Team) ->
     with pytest.raises(QuestionClosed) as closed:
         await team.client.answer(str(question["question_id"]), "Oslo", timeout=10)
     assert closed.value.details["reason"] == "answered"
+
+
+def page_block(mark: str) -> str:
+    """The Python block under ``mark`` in docs/conversations.md."""
+    found = re.search(re.escape(mark) + r"\s*```python\n(.*?)```", PAGE.read_text(), re.DOTALL)
+    assert found is not None, f"docs/conversations.md has no block marked {mark}"
+    return found[1]
+
+
+async def run_block(code: str, name: str) -> tuple[str, dict[str, Any]]:
+    """Run ``code`` as a module with top-level await; return what it printed, its names."""
+    compiled = compile(code, f"<{name}>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    names: dict[str, Any] = {"__name__": name}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        ran = eval(compiled, names)  # the page's own code, as a reader runs it
+        if inspect.iscoroutine(ran):
+            await ran
+    return printed.getvalue(), names
+
+
+async def test_the_pages_a2a_client_answers_the_pages_clerk(team: Team) -> None:
+    """docs/conversations.md, "From an A2A client", runs as written against the clerk of
+    "Ask, from a skill", through a gateway with the page's key."""
+    _, skill_page = await run_block(page_block("<!-- doc-test: ask-in-a-skill -->"), "clerk_page")
+    clerk = skill_page["Clerk"](
+        agent_id="clerk-1", settings=team.settings, heartbeat_interval=HEARTBEAT
+    )
+    await team.add(clerk)
+    gateway = await team.serve(ApiKeys.from_mapping({"a-long-random-key-for-alice": "alice"}))
+    await wait_until(lambda: "clerk" in gateway.directory.cards, DEADLINE)
+    code = page_block(MARK).replace("http://localhost:8080", team.url)
+    printed, _ = await run_block(code, "a2a_page")
+    assert printed.splitlines() == [
+        "TASK_STATE_INPUT_REQUIRED",
+        "Where to, ann?",
+        "Book 2 nights in Oslo?",
+        "booked 2 nights in Oslo for ann",
+    ]

@@ -10,6 +10,8 @@ from a2a_client import data_of, sdk_client, send, state_name, user_message
 from gateway_agents import Calc, Clerk, Counter, Shouter
 from gateway_team import HEARTBEAT, KEY, Team
 
+from agentbus import Agent
+from agentbus.gateway import Gateway
 from agentbus.leader import Leader
 from waiting import wait_until
 
@@ -93,6 +95,16 @@ def answer(task_id: str, text: str) -> a2a.Message:
     return message
 
 
+async def leader_and(team: Team, agent: Agent) -> Gateway:
+    """A leader, ``agent`` and a gateway serving both."""
+    leader = Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    for started in (leader, agent):
+        await team.add(started)
+    gateway = await team.serve()
+    await wait_until(lambda: {"leader", agent.name} <= set(gateway.directory.cards), 15)
+    return gateway
+
+
 def waiting_on(status: a2a.TaskStatus) -> tuple[str, str, dict[str, object]]:
     """(state, the question's text, the question) of a task waiting on a plan's question."""
     parts = list(status.message.parts)
@@ -105,13 +117,8 @@ def waiting_on(status: a2a.TaskStatus) -> tuple[str, str, dict[str, object]]:
 async def test_a_plans_approval_waits_for_input_and_a_follow_up_answers_it(team: Team) -> None:
     """The leader's question is the task's: input-required while the plan waits; the
     follow-up's answer lets the plan go on, and the blocking follow-up returns its end."""
-    for agent in (
-        Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
-        Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
-    ):
-        await team.add(agent)
-    gateway = await team.serve()
-    await wait_until(lambda: {"leader", "shouter"} <= set(gateway.directory.cards), 15)
+    shouter = Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    gateway = await leader_and(team, shouter)
     plan = {
         "subtasks": [
             {"id": "loud", "skill": "shout", "parameters": {"text": "bees"}},
@@ -136,22 +143,17 @@ async def test_a_plans_approval_waits_for_input_and_a_follow_up_answers_it(team:
     assert (done.id, state_name(done.status.state)) == (task.id, "TASK_STATE_COMPLETED")
     aggregate = data_of(done.artifacts[-1].parts[0])
     assert aggregate["status"] == "completed"
-    assert {s["id"]: s["result"]["approved"] for s in aggregate["subtasks"] if s["id"] == "ok"} == {
-        "ok": True
-    }
+    (approved,) = [step for step in aggregate["subtasks"] if step["id"] == "ok"]
+    assert approved["result"]["approved"] is True
     assert len(gateway.open_tasks) == 0
 
 
 async def test_a_plan_steps_questions_stream_and_are_answered_on_the_task(team: Team) -> None:
     """A step's agent asks twice: each question streams as input-required; each streamed
     follow-up answers it and streams the plan on, to the next question, then the end."""
-    for agent in (
-        Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
-        Clerk(agent_id="clerk-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
-    ):
-        await team.add(agent)
-    gateway = await team.serve()
-    await wait_until(lambda: {"leader", "clerk"} <= set(gateway.directory.cards), 15)
+    await leader_and(
+        team, Clerk(agent_id="clerk-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    )
     plan = {"subtasks": [{"id": "trip", "skill": "book", "parameters": {"who": "ann"}}]}
     async with sdk_client(f"{team.url}/agents/leader", KEY, streaming=True) as client:
         events = await send(client, user_message({"plan": plan}, skill="run_plan"))

@@ -7,15 +7,20 @@ The webhook is a small Starlette app served by uvicorn that refuses its first de
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import pytest
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import InMemoryPushNotificationConfigStore
+from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidParamsError
 from a2a_client import sdk_client, user_message
 from gateway_agents import Clerk
 from gateway_team import HEARTBEAT, KEY, Team
 from webhook_server import TOKEN, Webhook, sent, serving_webhook
 
+from agentbus.gateway._push import PushSender
 from waiting import wait_until
 
 DEADLINE = 15.0
@@ -76,3 +81,35 @@ async def test_a_webhook_on_a_private_address_is_refused_by_default(team: Team) 
         message = user_message({"who": "bo"}, skill="book")
         with pytest.raises(InvalidParamsError, match="push notification URL"):
             [_ async for _ in client.send_message(sent(message, "http://127.0.0.1:9/hook"))]
+
+
+@pytest.mark.parametrize(
+    ("refusal", "headers", "tries", "taken"),
+    [
+        (400, {}, 1, 0),  # refused for good: not tried again
+        (503, {}, 4, 0),  # failing on: tried ``attempts`` times, then dropped
+        (429, {"Retry-After": "0.3"}, 2, 1),  # tried again, no sooner than it asked
+    ],
+)
+async def test_the_sender_retries_what_may_pass_and_no_more(
+    refusal: int, headers: dict[str, str], tries: int, taken: int
+) -> None:
+    """A 4xx is final; 408, 429 and 5xx are tried again, ``attempts`` times in all, after
+    the Retry-After they ask; the next event waits for the one before."""
+    configs = InMemoryPushNotificationConfigStore()
+    sender = PushSender(configs, attempts=4, backoff=0.01)
+    async with serving_webhook(
+        refuse=max(tries - taken, 1), refusal=refusal, headers=headers
+    ) as hook:
+        config = a2a.TaskPushNotificationConfig(url=hook.url, token=TOKEN)
+        await configs.set_info("t1", config, ServerCallContext())
+        started = time.monotonic()
+        await sender.send_notification("t1", a2a.Task(id="t1", status=a2a.TaskStatus(state=3)))
+        await sender.send_notification("t1", a2a.Task(id="t1", status=a2a.TaskStatus(state=4)))
+        await wait_until(lambda: len(hook.tries) == tries + 1, DEADLINE)  # and the second event
+        took = time.monotonic() - started
+        await sender.aclose()
+    assert len(hook.taken) == taken + 1
+    assert hook.states()[-1] == "TASK_STATE_FAILED"
+    if headers:
+        assert took >= 0.3

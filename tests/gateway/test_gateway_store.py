@@ -51,6 +51,23 @@ async def test_the_store_forgets_finished_tasks_after_the_retention() -> None:
     assert len(store) == 1
 
 
+async def test_the_store_keeps_a_waiting_task_for_its_own_retention() -> None:
+    """A task waiting for input is kept ``waiting`` seconds, however short the finished
+    tasks' retention; once past it, it is gone, and an answered one is kept as before."""
+    store = BoundedTaskStore(size=100, retention=1e-9, waiting=3600)
+    cy = ServerCallContext(user=_User("cy"))
+    await store.save(_task("asks", a2a.TaskState.TASK_STATE_INPUT_REQUIRED), cy)
+    await store.save(_task("auth", a2a.TaskState.TASK_STATE_AUTH_REQUIRED), cy)
+    assert await store.get("asks", cy) is not None
+    await store.save(_task("auth", a2a.TaskState.TASK_STATE_WORKING), cy)  # answered
+    short = BoundedTaskStore(size=100, retention=3600, waiting=1e-9)
+    await short.save(_task("asks", a2a.TaskState.TASK_STATE_INPUT_REQUIRED), cy)
+    await short.save(_task("runs", a2a.TaskState.TASK_STATE_WORKING), cy)
+    assert await short.get("asks", cy) is None
+    assert await short.get("runs", cy) is not None
+    assert (len(store), len(short)) == (2, 1)
+
+
 def test_open_tasks_refuse_beyond_the_limit_and_free_slots() -> None:
     """The limit+1st reservation is refused with an error naming the limit."""
     slots = OpenTasks(2)

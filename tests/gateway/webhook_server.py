@@ -24,13 +24,16 @@ class Webhook:
 
     url: str
     refuse: int
+    refusal: int = 503
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with each refusal (a ``Retry-After``)."""
     tries: list[str | None] = field(default_factory=list)
     taken: list[dict[str, Any]] = field(default_factory=list)
 
     async def endpoint(self, request: Request) -> Response:
         self.tries.append(request.headers.get("x-a2a-notification-token"))
         if len(self.tries) <= self.refuse:
-            return Response(status_code=503)
+            return Response(status_code=self.refusal, headers=self.headers)
         self.taken.append(await request.json())
         return Response(status_code=204)
 
@@ -45,10 +48,15 @@ class Webhook:
 
 
 @contextlib.asynccontextmanager
-async def serving_webhook(*, refuse: int) -> AsyncIterator[Webhook]:
-    """A webhook on a free port that refuses its first ``refuse`` deliveries (503)."""
+async def serving_webhook(
+    *, refuse: int, refusal: int = 503, headers: dict[str, str] | None = None
+) -> AsyncIterator[Webhook]:
+    """A webhook on a free port that refuses its first ``refuse`` deliveries (``refusal``,
+    with ``headers``)."""
     port = free_port()
-    hook = Webhook(f"http://127.0.0.1:{port}/hook", refuse=refuse)
+    hook = Webhook(
+        f"http://127.0.0.1:{port}/hook", refuse=refuse, refusal=refusal, headers=headers or {}
+    )
     app = Starlette(routes=[Route("/hook", hook.endpoint, methods=["POST"])])
     server, serving = await start_uvicorn(app, port)
     try:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentbus import Agent, AgentBusError, current_request, report_progress, skill
+from agentbus import (
+    Agent,
+    AgentBusError,
+    QuestionDeclined,
+    ask,
+    current_request,
+    report_progress,
+    skill,
+)
 
 
 class Calc(Agent):
@@ -86,3 +94,45 @@ class Writer(Agent):
     async def summary(self, text: str) -> dict[str, Any]:
         """Return the word count and the first sentence of ``text``."""
         return {"words": len(text.split()), "first": text.split(".")[0]}
+
+
+class Clerk(Agent):
+    name = "clerk"
+    description = "Books trips, asking where to and for how long"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.declined: list[str] = []
+        """Who each declined question was for."""
+
+    @skill
+    async def book(self, who: str) -> str:
+        """Book a trip for ``who``: ask where to, then how many nights."""
+        try:
+            city = await ask(f"Where to, {who}?")
+        except QuestionDeclined:
+            self.declined.append(who)
+            raise
+        nights = await ask(f"How many nights in {city}?", int)
+        return (
+            f"booked {nights} nights in {city} for {who} in {current_request().metadata.context_id}"
+        )
+
+    @skill
+    async def sign_in(self, who: str) -> str:
+        """Ask for an authorization, then say who signed in."""
+        token = await ask(f"A token for {who}, please", kind="auth")
+        return f"{who} signed in with {token}"
+
+
+class Chatter(Agent):
+    name = "chatter"
+    description = "Chats: takes text, and asks for more until told no"
+
+    @skill
+    async def chat(self, text: str) -> str:
+        """Ask for more after ``text`` until the answer is no; return all that was said."""
+        said = [text]
+        while (more := await ask("Anything else?")).strip().lower() not in ("", "no", "bye"):
+            said.append(more)
+        return " / ".join(said)

@@ -26,6 +26,7 @@ def wordsmith_card(url: str) -> a2a.AgentCard:
             ("wait", "Wait some seconds, saying so first"),
             ("refuse", "Always fail, with a code"),
             ("outline", "A title and three section headings for a topic"),
+            ("trip", "Plan a trip: asks which city, then how many nights"),
         )
     ]
     return a2a.AgentCard(
@@ -50,11 +51,18 @@ class Wordsmith(AgentExecutor):
         self.cancelled: list[str] = []
         self.hold_first_event: asyncio.Event | None = None
         """Set to an event: each task's first event waits for it (the stream names no task)."""
+        self.trips: dict[str, dict[str, Any]] = {}
+        """What each ``trip`` task was told so far, by task id."""
+        self.follow_ups: list[tuple[str, Any]] = []
+        """(task id, the answer) of every follow-up message, in order."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.message is not None
         assert context.task_id
         assert context.context_id
+        if context.current_task is not None:  # a follow-up: the answer to a trip's question
+            await self._trip(context, TaskUpdater(event_queue, context.task_id, context.context_id))
+            return
         skill = MessageToDict(context.message.metadata).get("skill", "reverse")
         self.asked.append(skill)
         if self.hold_first_event is not None:
@@ -79,6 +87,10 @@ class Wordsmith(AgentExecutor):
             await updater.add_artifact(
                 [new_data_part({"title": topic.title(), "sections": sections})]
             )
+        elif skill == "trip":
+            self.trips[context.task_id] = {"who": text or str(data.get("text", ""))}
+            await updater.requires_input(new_message([a2a.Part(text="Which city?")]))
+            return
         elif skill == "wait":
             seconds = float(data["seconds"])
             await updater.update_status(
@@ -91,6 +103,26 @@ class Wordsmith(AgentExecutor):
             failure = {"code": "invalid_parameters", "message": "refused, as always"}
             await updater.failed(new_message([new_data_part(failure)]))
             return
+        await updater.complete()
+
+    async def _trip(self, context: RequestContext, updater: TaskUpdater) -> None:
+        # Which city (text), then how many nights (a data part: its JSON Schema), then done.
+        assert context.message is not None
+        assert context.task_id
+        trip = self.trips[context.task_id]
+        texts = get_text_parts(context.message.parts)
+        data = get_data_parts(context.message.parts)
+        answer: Any = data[0] if data else " ".join(texts)
+        self.follow_ups.append((context.task_id, answer))
+        await updater.start_work()
+        if "city" not in trip:
+            trip["city"] = answer
+            nights = {"type": "integer", "minimum": 1, "maximum": 30}
+            asked = [a2a.Part(text=f"How many nights in {answer}?"), new_data_part(nights)]
+            await updater.requires_input(new_message(asked))
+            return
+        result = f"{trip['who']}: {int(answer)} nights in {trip['city']}"
+        await updater.add_artifact([a2a.Part(text=result)])
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

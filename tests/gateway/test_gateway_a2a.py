@@ -85,7 +85,7 @@ async def test_a_data_part_is_the_parameters_and_the_result_an_artifact(team: Te
         again = await client.get_task(a2a.GetTaskRequest(id=task.id))
         follow_up = user_message({"n": 1}, skill="double")
         follow_up.task_id = task.id
-        with pytest.raises(UnsupportedOperationError, match="each task is one bus request"):
+        with pytest.raises(UnsupportedOperationError, match="it asks none now"):
             await send(client, follow_up)
     assert state_name(again.status.state) == "TASK_STATE_COMPLETED"
     assert data_of(again.artifacts[0].parts[0]) == 42

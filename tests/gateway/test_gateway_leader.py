@@ -7,9 +7,11 @@ import pytest
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidParamsError
 from a2a_client import data_of, sdk_client, send, state_name, user_message
-from gateway_agents import Calc, Counter, Shouter
+from gateway_agents import Calc, Clerk, Counter, Shouter
 from gateway_team import HEARTBEAT, KEY, Team
 
+from agentbus import Agent
+from agentbus.gateway import Gateway
 from agentbus.leader import Leader
 from waiting import wait_until
 
@@ -84,3 +86,86 @@ async def test_cancelling_a_plans_task_cancels_its_running_subtasks(team: Team) 
     assert state_name(cancelled.status.state) == "TASK_STATE_CANCELED"
     await wait_until(lambda: calc.ended == ["cancelled"], 15)
     await wait_until(lambda: leader.in_flight == 0 and len(gateway.open_tasks) == 0, 15)
+
+
+def answer(task_id: str, text: str) -> a2a.Message:
+    """A follow-up message on the task ``task_id`` with ``text``."""
+    message = user_message(text=text)
+    message.task_id = task_id
+    return message
+
+
+async def leader_and(team: Team, agent: Agent) -> Gateway:
+    """A leader, ``agent`` and a gateway serving both."""
+    leader = Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    for started in (leader, agent):
+        await team.add(started)
+    gateway = await team.serve()
+    await wait_until(lambda: {"leader", agent.name} <= set(gateway.directory.cards), 15)
+    return gateway
+
+
+def waiting_on(status: a2a.TaskStatus) -> tuple[str, str, dict[str, object]]:
+    """(state, the question's text, the question) of a task waiting on a plan's question."""
+    parts = list(status.message.parts)
+    data = [data_of(part) for part in parts if part.HasField("data")]
+    (question,) = [item["question"] for item in data if "question" in item]
+    (text,) = [part.text for part in parts if part.HasField("text")]
+    return state_name(status.state), text, question
+
+
+async def test_a_plans_approval_waits_for_input_and_a_follow_up_answers_it(team: Team) -> None:
+    """The leader's question is the task's: input-required while the plan waits; the
+    follow-up's answer lets the plan go on, and the blocking follow-up returns its end."""
+    shouter = Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    gateway = await leader_and(team, shouter)
+    plan = {
+        "subtasks": [
+            {"id": "loud", "skill": "shout", "parameters": {"text": "bees"}},
+            {
+                "id": "ok",
+                "skill": "approval",
+                "parameters": {"question": "Print it?"},
+                "inputs": {"draft": "loud"},
+                "depends_on": ["loud"],
+            },
+        ]
+    }
+    async with sdk_client(f"{team.url}/agents/leader", KEY) as client:
+        (response,) = await send(client, user_message({"plan": plan}, skill="run_plan"))
+        task = response.task
+        state, text, question = waiting_on(task.status)
+        assert (state, text) == ("TASK_STATE_INPUT_REQUIRED", "Print it?")
+        assert (question["plan_id"], question["subtask_id"]) == (f"a2a-{task.id}", "ok")
+        assert question["data"] == {"draft": "BEES"}
+        (response,) = await send(client, answer(task.id, "true"))
+    done = response.task
+    assert (done.id, state_name(done.status.state)) == (task.id, "TASK_STATE_COMPLETED")
+    aggregate = data_of(done.artifacts[-1].parts[0])
+    assert aggregate["status"] == "completed"
+    (approved,) = [step for step in aggregate["subtasks"] if step["id"] == "ok"]
+    assert approved["result"]["approved"] is True
+    assert len(gateway.open_tasks) == 0
+
+
+async def test_a_plan_steps_questions_stream_and_are_answered_on_the_task(team: Team) -> None:
+    """A step's agent asks twice: each question streams as input-required; each streamed
+    follow-up answers it and streams the plan on, to the next question, then the end."""
+    await leader_and(
+        team, Clerk(agent_id="clerk-1", settings=team.settings, heartbeat_interval=HEARTBEAT)
+    )
+    plan = {"subtasks": [{"id": "trip", "skill": "book", "parameters": {"who": "ann"}}]}
+    async with sdk_client(f"{team.url}/agents/leader", KEY, streaming=True) as client:
+        events = await send(client, user_message({"plan": plan}, skill="run_plan"))
+        task_id = events[0].task.id
+        assert waiting_on(events[-1].status_update.status)[1] == "Where to, ann?"
+        events = await send(client, answer(task_id, "Oslo"))
+        assert waiting_on(events[-1].status_update.status)[1] == "How many nights in Oslo?"
+        events = await send(client, answer(task_id, "2"))
+    assert state_name(events[-1].status_update.status.state) == "TASK_STATE_COMPLETED"
+    (aggregate,) = [
+        data_of(e.artifact_update.artifact.parts[0])
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "run_plan"
+    ]
+    assert aggregate["subtasks"][0]["result"].startswith("booked 2 nights in Oslo for ann")

@@ -22,9 +22,10 @@ import pytest
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import TaskNotFoundError
 from a2a_client import sdk_client, send, state_name, user_message
-from gateway_agents import Calc
+from gateway_agents import Calc, Clerk
 from gateway_team import KEY, OTHER_KEY, Team, free_port
 from test_gateway_cli import wait_listed
+from webhook_server import sent, serving_webhook
 
 from agentbus import Agent, current_request, skill
 from redis_servers import tier_redis_url
@@ -61,14 +62,16 @@ class Gated(Agent):
 
 
 @contextlib.asynccontextmanager
-async def gateway(team: Team, keys: Path, redis_url: str, *options: str) -> AsyncIterator[str]:
+async def gateway(
+    team: Team, keys: Path, redis_url: str, *options: str, env: dict[str, str] | None = None
+) -> AsyncIterator[str]:
     """An ``agentbus gateway`` process on the team's bus, sharing tasks in Redis: its URL."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         AGENTBUS, "--url", team.settings.url, "--exchange", team.settings.exchange,
         "--log-level", "warning", "gateway", "--keys", str(keys), "--port", str(port),
         "--task-store", redis_url, *options,
-        env={**os.environ, "AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"},
+        env={**os.environ, "AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5", **(env or {})},
     )  # fmt: skip
     try:
         yield f"http://127.0.0.1:{port}"
@@ -157,6 +160,42 @@ async def test_a_subscription_at_the_other_process_follows_the_task_to_its_end(
         assert artifact.artifact.parts[0].text == "done"
         last = events[-1]
         assert state_name(last.status_update.status.state) == "TASK_STATE_COMPLETED"
+
+
+async def test_a_question_asked_through_one_process_is_answered_through_the_other(
+    team: Team, keys: Path, redis_url: str
+) -> None:
+    """The task waits at A; the follow-ups at B answer it (the question read from Redis),
+    and the webhook registered at A hears the question and the end from whichever runs."""
+    await team.add(Clerk(agent_id="clerk-1", settings=team.settings, heartbeat_interval=BEAT))
+    pushing = {
+        "AGENTBUS_GATEWAY_PUSH_PRIVATE_HOSTS": "true",
+        "AGENTBUS_GATEWAY_PUSH_BACKOFF": "0.05",
+    }
+    async with (
+        serving_webhook(refuse=1) as webhook,
+        gateway(team, keys, redis_url, env=pushing) as a,
+        gateway(team, keys, redis_url, env=pushing) as b,
+    ):
+        await asyncio.gather(wait_listed(a, "clerk"), wait_listed(b, "clerk"))
+        async with (
+            sdk_client(f"{a}/agents/clerk", KEY) as at_a,
+            sdk_client(f"{b}/agents/clerk", KEY) as at_b,
+        ):
+            message = user_message({"who": "ann"}, skill="book")
+            [sent_at_a] = [r async for r in at_a.send_message(sent(message, webhook.url))]
+            task = sent_at_a.task
+            await wait_until(lambda: "TASK_STATE_INPUT_REQUIRED" in webhook.states(), DEADLINE)
+            for text in ("Oslo", "4"):
+                follow_up = user_message(text=text)
+                follow_up.task_id = task.id
+                (answered,) = await send(at_b, follow_up)
+            await wait_until(lambda: webhook.states()[-1:] == ["TASK_STATE_COMPLETED"], DEADLINE)
+            back = await at_a.get_task(a2a.GetTaskRequest(id=task.id))
+    assert state_name(answered.task.status.state) == "TASK_STATE_COMPLETED"
+    assert answered.task.artifacts[0].parts[0].text.startswith("booked 4 nights in Oslo for ann")
+    assert state_name(back.status.state) == "TASK_STATE_COMPLETED"
+    assert webhook.states().count("TASK_STATE_INPUT_REQUIRED") == 2
 
 
 async def test_workers_behind_one_address_serve_one_set_of_tasks(

@@ -13,6 +13,7 @@ from a2a.server.cluster import ConcurrentTaskModificationError, TaskVersion
 from a2a.server.context import ServerCallContext
 from a2a.types import a2a_pb2 as a2a
 
+from agentbus.gateway._shared_push import RedisPushConfigs
 from agentbus.gateway._shared_tasks import RedisTaskEvents, RedisTaskStore, connect
 from redis_servers import tier_redis_url
 
@@ -32,7 +33,9 @@ async def store(redis_url: str) -> AsyncIterator[RedisTaskStore]:
     redis = connect(redis_url)
     prefix = f"test-{uuid.uuid4().hex[:10]}:a2a"
     try:
-        yield RedisTaskStore(redis, prefix=prefix, size=3, retention=60, open_expiry=60)
+        yield RedisTaskStore(
+            redis, prefix=prefix, size=3, retention=60, open_expiry=60, waiting_expiry=60
+        )
     finally:
         keys = [key async for key in redis.scan_iter(f"{prefix}:*")]
         if keys:
@@ -160,3 +163,35 @@ async def test_a_new_task_id_reads_as_nothing_until_written_then_as_written(
     stored = await store.get(task_id, alice)
     assert stored is not None
     assert (stored.task.id, stored.version) == (task_id, version)
+
+
+async def test_webhooks_are_kept_per_owner_and_all_are_dispatched(redis_url: str) -> None:
+    """Each caller reads and deletes its own webhooks; dispatch sees every caller's; a
+    config without an id takes the task's, and replaces the one with that id."""
+    redis = connect(redis_url)
+    prefix = f"test-{uuid.uuid4().hex[:10]}:a2a"
+    configs = RedisPushConfigs(redis, prefix=prefix, expiry=60)
+    alice, bob = caller("alice"), caller("bob")
+    try:
+        hook = a2a.TaskPushNotificationConfig(url="https://a.example/hook", token="one")
+        stored = await configs.set_info("t1", hook, alice)
+        assert (stored.id, stored.task_id) == ("t1", "t1")  # no id: the task's
+        await configs.set_info(
+            "t1", a2a.TaskPushNotificationConfig(url="https://a.example/2"), alice
+        )
+        await configs.set_info(
+            "t1", a2a.TaskPushNotificationConfig(id="b", url="https://b.example/"), bob
+        )
+        assert [c.url for c in await configs.get_info("t1", alice)] == ["https://a.example/2"]
+        assert [c.url for c in await configs.get_info("t1", bob)] == ["https://b.example/"]
+        dispatched = await configs.get_info_for_dispatch("t1")
+        assert sorted(c.url for c in dispatched) == ["https://a.example/2", "https://b.example/"]
+        await configs.delete_info("t1", alice)
+        assert [c.url for c in await configs.get_info_for_dispatch("t1")] == ["https://b.example/"]
+        await configs.delete_info("t1", bob, "b")
+        assert await configs.get_info_for_dispatch("t1") == []
+    finally:
+        keys = [key async for key in redis.scan_iter(f"{prefix}:*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()

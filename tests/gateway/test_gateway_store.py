@@ -30,7 +30,7 @@ def _task(task_id: str, state: a2a.TaskState.ValueType) -> a2a.Task:
 
 async def test_the_store_drops_the_oldest_finished_tasks_beyond_its_size() -> None:
     """Open tasks stay; finished ones beyond the size go, oldest first."""
-    store = BoundedTaskStore(size=3, retention=3600)
+    store = BoundedTaskStore(size=3, retention=3600, waiting=3600)
     alice = ServerCallContext(user=_User("alice"))
     await store.save(_task("open", a2a.TaskState.TASK_STATE_WORKING), alice)
     for n in range(4):
@@ -42,13 +42,30 @@ async def test_the_store_drops_the_oldest_finished_tasks_beyond_its_size() -> No
 
 async def test_the_store_forgets_finished_tasks_after_the_retention() -> None:
     """A finished task is gone once its retention has passed; running ones stay."""
-    store = BoundedTaskStore(size=100, retention=1e-9)
+    store = BoundedTaskStore(size=100, retention=1e-9, waiting=3600)
     bob = ServerCallContext(user=_User("bob"))
     await store.save(_task("t1", a2a.TaskState.TASK_STATE_FAILED), bob)
     assert await store.get("t1", bob) is None  # read back after its retention
     await store.save(_task("t2", a2a.TaskState.TASK_STATE_WORKING), bob)
     assert await store.get("t2", bob) is not None
     assert len(store) == 1
+
+
+async def test_the_store_keeps_a_waiting_task_for_its_own_retention() -> None:
+    """A task waiting for input is kept ``waiting`` seconds, however short the finished
+    tasks' retention; once past it, it is gone, and an answered one is kept as before."""
+    store = BoundedTaskStore(size=100, retention=1e-9, waiting=3600)
+    cy = ServerCallContext(user=_User("cy"))
+    await store.save(_task("asks", a2a.TaskState.TASK_STATE_INPUT_REQUIRED), cy)
+    await store.save(_task("auth", a2a.TaskState.TASK_STATE_AUTH_REQUIRED), cy)
+    assert await store.get("asks", cy) is not None
+    await store.save(_task("auth", a2a.TaskState.TASK_STATE_WORKING), cy)  # answered
+    short = BoundedTaskStore(size=100, retention=3600, waiting=1e-9)
+    await short.save(_task("asks", a2a.TaskState.TASK_STATE_INPUT_REQUIRED), cy)
+    await short.save(_task("runs", a2a.TaskState.TASK_STATE_WORKING), cy)
+    assert await short.get("asks", cy) is None
+    assert await short.get("runs", cy) is not None
+    assert (len(store), len(short)) == (2, 1)
 
 
 def test_open_tasks_refuse_beyond_the_limit_and_free_slots() -> None:

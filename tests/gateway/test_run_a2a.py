@@ -16,7 +16,7 @@ from gateway_agents import Shouter, Writer
 from gateway_team import HEARTBEAT, KEY, Team, free_port, start_uvicorn, stop_uvicorn
 from remote_a2a_server import Wordsmith, wordsmith_app
 
-from agentbus import AgentBusError, RemoteError
+from agentbus import AgentBusError, InputRequired, RemoteError
 from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.gateway import RemoteA2AAgent
 from agentbus.leader import Leader, PlanClient
@@ -69,7 +69,7 @@ async def test_the_a2a_agents_skills_are_offered_and_answered_on_the_bus(
     agent = await on_the_bus(team, remote)
     assert agent.name == SERVICE
     skills = await listed_skills(team)
-    assert skills[SERVICE] == ["outline", "refuse", "reverse", "stats", "wait"]
+    assert skills[SERVICE] == ["outline", "refuse", "reverse", "stats", "trip", "wait"]
     reply = await team.client.request(SERVICE, "reverse", {"text": "one two three"}, timeout=10)
     assert reply.result == "three two one"
     reply = await team.client.request(SERVICE, "stats", {"text": "hello bus world"}, timeout=10)
@@ -86,6 +86,50 @@ async def test_a_failed_a2a_task_is_an_error_envelope_with_its_code(
         await team.client.request(SERVICE, "refuse", {"text": "please"}, timeout=10)
     assert caught.value.envelope.payload.code == "invalid_parameters"
     assert caught.value.envelope.payload.message == "refused, as always"
+
+
+async def test_the_a2a_agents_questions_are_bus_questions_answered_on_its_task(
+    team: Team, remote: Remote
+) -> None:
+    """input-required is a bus question (the schema the A2A agent gives, checked here); each
+    answer goes back as one message on the same A2A task, and its result is the reply."""
+    await on_the_bus(team, remote)
+    with pytest.raises(InputRequired) as first:
+        await team.client.request(SERVICE, "trip", {"text": "ann"}, timeout=10)
+    city = first.value.question
+    assert (city.text, city.answer_schema, city.kind.value) == (
+        "Which city?",
+        {"type": "string"},
+        "input",
+    )
+    with pytest.raises(InputRequired) as second:
+        await team.client.answer(city, "Oslo", timeout=10)
+    nights = second.value.question
+    assert nights.text == "How many nights in Oslo?"
+    assert nights.answer_schema == {"type": "integer", "minimum": 1, "maximum": 30}
+    with pytest.raises(InputRequired) as again:  # refused by run-a2a: the A2A agent never sees it
+        await team.client.answer(nights, 0, timeout=10)
+    assert again.value.question.rejected is not None
+    assert "less than the minimum of 1" in str(again.value.question.rejected["errors"])
+    reply = await team.client.answer(again.value.question, 3, timeout=10)
+    assert reply.result == "ann: 3 nights in Oslo"
+    (task_id,) = remote.executor.trips
+    assert remote.executor.follow_ups == [(task_id, "Oslo"), (task_id, 3)]
+    assert remote.executor.asked == ["trip"]
+
+
+async def test_declining_the_a2a_agents_question_cancels_its_task(
+    team: Team, remote: Remote
+) -> None:
+    """A declined question: the A2A task is cancelled, and the caller told ``cancelled``."""
+    await on_the_bus(team, remote)
+    with pytest.raises(InputRequired) as first:
+        await team.client.request(SERVICE, "trip", {"text": "bo"}, timeout=10)
+    with pytest.raises(RemoteError) as caught:
+        await team.client.answer(first.value.question, decline=True, timeout=10)
+    assert caught.value.envelope.payload.code == "cancelled"
+    assert remote.executor.cancelled == list(remote.executor.trips)
+    assert remote.executor.follow_ups == []
 
 
 async def test_working_updates_are_in_progress_replies(team: Team, remote: Remote) -> None:

@@ -22,9 +22,14 @@ from a2a.server.routes import (
     create_jsonrpc_routes,
     create_rest_routes,
 )
-from a2a.server.tasks import TaskStore
+from a2a.server.tasks import (
+    InMemoryPushNotificationConfigStore,
+    PushNotificationConfigStore,
+    TaskStore,
+)
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from a2a.utils.push_url_validator import validate_push_notification_url
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -44,7 +49,9 @@ from agentbus.gateway._executor import BusExecutor
 from agentbus.gateway._follow import PlanProgress
 from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._peers import PeerCancels
+from agentbus.gateway._push import Pushes, PushSender
 from agentbus.gateway._settings import GatewaySettings
+from agentbus.gateway._shared_push import RedisPushConfigs
 from agentbus.gateway._shared_tasks import (
     NewTaskIds,
     RedisTaskEvents,
@@ -95,12 +102,24 @@ class Gateway(Face):
         )
         self.store: TaskStore | VersionedTaskStore
         self._shared: _Shared | None = None
+        configs: PushNotificationConfigStore
         if gateway.task_store is None:
-            self.store = BoundedTaskStore(size=gateway.max_tasks, retention=gateway.task_retention)
+            self.store = BoundedTaskStore(
+                size=gateway.max_tasks,
+                retention=gateway.task_retention,
+                waiting=gateway.waiting_retention,
+            )
+            configs = InMemoryPushNotificationConfigStore()
         else:
             self._shared = _Shared.of(gateway.task_store, settings, gateway, self._bus)
             self.store = self._shared.store
+            configs = self._shared.webhooks
             self._shared.peers = PeerCancels(self._bus, self._executor, self.store)
+        screen = None if gateway.push_private_hosts else validate_push_notification_url
+        sender = PushSender(
+            configs, attempts=gateway.push_attempts, backoff=gateway.push_backoff, screen=screen
+        )
+        self.pushes = Pushes(configs, sender, screen)
         self._handlers: dict[str, GatewayHandler] = {}
         self._mounts: dict[str, Mount] = {}
         self._root: dict[str, list[BaseRoute]] = {}
@@ -137,6 +156,7 @@ class Gateway(Face):
         await self._executor.aclose()
         for handler in list(self._handlers.values()):
             await handler.aclose()
+        await self.pushes.sender.aclose()
         await self.callers.aclose()
         await self._bus.aclose()
         if self._shared is not None:
@@ -189,6 +209,7 @@ class Gateway(Face):
             events=self._shared.events if self._shared is not None else None,
             cancelled=self._shared.peers.tell if self._shared is not None else None,
             task_ids=NewTaskIds(self._shared.store) if self._shared is not None else None,
+            pushes=self.pushes,
         )
         self._handlers[service] = handler
         routes = self._service_routes(service, root=False)
@@ -248,6 +269,7 @@ class _Shared:
     redis: Redis
     store: RedisTaskStore
     events: RedisTaskEvents
+    webhooks: RedisPushConfigs
     url: str
     peers: PeerCancels = field(init=False)
 
@@ -259,14 +281,19 @@ class _Shared:
             raise ConfigurationError(
                 f"a shared task store needs redis-py: pip install 'agentbus[redis]' ({exc})"
             ) from exc
+        prefix = f"{settings.exchange}:a2a"
         store = RedisTaskStore(
             redis,
-            prefix=f"{settings.exchange}:a2a",
+            prefix=prefix,
             size=gateway.max_tasks,
             retention=gateway.task_retention,
             open_expiry=gateway.request_timeout + gateway.task_retention,
+            waiting_expiry=gateway.waiting_retention,
         )
-        return cls(redis, store, RedisTaskEvents(redis, store), url)
+        # A task's webhooks last as long as the task may: waiting, then finished.
+        expiry = max(gateway.request_timeout, gateway.waiting_retention) + gateway.task_retention
+        webhooks = RedisPushConfigs(redis, prefix=prefix, expiry=expiry)
+        return cls(redis, store, RedisTaskEvents(redis, store), webhooks, url)
 
     async def start(self) -> None:
         await reachable(self.redis, self.url)

@@ -67,6 +67,7 @@ def a2a_card(
         ],
         capabilities=a2a.AgentCapabilities(
             streaming=streaming,
+            push_notifications=True,
             extensions=[
                 a2a.AgentExtension(
                     uri=SCHEMAS_EXTENSION,

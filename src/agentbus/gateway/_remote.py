@@ -9,13 +9,15 @@ progress (``report_progress``), each streamed artifact chunk sent as a partial r
 artifacts are the result (an artifact of text parts, as streamed in chunks, is one text;
 artifacts marked ``agentbus.partial: true`` are left out), a failed or rejected task an
 error envelope (its code when the status message carries one), and a bus ``cancel``
-cancels the A2A task.
+cancels the A2A task. A task that waits for input asks its question on the bus
+(``_remote_asking``), and the answer goes back on the same task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from typing import Any
 
@@ -29,13 +31,15 @@ from google.protobuf.json_format import MessageToDict
 from jsonschema import Draft202012Validator
 
 from agentbus._config import Settings
-from agentbus._exceptions import AgentBusError, Cancelled
+from agentbus._exceptions import AgentBusError, Cancelled, QuestionDeclined
 from agentbus._http import SchemaSkill
-from agentbus.agents import Agent, SkillMark, report_progress, send_partial
+from agentbus.agents import Agent, SkillMark, ask, remember, report_progress, send_partial
 from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
 from agentbus.gateway._executor import PARTIAL_KEY
 from agentbus.gateway._parts import SKILL_KEY, from_json
+from agentbus.gateway._questions import WAITING
+from agentbus.gateway._remote_asking import Asks, answer_message, answer_type, asks
 
 __all__ = ["RemoteA2AAgent"]
 
@@ -46,6 +50,8 @@ _FREE_FORM: dict[str, Any] = {
     "description": "text goes as a text part; other parameters as one data part",
 }
 _FAILED = {a2a.TaskState.TASK_STATE_FAILED, a2a.TaskState.TASK_STATE_REJECTED}
+_TURN_ENDS = {*_FAILED, *WAITING, a2a.TaskState.TASK_STATE_COMPLETED}
+_TURN = "a2a.turn."  # remembered: each turn's outcome, by its number
 _NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 _FIRST_PAUSE = 0.2  # seconds between tries for the card, doubling
@@ -138,12 +144,37 @@ class RemoteA2AAgent(Agent):
             await self._http.aclose()
 
     async def forward(self, skill: str, parameters: dict[str, Any]) -> Any:
-        """Send ``parameters`` to the A2A agent's ``skill``; return the task's result."""
+        """Send ``parameters`` to the A2A agent's ``skill``; return the task's result.
+
+        A remote task that waits for input asks its question on the bus (``ask``); the
+        answer goes back as a message on that task, and so on until it ends. Each turn's
+        outcome is remembered: the answer that runs the skill again sends only what is new.
+        """
+        turn = await remember(
+            f"{_TURN}0", functools.partial(self._turn, _message(skill, parameters))
+        )
+        turns = 0
+        while "result" not in turn:
+            question: Asks = turn["asks"]
+            answer_as = answer_type(question["schema"])
+            try:
+                answer = await ask(question["text"], answer_as, kind=question["kind"])
+            except QuestionDeclined:
+                await self._cancel_remote(question["task_id"])
+                raise
+            turns += 1
+            message = answer_message(question, answer)
+            turn = await remember(f"{_TURN}{turns}", functools.partial(self._turn, message))
+        return turn["result"]
+
+    async def _turn(self, message: a2a.Message) -> dict[str, Any]:
+        # One message to the A2A agent, until its task ends or asks: {"result": ...} or
+        # {"asks": ...}.
         remote = _RemoteTask()
         # The exchange runs in a task of its own: cancelled in its first moments, before the
         # stream has named the remote task, this call waits for the name (briefly) so that
         # the CancelTask still reaches the A2A agent.
-        exchange = asyncio.ensure_future(self._exchange(skill, parameters, remote))
+        exchange = asyncio.ensure_future(self._exchange(message, remote))
         try:
             return await asyncio.shield(exchange)
         except asyncio.CancelledError:
@@ -157,9 +188,9 @@ class RemoteA2AAgent(Agent):
                 await asyncio.shield(self._cancel_remote(remote.id))
             raise
 
-    async def _exchange(self, skill: str, parameters: dict[str, Any], remote: _RemoteTask) -> Any:
+    async def _exchange(self, message: a2a.Message, remote: _RemoteTask) -> dict[str, Any]:
         assert self._client is not None
-        request = a2a.SendMessageRequest(message=_message(skill, parameters))
+        request = a2a.SendMessageRequest(message=message)
         try:
             task: a2a.Task | None = None
             async for event in self._client.send_message(request):
@@ -176,11 +207,8 @@ class RemoteA2AAgent(Agent):
                     if _partial(artifact) is not False:  # not marked as the whole result
                         await send_partial(_result(list(artifact.parts)))
                 elif kind == "message":
-                    return _result(list(event.message.parts))
-            if task is None or task.status.state not in (
-                *_FAILED,
-                a2a.TaskState.TASK_STATE_COMPLETED,
-            ):
+                    return {"result": _result(list(event.message.parts))}
+            if task is None or task.status.state not in _TURN_ENDS:
                 task = await self._client.get_task(a2a.GetTaskRequest(id=remote.id))
         except (A2AError, A2AClientError, httpx.HTTPError) as exc:
             raise AgentBusError(
@@ -247,12 +275,14 @@ def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:
     return message
 
 
-def _outcome(task: a2a.Task) -> Any:
+def _outcome(task: a2a.Task) -> dict[str, Any]:
     state = task.status.state
     if state == a2a.TaskState.TASK_STATE_COMPLETED:
         results = [artifact for artifact in task.artifacts if _partial(artifact) is not True]
         values = [_artifact_value(artifact) for artifact in results]
-        return values[0] if len(values) == 1 else values
+        return {"result": values[0] if len(values) == 1 else values}
+    if state in WAITING:
+        return {"asks": asks(task)}
     if state == a2a.TaskState.TASK_STATE_CANCELED:
         raise Cancelled("the A2A task was cancelled")
     raise _failure(task)

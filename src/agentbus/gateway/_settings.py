@@ -40,3 +40,14 @@ class GatewaySettings(HttpSettings):
     ``SubscribeToTask`` for a task another runs."""
     max_body_size: int = Field(default=1_048_576, ge=1)
     """The largest HTTP request body accepted, in bytes."""
+    waiting_retention: float = Field(default=604_800.0, gt=0)
+    """Seconds a task waiting for input (a question) is kept after it asked: a follow-up
+    after that finds no task. Its question may close sooner (its own wait, the agents'
+    question retention)."""
+    push_attempts: int = Field(default=6, ge=1)
+    """Tries of each push notification to a webhook, the first included."""
+    push_backoff: float = Field(default=1.0, gt=0)
+    """Seconds before a push notification's second try; each pause after doubles, to 60 s."""
+    push_private_hosts: bool = False
+    """Take webhooks at loopback, private or link-local addresses (refused by default: a
+    caller would make the gateway reach inside its network). For local use and tests."""

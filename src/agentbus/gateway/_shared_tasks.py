@@ -21,7 +21,8 @@ gateway ``RedisTaskStore`` and ``RedisTaskEvents``, the SDK's ``VersionedTaskSto
   in Redis before this process writes it: until then, reading it is not asked of Redis (a
   new task is read three times before its first write).
 - A finished task and its events expire ``retention`` seconds after its last write; one
-  still open after ``open_expiry`` seconds (its process died) too. An owner keeps ``size``
+  waiting for input, ``waiting_expiry`` seconds after; one still running after
+  ``open_expiry`` seconds (its process died) too. An owner keeps ``size``
   tasks at most: over it, its oldest finished tasks go first.
 """
 
@@ -51,7 +52,7 @@ from a2a.utils.proto_utils import to_stream_response
 
 from agentbus._config import mask_url
 from agentbus._exceptions import ConfigurationError
-from agentbus.gateway._tasks import TERMINAL
+from agentbus.gateway._tasks import TERMINAL, WAITING
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -140,7 +141,8 @@ class RedisTaskStore(VersionedTaskStore):
         size: The most tasks kept for one owner (caller identity); the oldest finished
             ones go first.
         retention: Seconds a finished task can still be read back.
-        open_expiry: Seconds an open task is kept after its last write.
+        open_expiry: Seconds a running task is kept after its last write.
+        waiting_expiry: Seconds a task waiting for input is kept after its last write.
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class RedisTaskStore(VersionedTaskStore):
         size: int,
         retention: float,
         open_expiry: float,
+        waiting_expiry: float,
         owner_resolver: OwnerResolver = resolve_user_scope,
     ) -> None:
         self._redis = redis
@@ -158,6 +161,7 @@ class RedisTaskStore(VersionedTaskStore):
         self._size = size
         self._retention = max(1, round(retention))
         self._open_expiry = max(1, round(open_expiry))
+        self._waiting_expiry = max(1, round(waiting_expiry))
         self._owner = owner_resolver
         self._save: AsyncScript = redis.register_script(_SAVE)
         self._unborn: OrderedDict[str, None] = OrderedDict()
@@ -191,7 +195,7 @@ class RedisTaskStore(VersionedTaskStore):
             task.SerializeToString(),
             int(over),
             data,
-            self._retention if over else self._open_expiry,
+            self._expiry(task.status.state),
             int(time.time() * 1000),
             task.id,
             self._size,
@@ -255,6 +259,11 @@ class RedisTaskStore(VersionedTaskStore):
         if len(self._unborn) > _UNBORN:
             self._unborn.popitem(last=False)
         return task_id
+
+    def _expiry(self, state: a2a.TaskState) -> int:
+        if state in TERMINAL:
+            return self._retention
+        return self._waiting_expiry if state in WAITING else self._open_expiry
 
     def events_key(self, task_id: str) -> str:
         """Return the key of the event stream of task ``task_id``."""

@@ -10,7 +10,7 @@ from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import InvalidRequestError
 
-__all__ = ["TERMINAL", "BoundedTaskStore", "OpenTasks"]
+__all__ = ["TERMINAL", "WAITING", "BoundedTaskStore", "OpenTasks"]
 
 TERMINAL = frozenset(
     {
@@ -20,6 +20,10 @@ TERMINAL = frozenset(
         a2a.TaskState.TASK_STATE_REJECTED,
     }
 )
+WAITING = frozenset(
+    {a2a.TaskState.TASK_STATE_INPUT_REQUIRED, a2a.TaskState.TASK_STATE_AUTH_REQUIRED}
+)
+"""The states of a task waiting for a follow-up message (the answer to its question)."""
 
 
 class OpenTasks:
@@ -67,14 +71,17 @@ class OpenTasks:
 class BoundedTaskStore(InMemoryTaskStore):
     """The SDK's in-memory store, keeping finished tasks ``retention`` seconds, ``size`` at most.
 
-    Open tasks are never dropped (their number is bounded by ``OpenTasks``).
+    A task waiting for input is kept ``waiting`` seconds after its last change; running
+    ones are never dropped (their number is bounded by ``OpenTasks``).
     """
 
-    def __init__(self, *, size: int, retention: float) -> None:
+    def __init__(self, *, size: int, retention: float, waiting: float) -> None:
         super().__init__()
         self._size = size
         self._retention = retention
+        self._waiting_for = waiting
         self._finished: OrderedDict[str, tuple[float, ServerCallContext]] = OrderedDict()
+        self._waiting: OrderedDict[str, tuple[float, ServerCallContext]] = OrderedDict()
         self._known: set[tuple[str, str]] = set()  # (owner, task id), without reading a copy
 
     def __len__(self) -> int:
@@ -83,9 +90,12 @@ class BoundedTaskStore(InMemoryTaskStore):
     async def save(self, task: a2a.Task, context: ServerCallContext) -> None:
         await super().save(task, context)
         self._known.add((context.user.user_name, task.id))
+        self._waiting.pop(task.id, None)
         if task.status.state in TERMINAL:
             self._finished[task.id] = (time.monotonic(), context)
             self._finished.move_to_end(task.id)
+        elif task.status.state in WAITING:
+            self._waiting[task.id] = (time.monotonic(), context)
         await self._prune()
 
     async def get(self, task_id: str, context: ServerCallContext) -> a2a.Task | None:
@@ -96,10 +106,16 @@ class BoundedTaskStore(InMemoryTaskStore):
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         self._known.discard((context.user.user_name, task_id))
         self._finished.pop(task_id, None)
+        self._waiting.pop(task_id, None)
         await super().delete(task_id, context)
 
     async def _prune(self) -> None:
         now = time.monotonic()
+        while self._waiting:
+            task_id, (changed, context) = next(iter(self._waiting.items()))
+            if now - changed <= self._waiting_for:
+                break
+            await self.delete(task_id, context)
         while self._finished:
             task_id, (finished, context) = next(iter(self._finished.items()))
             if now - finished <= self._retention and len(self._known) <= self._size:

@@ -28,11 +28,13 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_agents import Clerk
-from mcp_team import ERAS, HEARTBEAT, KEY, ROOT, Team
+from mcp_team import ERAS, HEARTBEAT, KEY, ROOT, Team, free_port
 
+from agentbus.gateway import RemoteA2AAgent
 from agentbus.mcp import ERROR_META, McpTarget, RemoteMcpAgent
 
 WORDSMITH = [sys.executable, str(Path(__file__).with_name("wordsmith_mcp.py"))]
+REMOTE_A2A = Path(__file__).parents[1] / "gateway" / "remote_a2a_server.py"
 GUIDE = ROOT / "docs" / "conversations.md"
 
 
@@ -85,15 +87,44 @@ async def remote_mcp_server(team: Team) -> Asker:
     )
 
 
+async def remote_a2a_agent(team: Team) -> Asker:
+    """A remote a2a-sdk agent that asks twice (which city, then how many nights, with its
+    JSON Schema), in a process of its own, on the bus through run-a2a."""
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(sys.executable, str(REMOTE_A2A), str(port))
+    team.on_close(lambda: _stopped(server))
+    agent = await RemoteA2AAgent.from_url(
+        f"http://127.0.0.1:{port}/",
+        agent_id="words-1",
+        settings=team.settings,
+        heartbeat_interval=HEARTBEAT,
+        wait=30,
+    )
+    await team.add(agent)
+    await team.registered(agent.name)
+    return Asker(
+        tool=f"{agent.name}__trip",
+        arguments={"text": "ann"},
+        steps=[("Which city?", "Oslo"), ("How many nights in Oslo?", 3)],
+        result="ann: 3 nights in Oslo",
+    )
+
+
+async def _stopped(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        await process.wait()
+
+
 ASKERS: dict[str, Callable[[Team], Awaitable[Asker]]] = {
     "bus-agent": bus_agent,
     "run-mcp": remote_mcp_server,
+    "run-a2a": remote_a2a_agent,
 }
-"""How each asker is started on the team's bus; every test below runs with each. A remote
-A2A agent that asks joins as one more: a function that starts it and ``agentbus run-a2a``
-in front of it on ``team`` (``team.settings``, or ``team.env()`` for a process), waits for
-``team.registered(service)``, and returns its tool (``<service>__<skill>``), arguments,
-questions with their answers, and result."""
+"""How each asker is started on the team's bus; every test below runs with each: a bus
+agent, a remote MCP server through run-mcp, a remote A2A agent through run-a2a (issue
+38's Done-when: the same remote agent an A2A client talks to through the gateway asks an
+MCP client by elicitation)."""
 
 
 @pytest.fixture(params=sorted(ASKERS))

@@ -180,6 +180,7 @@ class PlanJournal:
                 "started": record.started,
                 "ended": record.ended,
                 "usage": record.usage,
+                "items": record.items,
             }
         )
 
@@ -337,6 +338,7 @@ def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
     record.started = entry.get("started")
     record.ended = entry.get("ended")
     record.usage = entry.get("usage")
+    record.items = entry.get("items")
 
 
 def _waiting_on(found: Restored, records: dict[str, SubtaskRecord]) -> list[Question]:

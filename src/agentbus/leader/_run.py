@@ -17,11 +17,13 @@ from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import Question, utcnow
 from agentbus.leader._aggregate import Aggregate, SubtaskOutcome, SubtaskStatus
 from agentbus.leader._attempt import Answered, Asked, AttemptResult, Failed, Holders, SubtaskError
+from agentbus.leader._conditions import evaluate, truthy
 from agentbus.leader._conversing import Conversing
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import Sent
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._limits import Limits
+from agentbus.leader._mapping import Mapper
 from agentbus.leader._parking import PlanParked
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
@@ -102,6 +104,9 @@ class PlanRunner:
             running=lambda: len(self._tasks),
             wake=lambda: self._ended.put_nowait(_PARK),
         )
+        self._mapper = Mapper(
+            self.attempts, self._results, takeover, self._emit, self._limits.spend
+        )
 
     def __repr__(self) -> str:
         return (
@@ -117,9 +122,8 @@ class PlanRunner:
         """Move on at once from the work an agent reported offline was holding."""
         self._directory.forget(agent_id)
         for flight in self._holders.gone(agent_id):
-            # The attempt's task waits on the reply: cancelled, it sees ``offline`` and
-            # moves on. (A reply already in and not yet taken is lost with it, as is
-            # one still on its way: the subtask is tried again.)
+            # The attempt's task waits on the reply: cancelled, it sees ``offline`` and moves
+            # on (a reply already in, or on its way, is lost with it: the step is tried again).
             assert flight.task is not None
             flight.task.cancel()
 
@@ -256,6 +260,10 @@ class PlanRunner:
         if self._takeover is not None and self._takeover.settled_before(record):
             self._settled_before(record)  # another leader saw it end: not run again
             return
+        if subtask.when is not None and not self._holds(subtask.when):
+            self._results[subtask.id] = None  # its dependents run, and read null
+            self._finish(record, SubtaskError.not_met())
+            return
         parameters = self._parameters(subtask, record)
         if parameters is None:
             return
@@ -264,7 +272,16 @@ class PlanRunner:
         self._emit(record, "started")
         if subtask.skill == APPROVAL and subtask.service is None:
             self._end_step(record, await self._conversing.approve(subtask, record, parameters))
-            return
+        elif subtask.map is not None:
+            self._end_step(record, await self._mapper.run(subtask, record, parameters))
+        else:
+            self._end_step(record, await self.attempts(subtask, record, parameters))
+
+    async def attempts(
+        self, subtask: Subtask, record: SubtaskRecord, parameters: dict[str, Any]
+    ) -> AttemptResult:
+        """Try ``subtask`` as ``record`` (the step, or one item of a mapped step) until it
+        is answered, fails for good, or has no tries left; its questions answered."""
         tried: set[str] = set()
         in_flight = self._in_flight(record)
         result = await self._conversing.resumed(subtask, record, tried)
@@ -275,23 +292,23 @@ class PlanRunner:
                 in_flight = None
             while isinstance(result, Asked):
                 result = await self._conversing.converse(subtask, record, result.question, tried)
-            if isinstance(result, Answered):
-                self._succeed(record, result)
-                return
-            error = result.error
-            if self._is_last_try(subtask, record, error):
-                self._finish(record, error)
-                return
-            self._emit(record, "retrying", error=error)
+            if isinstance(result, Answered) or self._is_last_try(subtask, record, result.error):
+                return result
+            self._emit(record, "retrying", error=result.error)
             if not result.holder_gone:
                 await asyncio.sleep(self._limits.backoff(record.attempts))
             result = None
+
+    def _holds(self, condition: dict[str, Any]) -> bool:
+        return truthy(evaluate(condition, lambda name: resolve_input(name, self._results)))
 
     def _end_step(self, record: SubtaskRecord, result: AttemptResult) -> None:
         if isinstance(result, Answered):
             self._succeed(record, result)
         elif isinstance(result, Failed):
             self._finish(record, result.error)
+        else:  # Asked: answered in attempts() before it returns
+            raise AssertionError(f"{record.id} ended on a question")
 
     def _parameters(self, subtask: Subtask, record: SubtaskRecord) -> dict[str, Any] | None:
         # Its own and its inputs, from the results of its dependencies; None when one of
@@ -361,7 +378,9 @@ class PlanRunner:
 
     def _settled_before(self, record: SubtaskRecord) -> None:
         # The record as the journal has it: its result, its usage and its end count here.
-        if record.status is SubtaskStatus.SUCCEEDED:
+        if record.status is SubtaskStatus.SUCCEEDED or (
+            record.error is not None and record.error.is_not_met
+        ):
             self._results[record.id] = record.result
         self._limits.spend(record.usage or {})
         self._done += 1

@@ -93,6 +93,7 @@ class Mapper:
             await asyncio.gather(*tasks, return_exceptions=True)
             record.items = mapping.summary()
             record.usage = mapping.usage or None
+            record.attempts = mapping.attempts
         return Answered(mapping.results, mapping.agent or "")
 
     def _items(self, spec: MapSpec) -> list[Any] | SubtaskError:
@@ -151,12 +152,14 @@ class _Mapping:
         self.results: list[Any] = [None] * total
         self.usage: dict[str, float] = {}
         self.agent: str | None = None
+        self.attempts = 0
         self._counts = dict.fromkeys(("succeeded", "failed", "cancelled", "skipped"), 0)
         self._failures: list[dict[str, Any]] = []
 
     def settled(self, index: int, record: SubtaskRecord) -> SubtaskError | None:
         """Count an item that ended; return its error if it failed."""
         self._counts[record.status.value] = self._counts.get(record.status.value, 0) + 1
+        self.attempts += record.attempts
         for unit, amount in (record.usage or {}).items():
             self.usage[unit] = self.usage.get(unit, 0.0) + amount
         if record.status is SubtaskStatus.SUCCEEDED:

@@ -94,6 +94,7 @@ class Mapper:
             record.items = mapping.summary()
             record.usage = mapping.usage or None
             record.attempts = mapping.attempts
+            record.agents = list(mapping.agents) or None
         return Answered(mapping.results, mapping.agent or "")
 
     def _items(self, spec: MapSpec) -> list[Any] | SubtaskError:
@@ -152,6 +153,7 @@ class _Mapping:
         self.results: list[Any] = [None] * total
         self.usage: dict[str, float] = {}
         self.agent: str | None = None
+        self.agents: dict[str, None] = {}  # every instance that worked on an item, in order
         self.attempts = 0
         self._counts = dict.fromkeys(("succeeded", "failed", "cancelled", "skipped"), 0)
         self._failures: list[dict[str, Any]] = []
@@ -160,6 +162,7 @@ class _Mapping:
         """Count an item that ended; return its error if it failed."""
         self._counts[record.status.value] = self._counts.get(record.status.value, 0) + 1
         self.attempts += record.attempts
+        self.agents.update(dict.fromkeys(record.agents or ()))
         for unit, amount in (record.usage or {}).items():
             self.usage[unit] = self.usage.get(unit, 0.0) + amount
         if record.status is SubtaskStatus.SUCCEEDED:

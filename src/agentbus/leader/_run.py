@@ -1,7 +1,7 @@
 """Run one plan: start what the graph allows, retry with backoff, fail over, cancel, aggregate.
 
-A durable plan's journal and take-over are the ``TakeOver`` the runner is given.
-"""
+A durable plan's journal and take-over are the ``TakeOver`` the runner is given; its
+questions, the ``Conversing``; its mapped steps, the ``Mapper``."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ class PlanRunner:
 
     def snapshot(self) -> tuple[int, list[SubtaskOutcome]]:
         """How many subtasks have ended, and each one's outcome so far (a running plan)."""
-        return self._done, [record.outcome() for record in self._records.values()]
+        return self._done, [r.outcome() for r in self._records.values()]
 
     def agent_offline(self, agent_id: str) -> None:
         """Move on at once from the work an agent reported offline was holding."""
@@ -299,8 +299,8 @@ class PlanRunner:
                 await asyncio.sleep(self._limits.backoff(record.attempts))
             result = None
 
-    def _holds(self, condition: dict[str, Any]) -> bool:
-        return truthy(evaluate(condition, lambda name: resolve_input(name, self._results)))
+    def _holds(self, when: dict[str, Any]) -> bool:
+        return truthy(evaluate(when, lambda name: resolve_input(name, self._results)))
 
     def _end_step(self, record: SubtaskRecord, result: AttemptResult) -> None:
         if isinstance(result, Answered):
@@ -373,8 +373,9 @@ class PlanRunner:
         if answer.usage:
             record.usage = answer.usage
             self._limits.spend(answer.usage)
-        record.add_agent(answer.agent_id)
-        self._finish(record, agent_id=answer.agent_id)
+        if answer.agent_id:  # none for a map of no items
+            record.add_agent(answer.agent_id)
+        self._finish(record, agent_id=answer.agent_id or None)
 
     def _settled_before(self, record: SubtaskRecord) -> None:
         # The record as the journal has it: its result, its usage and its end count here.

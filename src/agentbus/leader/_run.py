@@ -299,7 +299,7 @@ class PlanRunner:
                 await asyncio.sleep(self._limits.backoff(record.attempts))
             result = None
 
-    def _holds(self, when: dict[str, Any]) -> bool:
+    def _holds(self, when: dict[str, Any]) -> bool:  # a step's condition, on the results
         return truthy(evaluate(when, lambda name: resolve_input(name, self._results)))
 
     def _end_step(self, record: SubtaskRecord, result: AttemptResult) -> None:
@@ -323,8 +323,8 @@ class PlanRunner:
             return None
 
     def _is_last_try(self, subtask: Subtask, record: SubtaskRecord, error: SubtaskError) -> bool:
-        out_of_time = self._limits.seconds_left() == 0 or self._limits.is_over_budget()
-        return error.is_final or record.attempts > subtask.retries or out_of_time
+        spent = self._limits.seconds_left() == 0 or self._limits.is_over_budget()
+        return error.is_final or record.attempts > subtask.retries or spent
 
     def _in_flight(self, record: SubtaskRecord) -> Sent | None:
         in_flight = None if self._takeover is None else self._takeover.in_flight(record.id)

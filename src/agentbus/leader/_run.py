@@ -292,7 +292,9 @@ class PlanRunner:
                 in_flight = None
             while isinstance(result, Asked):
                 result = await self._conversing.converse(subtask, record, result.question, tried)
-            if isinstance(result, Answered) or self._is_last_try(subtask, record, result.error):
+            if isinstance(result, Answered) or self._limits.is_last_try(
+                result.error, record.attempts, subtask.retries
+            ):
                 return result
             self._emit(record, "retrying", error=result.error)
             if not result.holder_gone:
@@ -321,10 +323,6 @@ class PlanRunner:
         except KeyError as exc:
             self._finish(record, SubtaskError.missing_input(exc.args[0]))
             return None
-
-    def _is_last_try(self, subtask: Subtask, record: SubtaskRecord, error: SubtaskError) -> bool:
-        spent = self._limits.seconds_left() == 0 or self._limits.is_over_budget()
-        return error.is_final or record.attempts > subtask.retries or spent
 
     def _in_flight(self, record: SubtaskRecord) -> Sent | None:
         in_flight = None if self._takeover is None else self._takeover.in_flight(record.id)

@@ -358,3 +358,122 @@ class Numbers(Agent):
     @skill
     async def numbers(self) -> list[int]:
         return list(range(6))
+
+
+async def test_a_planner_s_fragment_runs_inside_the_plan() -> None:
+    """A step marked fragment: the planner's steps run in the plan, under its id; its
+    result is theirs by step id; the next step reads it."""
+    from agentbus.agents.builtin import PlannerAgent, TextAgent
+
+    broker = MemoryBroker()
+    text = "Bees make honey. Bees dance to tell where flowers are. Honey keeps for years."
+    plan = {
+        "id": "planned",
+        "subtasks": [
+            {
+                "id": "work",
+                "skill": "plan",
+                "service": "planner",
+                "fragment": True,
+                "parameters": {
+                    "task": "count the words, find keywords then summarise",
+                    "text": text,
+                },
+            },
+            {
+                "id": "after",
+                "skill": "note",
+                "depends_on": ["work"],
+                "inputs": {"text": "work.step2-summarize.summary"},
+            },
+        ],
+    }
+    progress: list[Progress] = []
+    async with (
+        Registry(bus=MemoryBus(broker, agent_id="registry-1"), heartbeat_interval=0.2),
+        Leader(bus=MemoryBus(broker, agent_id="leader-1"), heartbeat_interval=0.2),
+        PlannerAgent(bus=MemoryBus(broker, agent_id="planner-1"), heartbeat_interval=0.2),
+        TextAgent(bus=MemoryBus(broker, agent_id="text-1"), heartbeat_interval=0.2),
+        Files(bus=MemoryBus(broker, agent_id="files-1"), heartbeat_interval=0.2),
+        MemoryBus(broker) as client,
+    ):
+        aggregate = await PlanClient(client).run(plan, timeout=20, on_progress=progress.append)
+    work = aggregate.subtask("work")
+    assert aggregate.status is PlanStatus.COMPLETED, aggregate
+    assert sorted(work.result) == ["step0-stats", "step1-keywords", "step2-summarize"]
+    assert work.result["step0-stats"]["words"] == len(text.split())
+    assert work.items is not None
+    assert work.items["succeeded"] == 3
+    assert aggregate.subtask("after").result.startswith("noted Bees")
+    assert {p.subtask_id for p in progress} >= {"work/step0-stats", "work/step2-summarize"}
+
+
+async def test_a_fragment_that_is_no_plan_fails_its_step_clearly() -> None:
+    """A planner answering something that is not a fragment: the step fails, final."""
+    plan = {
+        "id": "bad-fragment",
+        "subtasks": [{"id": "p", "skill": "verdict", "fragment": True, "parameters": {"lines": 1}}],
+    }
+    async with team() as plans:
+        aggregate = await plans.run(plan, timeout=20)
+    error = aggregate.subtask("p").error
+    assert error is not None
+    assert "the planner's fragment is not valid" in error["message"]
+
+
+class Planning(Agent):
+    """Plans a fragment of three squares (counting how often it is asked to)."""
+
+    name = "planning"
+    asked = 0
+
+    @skill
+    async def split(self) -> dict[str, Any]:
+        Planning.asked += 1
+        return {
+            "subtasks": [
+                {"id": f"s{n}", "skill": "square", "service": "slow", "parameters": {"n": n + 3}}
+                for n in range(3)
+            ]
+        }
+
+
+async def test_a_fragment_taken_over_mid_way_is_not_planned_again() -> None:
+    """Leader 1 goes while the fragment's step s1 (n=4) runs; leader 2 reads the fragment
+    from the journal: the planner asked once, each fragment step run once."""
+    broker = MemoryBroker()
+    settings = Settings(shutdown_grace=0.2)
+    Slow.runs, Slow.gate, Slow.holding = Counter(), asyncio.Event(), asyncio.Event()
+    Planning.asked = 0
+    plan = {
+        "id": "frag",
+        "subtasks": [{"id": "p", "skill": "split", "service": "planning", "fragment": True}],
+    }
+    first = Leader(
+        bus=MemoryBus(broker, settings, agent_id="leader-1"), durable=True, heartbeat_interval=0.2
+    )
+    async with (
+        Registry(bus=MemoryBus(broker, agent_id="registry-1"), heartbeat_interval=0.2),
+        Planning(bus=MemoryBus(broker, agent_id="planning-1"), heartbeat_interval=0.2),
+        Slow(bus=MemoryBus(broker, agent_id="slow-1"), heartbeat_interval=0.2),
+        MemoryBus(broker, settings) as client,
+    ):
+        await first.start()
+        asking = asyncio.create_task(
+            client.request("leader", "run_plan", {"plan": plan}, timeout=30)
+        )
+        await asyncio.wait_for(Slow.holding.wait(), 10)
+        await first.bus.drain(grace=0)
+        await first.bus.aclose()
+        async with Leader(
+            bus=MemoryBus(broker, settings, agent_id="leader-2"),
+            durable=True,
+            heartbeat_interval=0.2,
+        ):
+            Slow.gate.set()
+            reply = await asyncio.wait_for(asking, 30)
+    assert reply.result["status"] == PlanStatus.COMPLETED.value
+    [step] = reply.result["subtasks"]
+    assert step["result"] == {"s0": 9, "s1": 16, "s2": 25}
+    assert Planning.asked == 1
+    assert sorted(Slow.runs.values()) == [1] * 3

@@ -76,7 +76,7 @@ class Mapper:
         if len(items) > spec.limit:
             message = f"{len(items)} items to map over, over the map's limit of {spec.limit}"
             return Failed(SubtaskError(ErrorCode.INVALID_PARAMETERS.value, message, final=True))
-        mapping = _Mapping(subtask, spec, len(items))
+        mapping = _Mapping(subtask, record.id, spec, len(items))
         semaphore = asyncio.Semaphore(spec.concurrency)
         tasks = [
             asyncio.create_task(self._item(mapping, index, item, parameters, semaphore))
@@ -119,7 +119,7 @@ class Mapper:
         semaphore: asyncio.Semaphore,
     ) -> SubtaskError | None:
         # One item, to its end; its error, when it failed for good.
-        record = SubtaskRecord(item_id(mapping.subtask.id, index), mapping.subtask.skill)
+        record = SubtaskRecord(item_id(mapping.step_id, index), mapping.subtask.skill)
         if self._takeover is not None and self._takeover.settled_before(record):
             self._spend(record.usage or {})  # another leader saw it end: not run again
             return mapping.settled(index, record)
@@ -147,8 +147,9 @@ class Mapper:
 class _Mapping:
     """One mapped step's run: its items' results in order, and what became of them."""
 
-    def __init__(self, subtask: Subtask, spec: MapSpec, total: int) -> None:
+    def __init__(self, subtask: Subtask, step_id: str, spec: MapSpec, total: int) -> None:
         self.subtask = subtask
+        self.step_id = step_id
         self.spec = spec
         self.results: list[Any] = [None] * total
         self.usage: dict[str, float] = {}
@@ -173,7 +174,7 @@ class _Mapping:
         error = record.error or SubtaskError.cancelled("the item did not end")
         if len(self._failures) < _FAILURES_KEPT:
             self._failures.append({"index": index} | error.to_wire())
-        message = f"item {index} of {self.subtask.id!r}: {error.message}"
+        message = f"item {index} of {self.step_id!r}: {error.message}"
         return SubtaskError(error.code, message, error.details)
 
     def summary(self) -> dict[str, Any]:

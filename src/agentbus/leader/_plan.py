@@ -12,7 +12,7 @@ from pydantic.dataclasses import dataclass
 from agentbus.envelopes import AgentId, utcnow
 from agentbus.leader._conditions import check_condition
 
-__all__ = ["MapSpec", "Plan", "Subtask", "resolve_input"]
+__all__ = ["Fragment", "MapSpec", "Plan", "Subtask", "resolve_input"]
 
 InputRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,128}(\.[^.]+)*$")]
 MAX_ITEMS: Final = 100_000
@@ -79,6 +79,14 @@ class Subtask:
         default=None,
         description="Run once per item of an earlier result; the result is their list, in order.",
     )
+    fragment: bool = Field(
+        default=False,
+        description=(
+            "The skill plans: its result is a fragment ({'subtasks': [...], 'max_parallel': "
+            "n}) the leader runs inside the plan; this step's result is then the fragment's "
+            "results, by step id."
+        ),
+    )
     when: dict[str, Any] | None = Field(
         default=None,
         description=(
@@ -122,6 +130,17 @@ class Plan(BaseModel):
             raise ValueError(f"the plan has a cycle: {' -> '.join(cycle)}")
         return self
 
+    def fragment(self, subtask_id: str, fragment: Fragment) -> Plan:
+        """The plan a step's fragment runs as: its steps, under this plan's id."""
+        return Plan.model_validate(
+            {
+                "id": self.id,
+                "description": f"the fragment of {subtask_id}",
+                "subtasks": fragment.subtasks,
+                "max_parallel": fragment.max_parallel,
+            }
+        )
+
     def deadline_at(self, started: datetime | None = None) -> datetime | None:
         """Return the plan's deadline as an absolute UTC time."""
         if self.deadline is None:
@@ -137,6 +156,17 @@ class Plan(BaseModel):
             for dependency in dict.fromkeys(subtask.depends_on):
                 found[dependency].append(subtask.id)
         return found
+
+
+class Fragment(BaseModel):
+    """A part of a plan a step's skill made at run time (``Subtask.fragment``): run inside
+    the plan, validated as a plan is, bounded in size (and in depth, and by the plan's
+    deadline and budget, by the leader)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subtasks: list[dict[str, Any]] = Field(min_length=1, max_length=1_000)
+    max_parallel: int = Field(default=16, ge=1, le=1_000)
 
 
 def _check_links(subtask: Subtask, ids: set[str]) -> None:

@@ -209,7 +209,11 @@ class Asking:
             asked.question, conversation.request, asked.answers, conversation.notes
         )
         question = asked.question.model_dump(mode="json")
-        self._news(QUESTION_ASKED, {"question": question, "caller": answering.sender_id})
+        news: dict[str, Any] = {"question": question, "caller": answering.sender_id}
+        extra = conversation.request.metadata.model_extra or {}
+        if isinstance(extra.get("plan_id"), str):  # a plan's step: its leader asks the people
+            news |= {"plan_id": extra["plan_id"], "subtask_id": extra.get("subtask_id")}
+        self._news(QUESTION_ASKED, news)
         if answers_questions(answering):
             return answering.response(
                 question, sender_id=self._agent_id, status=ResponseStatus.INPUT_REQUIRED

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from agentbus.leader import Aggregate, Plan, PlanClient, Progress, Subtask
+from agentbus.leader import Aggregate, Plan, PlanClient, Progress
 
 __all__ = ["analyse", "timings"]
 
@@ -49,40 +49,42 @@ class _Progress:
         self._reported = -1
 
 
-def _analysis_plan(paths: list[str], title: str) -> Plan:
-    analyses = [
-        Subtask(
-            id=f"analyze-{n}",
-            skill="analyze_file",
-            parameters={"path": path},
-            critical=False,
-            retries=1,
-            timeout=60,
-        )
-        for n, path in enumerate(paths)
-    ]
-    ids = [subtask.id for subtask in analyses]
-    return Plan(
-        id=f"analyze-{secrets.token_hex(4)}",
-        description=f"analyse {len(paths)} Python files, summarise them, report",
-        max_parallel=16,
-        subtasks=[
-            *analyses,
-            Subtask(
-                id="summarise",
-                skill="digest",
-                depends_on=ids,
-                inputs={"texts": [f"{i}.docstring" for i in ids]},
-                parameters={"sentences": 3, "top": 8},
-            ),
-            Subtask(
-                id="report",
-                skill="code_report",
-                depends_on=[*ids, "summarise"],
-                inputs={"files": ids, "summary": "summarise"},
-                parameters={"title": title},
-            ),
-        ],
+def _analysis_plan(title: str) -> Plan:
+    # One plan: list the files, analyse each (a step mapped over the listing), summarise
+    # the docstrings and report; the last two only when there are files.
+    some_files = {"!!": {"var": "analyze"}}
+    return Plan.model_validate(
+        {
+            "id": f"analyze-{secrets.token_hex(4)}",
+            "description": "list the Python files, analyse each, summarise them, report",
+            "subtasks": [
+                {"id": "list", "skill": "list_files"},
+                {
+                    "id": "analyze",
+                    "skill": "analyze_file",
+                    "depends_on": ["list"],
+                    "map": {"over": "list.*.path", "as": "path", "items": "optional"},
+                    "retries": 1,
+                    "timeout": 60,
+                },
+                {
+                    "id": "summarise",
+                    "skill": "digest",
+                    "depends_on": ["analyze"],
+                    "when": some_files,
+                    "inputs": {"texts": "analyze.*.docstring"},
+                    "parameters": {"sentences": 3, "top": 8},
+                },
+                {
+                    "id": "report",
+                    "skill": "code_report",
+                    "depends_on": ["analyze", "summarise"],
+                    "when": some_files,
+                    "inputs": {"files": "analyze", "summary": "summarise"},
+                    "parameters": {"title": title},
+                },
+            ],
+        }
     )
 
 
@@ -93,8 +95,9 @@ def timings(aggregates: list[Aggregate], ready: float, total: float) -> list[str
     for aggregate in aggregates:
         agents.update(aggregate.totals.agents_used)
         attempts += aggregate.totals.attempts
-        subtasks += aggregate.totals.subtasks
         for outcome in aggregate.subtasks:
+            # A mapped step counts as its items.
+            subtasks += outcome.items["total"] if outcome.items else 1
             if outcome.duration is not None:
                 by_skill[outcome.skill].append(outcome.duration)
     lines = [
@@ -102,7 +105,7 @@ def timings(aggregates: list[Aggregate], ready: float, total: float) -> list[str
         + ", ".join(
             f"{a.plan_id} {a.status.value} in {a.totals.wall_time:.2f}s" for a in aggregates
         ),
-        f"{subtasks} subtasks, {attempts} attempts, on {len(agents)} agents: "
+        f"{subtasks} steps and items, {attempts} attempts, on {len(agents)} agents: "
         + ", ".join(sorted(agents)),
     ]
     for skill, durations in sorted(by_skill.items()):
@@ -115,29 +118,20 @@ def timings(aggregates: list[Aggregate], ready: float, total: float) -> list[str
 async def analyse(
     client: PlanClient, root: Path, say: Callable[[str], None]
 ) -> tuple[int, list[Aggregate]]:
-    # List the files, analyse them, show the report: the exit status and the plans run.
+    # One plan: the files listed, analysed, summarised, reported; the exit status, the plan.
     progress = _Progress(say)
-    listing = await client.run(
-        Plan(
-            id=f"list-{secrets.token_hex(4)}",
-            description="list the Python files",
-            subtasks=[Subtask(id="list", skill="list_files", parameters={})],
-        ),
-        on_progress=progress,
-    )
-    progress.done()
-    if listing.status.value != "completed":
-        say(f"listing failed: {listing.subtask('list').error}")
-        return 2, []
-    paths = [entry["path"] for entry in listing.subtask("list").result]
-    if not paths:
-        say(f"no Python files under {root}")
-        return 1, []
-    say(f"{len(paths)} Python files under {root}: analysing")
     analysis = await client.run(
-        _analysis_plan(paths, f"Code report: {root.name}"), on_progress=progress, timeout=900
+        _analysis_plan(f"Code report: {root.name}"), on_progress=progress, timeout=900
     )
     progress.done()
+    listing = analysis.subtask("list")
+    if listing.error is not None:
+        say(f"listing failed: {listing.error}")
+        return 2, [analysis]
+    analyzed = analysis.subtask("analyze")
+    if not analyzed.result:
+        say(f"no Python files under {root}")
+        return 1, [analysis]
     report = analysis.subtask("report")
     if report.result is not None:
         say("")
@@ -145,4 +139,6 @@ async def analyse(
     failed = [o for o in analysis.subtasks if o.error is not None]
     for outcome in failed[:10]:
         say(f"{outcome.id}: {outcome.status.value}: {(outcome.error or {}).get('message')}")
-    return {"completed": 0, "partial": 1}.get(analysis.status.value, 2), [listing, analysis]
+    for failure in (analyzed.items or {}).get("failures", [])[:10]:
+        say(f"analyze[{failure['index']}]: {failure['message']}")
+    return {"completed": 0, "partial": 1}.get(analysis.status.value, 2), [analysis]

@@ -84,8 +84,8 @@ class Question(_WireModel):
     """What the question is about, for whoever answers (a draft to approve)."""
     plan_id: AgentId | None = Field(default=None, exclude_if=_is_none)
     """A plan's question (asked by a leader for one of its steps): the plan..."""
-    subtask_id: AgentId | None = Field(default=None, exclude_if=_is_none)
-    """...and the step that asks."""
+    subtask_id: MessageId | None = Field(default=None, exclude_if=_is_none)
+    """...and the step that asks (``<step>[<index>]`` for an item of a mapped step)."""
     rejected: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
     """Asked again: why the last answer did not fit (``errors``)."""
 

@@ -65,6 +65,10 @@ class SubtaskOutcome:
     duration: float | None = None
     usage: dict[str, float] | None = None
     """What the skill reported using for its answer, by unit (``report_usage``)."""
+    items: dict[str, Any] | None = None
+    """A mapped step's items: ``total``, the count of each way they ended
+    (``succeeded``, ``failed``...), and the first ``failures`` (``index``, ``code``,
+    ``message``); None for a step that is not mapped."""
 
 
 class Totals(BaseModel):

@@ -27,6 +27,8 @@ _FINAL_CODES: Final = frozenset(
 )
 # Not a wire error code: the ``error.code`` of a subtask that never ran.
 _SKIPPED: Final = "skipped"
+# Nor this: the ``error.code`` of a step skipped by its condition (``when``).
+_NOT_MET: Final = "condition_not_met"
 # Nor this: the ``error.code`` of an approval step refused (or a question declined).
 _REJECTED: Final = "rejected"
 
@@ -55,6 +57,17 @@ class SubtaskError:
     def skipped(cls, reason: str) -> SubtaskError:
         """Return the error of a subtask that never ran."""
         return cls(_SKIPPED, reason)
+
+    @classmethod
+    def not_met(cls) -> SubtaskError:
+        """Return the error of a step whose condition (``when``) did not hold: skipped, its
+        result null, and the plan still complete."""
+        return cls(_NOT_MET, "its condition did not hold")
+
+    @property
+    def is_not_met(self) -> bool:
+        """Whether this is a condition that did not hold (no failure: the step's choice)."""
+        return self.code == _NOT_MET
 
     @classmethod
     def cancelled(cls, reason: str) -> SubtaskError:
@@ -105,7 +118,7 @@ class SubtaskError:
     @property
     def status(self) -> SubtaskStatus:
         """Return the status a subtask ends with on this error."""
-        if self.code == _SKIPPED:
+        if self.code in (_SKIPPED, _NOT_MET):
             return SubtaskStatus.SKIPPED
         if self.code == ErrorCode.CANCELLED:
             return SubtaskStatus.CANCELLED

@@ -97,7 +97,7 @@ class Conversing:
         self, subtask: Subtask, record: SubtaskRecord, asked: Question, tried: set[str]
     ) -> AttemptResult:
         """Ask the plan's people what the step's agent asks; give it their answer."""
-        opened = self._open(subtask, asked=asked)
+        opened = self._open(record.id, asked=asked)
         return await self._wait_and_give(subtask, record, opened, tried, journal=True)
 
     async def approve(
@@ -111,7 +111,7 @@ class Conversing:
             return resumed
         data = {name: value for name, value in parameters.items() if name != "question"}
         text = str(parameters.get("question") or f"Approve {subtask.id}?")
-        opened = self._open(subtask, text=text, data=data or None)
+        opened = self._open(record.id, text=text, data=data or None)
         return await self._wait_and_give(subtask, record, opened, set(), journal=True)
 
     async def resumed(
@@ -119,13 +119,13 @@ class Conversing:
     ) -> AttemptResult | None:
         """Go on with a question an earlier leader left the step waiting on (the same
         question, by id); None when it left none."""
-        left = None if self._takeover is None else self._takeover.asking(subtask.id)
+        left = None if self._takeover is None else self._takeover.asking(record.id)
         if left is None:
             return None
         plan_question = Question.model_validate(left["question"])
         asked = None if left.get("asked") is None else Question.model_validate(left["asked"])
         opened = self._open(
-            subtask,
+            record.id,
             asked=asked,
             text=plan_question.text,
             data=plan_question.data,
@@ -140,7 +140,7 @@ class Conversing:
 
     def _open(
         self,
-        subtask: Subtask,
+        step_id: str,
         *,
         asked: Question | None = None,
         text: str | None = None,
@@ -149,7 +149,7 @@ class Conversing:
     ) -> OpenQuestion:
         return self._questions.ask(
             plan_id=self._plan_id,
-            subtask_id=subtask.id,
+            subtask_id=step_id,
             request_id=self._request_id,
             asked=asked,
             text=text,
@@ -170,19 +170,19 @@ class Conversing:
         try:
             if journal and self._takeover is not None:
                 asked = None if opened.asked is None else opened.asked.model_dump(mode="json")
-                await self._takeover.asked(subtask.id, question.model_dump(mode="json"), asked)
+                await self._takeover.asked(record.id, question.model_dump(mode="json"), asked)
             record.status = SubtaskStatus.INPUT_REQUIRED
             self._emit(record, "input_required", detail={"question": _shown(question)})
-            self._waits(subtask.id, opened)
+            self._waits(record.id, opened)
             given = await self._wait(opened)
         finally:
-            self._waits(subtask.id, None)
+            self._waits(record.id, None)
             self._questions.close(opened)
         if given is None:
             return Failed(SubtaskError.unanswered(question.question_id))
         if self._takeover is not None:
             answer = {"value": given.value, "declined": given.declined, "by": given.by}
-            await self._takeover.answered(subtask.id, question.question_id, answer)
+            await self._takeover.answered(record.id, question.question_id, answer)
         return await self._give(subtask, record, opened, given, tried)
 
     def stop_parking(self) -> None:

@@ -73,6 +73,8 @@ class Restored:
     the answer came and before the step went on)."""
     origin: dict[str, Any] | None = None
     """Who asked for the plan, where its answer goes (``Origin.record``)."""
+    expanded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The fragments steps returned (plans made at run time), by step id."""
     parked: bool = False
     """Whether the plan parked (every step waits for people) and no leader runs it."""
     ended: bool = False
@@ -143,6 +145,11 @@ class PlanJournal:
             record |= {"plan_id": plan["id"], "plan": plan, "origin": origin}
         await self._add(record)
 
+    async def expanded(self, subtask_id: str, fragment: dict[str, Any]) -> None:
+        """Record the fragment ``subtask_id`` returned, before it runs: a leader taking the
+        plan over runs it on, rather than asking its planner again."""
+        await self._add({"kind": "expanded", "subtask": subtask_id, "fragment": fragment})
+
     async def parked(self, questions: list[str]) -> None:
         """Record that the plan parked on ``questions`` (ids), and wait until the journal
         has every record: no leader runs it until an answer comes."""
@@ -180,6 +187,7 @@ class PlanJournal:
                 "started": record.started,
                 "ended": record.ended,
                 "usage": record.usage,
+                "items": record.items,
             }
         )
 
@@ -316,6 +324,9 @@ def _apply_step(restored: Restored, kind: object, record: dict[str, Any]) -> Non
     elif kind == "asked":
         restored.in_flight.pop(record["subtask"], None)
         restored.asking[record["subtask"]] = record
+    elif kind == "expanded":  # the planner answered: its fragment runs now
+        restored.in_flight.pop(record["subtask"], None)
+        restored.expanded[record["subtask"]] = record["fragment"]
     elif kind == "answered":
         asking = restored.asking.get(record["subtask"])
         if asking is not None and asking["question"].get("question_id") == record["question_id"]:
@@ -337,6 +348,7 @@ def restore_record(record: SubtaskRecord, entry: dict[str, Any]) -> None:
     record.started = entry.get("started")
     record.ended = entry.get("ended")
     record.usage = entry.get("usage")
+    record.items = entry.get("items")
 
 
 def _waiting_on(found: Restored, records: dict[str, SubtaskRecord]) -> list[Question]:

@@ -92,7 +92,8 @@ class PlanGraph:
             del self._running[subtask_id]
         effects: list[Skip | Stop] = []
         for subtask_id, status in batch:
-            if status is SubtaskStatus.SUCCEEDED:
+            # Skipped here is a condition that did not hold: its dependents still run.
+            if status in (SubtaskStatus.SUCCEEDED, SubtaskStatus.SKIPPED):
                 self._release(subtask_id)
             elif subtask_id in self._optional:
                 effects.extend(self._rule_out(subtask_id))

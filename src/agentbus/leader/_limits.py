@@ -62,6 +62,12 @@ class Limits:
             return None
         return SubtaskError.over_budget(dict(self._spent), self._budget)
 
+    def is_last_try(self, error: SubtaskError, attempts: int, retries: int) -> bool:
+        """Whether a failed attempt is a step's last: its error is final, its retries are
+        spent, or the plan's time or budget is."""
+        spent = self.seconds_left() == 0 or self.is_over_budget()
+        return error.is_final or attempts > retries or spent
+
     def backoff(self, attempts: int) -> float:
         """Return the seconds to wait before the try after ``attempts``, jittered, and no
         later than the deadline."""

@@ -4,16 +4,50 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.dataclasses import dataclass
 
 from agentbus.envelopes import AgentId, utcnow
+from agentbus.leader._conditions import check_condition
 
-__all__ = ["Plan", "Subtask", "resolve_input"]
+__all__ = ["Fragment", "MapSpec", "Plan", "Subtask", "resolve_input"]
 
 InputRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,128}(\.[^.]+)*$")]
+MAX_ITEMS: Final = 100_000
+"""The most items a mapped step may run (its ``map.limit`` is at most this)."""
+
+
+class MapSpec(BaseModel):
+    """Run the step once per item of an earlier result, gathering the results in order."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    over: InputRef = Field(
+        description=(
+            "The list to map over: a dependency's result or a path into it ('list', "
+            "'listing.files'); '*' takes a field of every element ('list.*.path')."
+        )
+    )
+    as_: AgentId = Field(
+        alias="as", description="The parameter each item is given to the skill as."
+    )
+    limit: int = Field(
+        default=10_000, ge=0, le=MAX_ITEMS, description="More items than this fail the step."
+    )
+    concurrency: int = Field(default=16, ge=1, le=1_000, description="Items running at once.")
+    items: Literal["critical", "optional"] = Field(
+        default="critical",
+        description=(
+            "critical: an item that fails fails the step (the others are cancelled); "
+            "optional: its result is null and the step goes on."
+        ),
+    )
+    flatten: bool = Field(
+        default=False,
+        description="Map over the concatenation of a list of lists (the result of a mapped step).",
+    )
 
 
 # A slotted (pydantic) dataclass, validated like a model: half a model's memory in a plan
@@ -40,6 +74,26 @@ class Subtask:
     service: AgentId | None = Field(
         default=None,
         description="Send to this service without asking the registry who offers the skill.",
+    )
+    map: MapSpec | None = Field(
+        default=None,
+        description="Run once per item of an earlier result; the result is their list, in order.",
+    )
+    fragment: bool = Field(
+        default=False,
+        description=(
+            "The skill plans: its result is a fragment ({'subtasks': [...], 'max_parallel': "
+            "n}) the leader runs inside the plan; this step's result is then the fragment's "
+            "results, by step id."
+        ),
+    )
+    when: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "Run only when this condition on earlier results holds (a JSON-logic expression: "
+            "var, ==, !=, <, <=, >, >=, !, !!, and, or, in, if); else it is skipped, its "
+            "result null, and its dependents still run."
+        ),
     )
 
 
@@ -76,6 +130,17 @@ class Plan(BaseModel):
             raise ValueError(f"the plan has a cycle: {' -> '.join(cycle)}")
         return self
 
+    def fragment(self, subtask_id: str, fragment: Fragment) -> Plan:
+        """The plan a step's fragment runs as: its steps, under this plan's id."""
+        return Plan.model_validate(
+            {
+                "id": self.id,
+                "description": f"the fragment of {subtask_id}",
+                "subtasks": fragment.subtasks,
+                "max_parallel": fragment.max_parallel,
+            }
+        )
+
     def deadline_at(self, started: datetime | None = None) -> datetime | None:
         """Return the plan's deadline as an absolute UTC time."""
         if self.deadline is None:
@@ -93,9 +158,21 @@ class Plan(BaseModel):
         return found
 
 
+class Fragment(BaseModel):
+    """A part of a plan a step's skill made at run time (``Subtask.fragment``): run inside
+    the plan, validated as a plan is, bounded in size (and in depth, and by the plan's
+    deadline and budget, by the leader)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subtasks: list[dict[str, Any]] = Field(min_length=1, max_length=1_000)
+    max_parallel: int = Field(default=16, ge=1, le=1_000)
+
+
 def _check_links(subtask: Subtask, ids: set[str]) -> None:
     # Dependencies name other subtasks of the plan; inputs come from dependencies only.
     depends_on = set(subtask.depends_on)  # a fan-in of thousands: no list scans
+    _check_shape(subtask, depends_on)
     for dependency in depends_on:
         if dependency not in ids:
             raise ValueError(f"subtask {subtask.id!r} depends on unknown subtask {dependency!r}")
@@ -113,6 +190,28 @@ def _check_links(subtask: Subtask, ids: set[str]) -> None:
             raise ValueError(
                 f"subtask {subtask.id!r} sets {parameter!r} both in parameters and inputs"
             )
+
+
+def _check_shape(subtask: Subtask, depends_on: set[str]) -> None:
+    # A map reads a dependency's result, into a parameter of its own; a condition reads
+    # dependencies' results, with operators it knows.
+    if subtask.map is not None:
+        source = subtask.map.over.split(".", 1)[0]
+        if source not in depends_on:
+            raise ValueError(
+                f"subtask {subtask.id!r} maps over {source!r}, which it does not depend on"
+            )
+        if subtask.map.as_ in subtask.parameters or subtask.map.as_ in subtask.inputs:
+            raise ValueError(
+                f"subtask {subtask.id!r} maps into {subtask.map.as_!r}, which it sets already"
+            )
+    if subtask.when is not None:
+        for source in check_condition(subtask.when):
+            if source.split(".", 1)[0] not in depends_on:
+                raise ValueError(
+                    f"subtask {subtask.id!r}'s condition reads {source!r}, "
+                    "which it does not depend on"
+                )
 
 
 def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
@@ -149,16 +248,26 @@ def resolve_input(reference: str | list[str], results: dict[str, Any]) -> Any:
 
     A list of references gives the list of their values.
 
+    A ``*`` in the path takes the rest of the path in every element of the list there
+    (``list.*.path``: each element's ``path``; a null element gives null).
+
     Raises:
         KeyError: the path does not exist in the result.
     """
     if not isinstance(reference, str):
         return [resolve_input(item, results) for item in reference]
     source, *path = reference.split(".")
-    value = results[source]
-    walked = source
-    for part in path:
+    return _walk(results[source], path, source)
+
+
+def _walk(value: Any, path: list[str], walked: str) -> Any:
+    # Down the path; '*' takes the rest of the path in every element of a list.
+    for at, part in enumerate(path):
         walked += f".{part}"
+        if part == "*" and isinstance(value, list):
+            # A null element (an optional item of a map that failed) stays null.
+            rest = path[at + 1 :]
+            return [None if element is None else _walk(element, rest, walked) for element in value]
         if isinstance(value, dict) and part in value:
             value = value[part]
         elif isinstance(value, list) and _is_index(part, len(value)):

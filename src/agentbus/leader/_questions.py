@@ -153,7 +153,10 @@ class PlanQuestions:
         opened = OpenQuestion(Question.model_validate(fields), asked, plan_id, subtask_id)
         self._open[opened.question.question_id] = opened
         if self._news is not None:
-            self._news(QUESTION_ASKED, {"question": opened.question.model_dump(mode="json")})
+            news: dict[str, Any] = {"question": opened.question.model_dump(mode="json")}
+            if asked is not None:  # the agent's question this one stands for
+                news["stands_for"] = asked.question_id
+            self._news(QUESTION_ASKED, news)
         return opened
 
     def answer(self, question_id: str, given: Given) -> OpenQuestion | None:

@@ -36,6 +36,8 @@ class SubtaskRecord:
     started: float | None = None
     ended: float | None = None
     usage: dict[str, float] | None = None
+    items: dict[str, Any] | None = None
+    """A mapped step's items: how many, how each ended, the first failures."""
 
     @property
     def is_settled(self) -> bool:
@@ -66,6 +68,7 @@ class SubtaskRecord:
             ended_at=_datetime(self.ended),
             duration=duration,
             usage=self.usage,
+            items=self.items,
         )
 
 
@@ -86,11 +89,13 @@ def tally(
     agents: set[str] = set()
     usage: Counter[str] = Counter()
     attempts = 0
+    not_met = 0  # steps whose condition did not hold: as complete as if they ran
     failed_critical = error is not None
     outcomes: list[SubtaskOutcome] = []
     for subtask in plan.subtasks:
         record = records.pop(subtask.id)
         counts[record.status] += 1
+        not_met += record.error is not None and record.error.is_not_met
         attempts += record.attempts
         agents.update(record.agents or ())
         usage.update(record.usage or {})
@@ -100,7 +105,7 @@ def tally(
         outcomes.append(record.outcome())
     return Aggregate.model_construct(
         plan_id=plan.id,
-        status=_status(failed_critical, counts[SubtaskStatus.SUCCEEDED], len(outcomes)),
+        status=_status(failed_critical, counts[SubtaskStatus.SUCCEEDED] + not_met, len(outcomes)),
         description=plan.description,
         subtasks=outcomes,
         totals=Totals.model_construct(

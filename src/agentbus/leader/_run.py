@@ -1,13 +1,15 @@
 """Run one plan: start what the graph allows, retry with backoff, fail over, cancel, aggregate.
 
-A durable plan's journal and take-over are the ``TakeOver`` the runner is given.
-"""
+A durable plan's journal and take-over are the ``TakeOver`` the runner is given; its
+questions, the ``Conversing``; its mapped steps, the ``Mapper``."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from agentbus._exceptions import UsageError
@@ -16,12 +18,14 @@ from agentbus.agents import CancelCause, cancel_cause
 from agentbus.bus import Transport, current_trace
 from agentbus.envelopes import Question, utcnow
 from agentbus.leader._aggregate import Aggregate, SubtaskOutcome, SubtaskStatus
-from agentbus.leader._attempt import Answered, Asked, AttemptResult, Failed, Holders, SubtaskError
+from agentbus.leader._attempt import Answered, AttemptResult, Failed, Holders, SubtaskError
+from agentbus.leader._conditions import evaluate, truthy
 from agentbus.leader._conversing import Conversing
 from agentbus.leader._directory import SkillDirectory
-from agentbus.leader._durable import Sent
+from agentbus.leader._fragments import Expander
 from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._limits import Limits
+from agentbus.leader._mapping import Mapper
 from agentbus.leader._parking import PlanParked
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._progress import ProgressSink, ProgressStream
@@ -29,14 +33,25 @@ from agentbus.leader._questions import APPROVAL, PlanAsking, PlanQuestions
 from agentbus.leader._record import SubtaskRecord, tally
 from agentbus.leader._sender import AttemptSender
 from agentbus.leader._status import Cancellation, RunState
+from agentbus.leader._steps import Steps
 from agentbus.leader._takeover import TakeOver
 
-__all__ = ["Cancellation", "PlanRunner", "RunState"]
+__all__ = ["Cancellation", "Nesting", "PlanRunner", "RunState"]
 
 _log = get_logger("agentbus.leader")
 
 
 _PARK: Final = "park"  # on the ended queue: every step left has waited ``park_after``
+
+
+@dataclass(frozen=True, slots=True)
+class Nesting:
+    """Where a run stands in its plan: the plan's own (the defaults), or a fragment's: its
+    steps' ids under ``prefix``, the plan's ``limits`` shared, ``depth`` fragments deep."""
+
+    prefix: str = ""
+    limits: Limits | None = None
+    depth: int = 0
 
 
 class PlanRunner:
@@ -45,7 +60,8 @@ class PlanRunner:
     ``state`` says where the run is; ``stop_reason`` says why a stopped run stopped early
     (a critical subtask failed, the plan's deadline passed, or the leader is stopping);
     ``cancellation`` says why a run cancelled from outside was (None until it is).
-    ``takeover``: a durable plan's journal, and what an earlier leader left of it.
+    ``takeover``: a durable plan's journal, and what an earlier leader left of it;
+    ``nesting``: this run is a fragment's, inside the plan's run (``Nesting``).
     """
 
     def __init__(
@@ -60,6 +76,7 @@ class PlanRunner:
         rng: random.Random | None = None,
         takeover: TakeOver | None = None,
         asking: PlanAsking | None = None,
+        nesting: Nesting | None = None,
     ) -> None:
         self.plan = plan
         self.state = RunState.PENDING
@@ -67,13 +84,15 @@ class PlanRunner:
         self.cancellation: Cancellation | None = None
         self.parked: list[Question] = []
         """The questions the plan parked on (state ``PARKED``)."""
-        self._directory = directory
-        self._limits = Limits(
+        self._bus, self._directory, self._sink = bus, directory, progress
+        self._nesting = nesting or Nesting()
+        self._limits = self._nesting.limits or Limits(
             plan, retry_base=retry_base, retry_cap=retry_cap, rng=rng or random.Random()
         )
         self._graph = PlanGraph(plan)
         self._by_id = {subtask.id: subtask for subtask in plan.subtasks}
-        self._records = {s.id: SubtaskRecord(s.id, s.skill) for s in plan.subtasks}
+        prefix = self._nesting.prefix  # a fragment's steps: <the planner step>/<step>
+        self._records = {s.id: SubtaskRecord(prefix + s.id, s.skill) for s in plan.subtasks}
         self._results: dict[str, Any] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}  # by subtask id, named after it
         self._ended: asyncio.Queue[asyncio.Task[None] | str] = asyncio.Queue()
@@ -92,8 +111,9 @@ class PlanRunner:
             trace=current_trace(),  # the run_plan request's, when a leader serves one
             log=self._log,
         )
+        self._asking = asking or PlanAsking(PlanQuestions(bus.agent_id, "leader"), plan.id)
         self._conversing = Conversing(
-            asking or PlanAsking(PlanQuestions(bus.agent_id, "leader"), plan.id),
+            self._asking,
             self._sender,
             self._limits,
             self._emit,
@@ -102,6 +122,12 @@ class PlanRunner:
             running=lambda: len(self._tasks),
             wake=lambda: self._ended.put_nowait(_PARK),
         )
+        self._steps = Steps(self._sender, self._conversing, self._limits, self._emit, takeover)
+        self._mapper = Mapper(
+            self._steps.attempts, self._results, takeover, self._emit, self._limits.spend
+        )
+        depth = self._nesting.depth
+        self._expander = Expander(plan, self._steps.attempts, self._fragment, takeover, depth)
 
     def __repr__(self) -> str:
         return (
@@ -111,15 +137,14 @@ class PlanRunner:
 
     def snapshot(self) -> tuple[int, list[SubtaskOutcome]]:
         """How many subtasks have ended, and each one's outcome so far (a running plan)."""
-        return self._done, [record.outcome() for record in self._records.values()]
+        return self._done, [r.outcome() for r in self._records.values()]
 
     def agent_offline(self, agent_id: str) -> None:
         """Move on at once from the work an agent reported offline was holding."""
         self._directory.forget(agent_id)
         for flight in self._holders.gone(agent_id):
-            # The attempt's task waits on the reply: cancelled, it sees ``offline`` and
-            # moves on. (A reply already in and not yet taken is lost with it, as is
-            # one still on its way: the subtask is tried again.)
+            # The attempt's task waits on the reply: cancelled, it sees ``offline`` and moves
+            # on (a reply already in, or on its way, is lost with it: the step is tried again).
             assert flight.task is not None
             flight.task.cancel()
 
@@ -136,7 +161,8 @@ class PlanRunner:
             )
         self.state = RunState.RUNNING
         started_at, started = utcnow(), time.monotonic()
-        self._limits.start(self.plan.deadline_at(started_at))
+        if self._nesting.limits is None:  # a fragment runs under the plan's limits
+            self._limits.start(self.plan.deadline_at(started_at))
         async with self._progress:
             try:
                 await self._schedule()
@@ -160,14 +186,19 @@ class PlanRunner:
         )
 
     async def _cancelled(self, cause: CancelCause | None) -> None:
-        if cause is not CancelCause.REQUEST and self._takeover is not None:
-            # The leader is stopping, and a durable plan outlives it: its request goes back
-            # to the queue and another leader goes on from the journal, so the work in
-            # flight runs on.
+        # The leader is stopping, and a durable plan outlives it: its request goes back to
+        # the queue and another leader goes on from the journal, so the work in flight runs
+        # on. A fragment's run goes on under another leader only with its plan's.
+        takeover = self._takeover
+        nested = self._nesting.depth > 0
+        handing = takeover is not None and (
+            takeover.is_handed_over if nested else cause is not CancelCause.REQUEST
+        )
+        if handing and takeover is not None:
             self.cancellation = Cancellation.HANDED_OVER
             self.state = RunState.STOPPED
             self.stop_reason = self.cancellation.value
-            await self._takeover.hand_over(list(self._tasks.values()))
+            await takeover.hand_over(list(self._tasks.values()))
             return
         self.cancellation = (
             Cancellation.REQUESTED  # a cancel request for the plan
@@ -256,6 +287,10 @@ class PlanRunner:
         if self._takeover is not None and self._takeover.settled_before(record):
             self._settled_before(record)  # another leader saw it end: not run again
             return
+        if subtask.when is not None and not self._holds(subtask.when):
+            self._results[subtask.id] = None  # its dependents run, and read null
+            self._finish(record, SubtaskError.not_met())
+            return
         parameters = self._parameters(subtask, record)
         if parameters is None:
             return
@@ -264,34 +299,23 @@ class PlanRunner:
         self._emit(record, "started")
         if subtask.skill == APPROVAL and subtask.service is None:
             self._end_step(record, await self._conversing.approve(subtask, record, parameters))
-            return
-        tried: set[str] = set()
-        in_flight = self._in_flight(record)
-        result = await self._conversing.resumed(subtask, record, tried)
-        while True:
-            if result is None:
-                record.attempts += 1
-                result = await self._attempt(subtask, parameters, record, tried, in_flight)
-                in_flight = None
-            while isinstance(result, Asked):
-                result = await self._conversing.converse(subtask, record, result.question, tried)
-            if isinstance(result, Answered):
-                self._succeed(record, result)
-                return
-            error = result.error
-            if self._is_last_try(subtask, record, error):
-                self._finish(record, error)
-                return
-            self._emit(record, "retrying", error=error)
-            if not result.holder_gone:
-                await asyncio.sleep(self._limits.backoff(record.attempts))
-            result = None
+        elif subtask.map is not None:
+            self._end_step(record, await self._mapper.run(subtask, record, parameters))
+        elif subtask.fragment:
+            self._end_step(record, await self._expander.run(subtask, record, parameters))
+        else:
+            self._end_step(record, await self._steps.attempts(subtask, record, parameters))
+
+    def _holds(self, when: dict[str, Any]) -> bool:  # a step's condition, on the results
+        return truthy(evaluate(when, lambda name: resolve_input(name, self._results)))
 
     def _end_step(self, record: SubtaskRecord, result: AttemptResult) -> None:
         if isinstance(result, Answered):
             self._succeed(record, result)
         elif isinstance(result, Failed):
             self._finish(record, result.error)
+        else:  # Asked: answered in attempts() before it returns
+            raise AssertionError(f"{record.id} ended on a question")
 
     def _parameters(self, subtask: Subtask, record: SubtaskRecord) -> dict[str, Any] | None:
         # Its own and its inputs, from the results of its dependencies; None when one of
@@ -304,37 +328,6 @@ class PlanRunner:
         except KeyError as exc:
             self._finish(record, SubtaskError.missing_input(exc.args[0]))
             return None
-
-    def _is_last_try(self, subtask: Subtask, record: SubtaskRecord, error: SubtaskError) -> bool:
-        out_of_time = self._limits.seconds_left() == 0 or self._limits.is_over_budget()
-        return error.is_final or record.attempts > subtask.retries or out_of_time
-
-    def _in_flight(self, record: SubtaskRecord) -> Sent | None:
-        in_flight = None if self._takeover is None else self._takeover.in_flight(record.id)
-        if in_flight is not None:  # another leader's attempt: asked again under its id
-            record.attempts = in_flight.attempt - 1
-        return in_flight
-
-    async def _attempt(
-        self,
-        subtask: Subtask,
-        parameters: dict[str, Any],
-        record: SubtaskRecord,
-        tried: set[str],
-        in_flight: Sent | None = None,
-    ) -> AttemptResult:
-        timeout = subtask.timeout
-        left = self._limits.seconds_left()
-        if left is not None:
-            timeout = min(timeout, left)
-        if timeout <= 0:
-            return Failed(SubtaskError.deadline())
-        over_budget = self._limits.over_budget()
-        if over_budget is not None:
-            return Failed(over_budget)
-        return await self._sender.send(
-            subtask, parameters, record, tried, timeout=timeout, in_flight=in_flight
-        )
 
     def _finish(
         self,
@@ -351,21 +344,42 @@ class PlanRunner:
             self._takeover.settled(record)
         self._emit(record, record.status.value, agent_id=agent_id, error=error)
 
+    def _fragment(self, plan: Plan, prefix: str) -> Awaitable[Aggregate]:
+        # A fragment's run: under this one's journal, limits, questions and progress.
+        asking = PlanAsking(self._asking.questions, self._asking.request_id)
+        nesting = Nesting(prefix, self._limits, self._nesting.depth + 1)
+        child = PlanRunner(
+            self._bus,
+            plan,
+            directory=self._directory,
+            progress=self._sink,
+            takeover=self._takeover,
+            asking=asking,
+            nesting=nesting,
+        )
+        return child.run()
+
     def _succeed(self, record: SubtaskRecord, answer: Answered) -> None:
-        self._results[record.id] = record.result = answer.result
+        self._results[self._plain(record)] = record.result = answer.result
         if answer.usage:
             record.usage = answer.usage
             self._limits.spend(answer.usage)
-        record.add_agent(answer.agent_id)
-        self._finish(record, agent_id=answer.agent_id)
+        if answer.agent_id:  # none for a map of no items
+            record.add_agent(answer.agent_id)
+        self._finish(record, agent_id=answer.agent_id or None)
 
     def _settled_before(self, record: SubtaskRecord) -> None:
         # The record as the journal has it: its result, its usage and its end count here.
-        if record.status is SubtaskStatus.SUCCEEDED:
-            self._results[record.id] = record.result
+        if record.status is SubtaskStatus.SUCCEEDED or (
+            record.error is not None and record.error.is_not_met
+        ):
+            self._results[self._plain(record)] = record.result
         self._limits.spend(record.usage or {})
         self._done += 1
         self._emit(record, record.status.value, error=record.error)
+
+    def _plain(self, record: SubtaskRecord) -> str:  # its id in the plan, as inputs name it
+        return record.id.removeprefix(self._nesting.prefix)
 
     def _emit(
         self,

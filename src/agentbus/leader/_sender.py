@@ -46,6 +46,7 @@ class Emit(Protocol):
         transition: str,
         *,
         agent_id: str | None = None,
+        error: SubtaskError | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None: ...
 
@@ -107,10 +108,10 @@ class AttemptSender:
             receiver = in_flight.receiver if in_flight else await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
             return Failed(SubtaskError.of(exc))
-        span, fields = self._fields(subtask, receiver, subtask.skill, parameters, timeout)
+        span, fields = self._fields(record.id, receiver, subtask.skill, parameters, timeout)
         if self._takeover is not None:  # the same id whichever leader sends it
             fields["message_id"] = await self._takeover.message_id(
-                subtask.id, record.attempts, receiver, sent_before=in_flight is not None
+                record.id, record.attempts, receiver, sent_before=in_flight is not None
             )
         # One validation of plain dicts: half the cost of model_construct's Python loop.
         request = RequestEnvelope.model_validate(fields)
@@ -134,17 +135,17 @@ class AttemptSender:
             parameters["decline"] = True
         else:
             parameters["answer"] = given.value
-        span, fields = self._fields(subtask, asked.service, ANSWER_ACTION, parameters, timeout)
+        span, fields = self._fields(record.id, asked.service, ANSWER_ACTION, parameters, timeout)
         if asked.context_id is not None:
             fields["metadata"]["context_id"] = asked.context_id
         if self._takeover is not None:
-            fields["message_id"] = self._takeover.journal.answer_id(subtask.id, asked.question_id)
+            fields["message_id"] = self._takeover.journal.answer_id(record.id, asked.question_id)
         request = RequestEnvelope.model_validate(fields)
         return await self._traced(span, request, timeout, record, tried, False)
 
     def _fields(
         self,
-        subtask: Subtask,
+        step_id: str,
         receiver: str,
         action: str,
         parameters: dict[str, Any],
@@ -154,14 +155,14 @@ class AttemptSender:
             "deadline": utcnow() + timedelta(seconds=timeout),
             NOTIFY_START: True,
             "plan_id": self._plan_id,
-            "subtask_id": subtask.id,
+            "subtask_id": step_id,
         }
         # The plan's trace (its run_plan request's) goes on to every subtask.
         span = start_span(
-            f"plan step {subtask.id}",
+            f"plan step {step_id}",
             "internal",
             self._trace,
-            {"agentbus.plan.id": self._plan_id, "agentbus.subtask.id": subtask.id},
+            {"agentbus.plan.id": self._plan_id, "agentbus.subtask.id": step_id},
         )
         trace = child_trace(span, self._trace)
         if trace is not None:

@@ -87,6 +87,15 @@ class TakeOver:
         """Return, once, the attempt another leader had in flight for the subtask."""
         return self._restored.in_flight.pop(subtask_id, None)
 
+    def expanded(self, subtask_id: str) -> dict[str, Any] | None:
+        """Return the fragment another leader had the step expand into, if any."""
+        return self._restored.expanded.get(subtask_id)
+
+    async def expand(self, subtask_id: str, fragment: dict[str, Any]) -> None:
+        """Journal the fragment the step returned; then it runs."""
+        await self.journal.expanded(subtask_id, fragment)
+        self._release(subtask_id)  # the planner's answer: the journal has what came of it
+
     def asking(self, subtask_id: str) -> dict[str, Any] | None:
         """Return, once, the question another leader left the subtask waiting on (its
         ``asked`` record, with ``answer`` if one came)."""

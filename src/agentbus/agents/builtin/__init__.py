@@ -2,7 +2,8 @@
 
 ``files`` lists, reads and searches files inside an allowed root; ``code`` measures
 Python source with radon; ``text`` counts, finds keywords and summarises; ``report``
-renders Markdown, from sections or from ``code``'s metrics. Run one with
+renders Markdown, from sections or from ``code``'s metrics; ``planner`` splits a task into
+steps from the skills the registry knows (a plan fragment). Run one with
 ``agentbus run agentbus.agents.builtin:FilesAgent``.
 """
 
@@ -14,6 +15,7 @@ from agentbus.agents.builtin._code import (
 )
 from agentbus.agents.builtin._files import FileEntry, FilesAgent, Match
 from agentbus.agents.builtin._paths import ROOT_ENV, FileText, RootGuard
+from agentbus.agents.builtin._planner import PlannedStep, PlannerAgent
 from agentbus.agents.builtin._report import (
     CodeReport,
     Hotspot,
@@ -38,6 +40,8 @@ __all__ = [
     "Hotspot",
     "Keyword",
     "Match",
+    "PlannedStep",
+    "PlannerAgent",
     "Rendered",
     "ReportAgent",
     "RootGuard",

@@ -259,18 +259,23 @@ class ReportAgent(Agent):
 
     @skill
     async def code_report(
-        self, title: str, files: list[FileMetrics], summary: dict[str, Any] | None = None
+        self,
+        title: str,
+        files: list[FileMetrics | None],
+        summary: dict[str, Any] | None = None,
     ) -> CodeReport:
         """Turn the ``code`` agent's results into a Markdown report.
 
         A summary table (with ``summary``'s keys and values added as rows), the
         files by maintainability, lowest first, and the hotspots with file:line,
-        complexity and rank.
+        complexity and rank. A null file (one a mapped step could not read) is passed
+        over.
         """
-        sections, hotspots = code_report_sections(files, summary)
+        read = [metrics for metrics in files if metrics is not None]
+        sections, hotspots = code_report_sections(read, summary)
         return CodeReport(
             markdown=render_markdown(title, sections),
-            files=len(files),
-            functions=sum(len(metrics.callables()) for metrics in files),
+            files=len(read),
+            functions=sum(len(metrics.callables()) for metrics in read),
             hotspots=hotspots,
         )

@@ -188,12 +188,13 @@ class TextAgent(Agent):
     @skill
     async def digest(
         self,
-        texts: list[str],
+        texts: list[str | None],
         sentences: Annotated[int, Field(ge=1)] = 3,
         top: Annotated[int, Field(ge=1)] = 8,
     ) -> Digest:
-        """Summarise several texts (one paragraph each) and name their keywords."""
-        present = [text.strip() for text in texts if text.strip()]
+        """Summarise several texts (one paragraph each) and name their keywords; a null
+        text (a file a mapped step could not read) is passed over."""
+        present = [text.strip() for text in texts if text and text.strip()]
         joined = "\n\n".join(present)
         summary = await self.summarize(joined, sentences)
         keywords = await self.keywords(joined, top)

@@ -387,6 +387,8 @@ class SyncBus:
     def submit_plan(self, plan: Plan | dict[str, Any], *, timeout: float = 600.0) -> PendingPlan:
         """Send ``plan`` to a leader and return at once, with its id and future.
 
+        ``plan_status`` finds the plan once a leader has taken it (as ``submit_task``).
+
         Raises:
             pydantic.ValidationError: ``plan`` is not a plan.
             BusClosed: the client is not open.
@@ -408,7 +410,10 @@ class SyncBus:
         """Send a task (as ``run_task``) and return at once, with its id and future.
 
         ``task_id`` names it (default ``task-`` and 12 hex digits): a web view returns
-        the id, and the next request looks the task up with ``plan_status``.
+        the id, and the next request looks the task up with ``plan_status``. A leader
+        knows the task once it has taken it from its queue, a moment after it is sent
+        (later when the leaders are busy): until then ``plan_status`` raises
+        ``RemoteError`` (``invalid_parameters``), as for an id no leader knows.
 
         Raises:
             BusClosed: the client is not open.

@@ -67,6 +67,7 @@ class PendingPlan:
         """Where the plan is, as a leader knows it: running, waiting for answers, or ended.
 
         Raises:
-            RemoteError: no leader knows the plan (``invalid_parameters``).
+            RemoteError: no leader knows the plan (``invalid_parameters``): none has
+                taken it from its queue yet, or it ended longer ago than leaders keep.
         """
         return self._status(self._id, timeout=timeout)

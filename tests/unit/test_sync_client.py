@@ -490,6 +490,19 @@ def test_run_plan_answers_its_approval_and_reports_progress_in_this_thread(team:
     assert threads == {here}
 
 
+def test_a_plan_question_callback_that_fails_ends_the_wait_with_its_error(team: Team) -> None:
+    """As with a request: the callback's exception is raised here, and the client goes on."""
+    client = team.client
+    team.serve("registry", "leader", "echo")
+
+    def on_question(question: Question) -> Any:
+        raise LookupError(f"nobody to ask about {question.subtask_id}")
+
+    with pytest.raises(LookupError, match="nobody to ask about ok"):
+        client.run_plan(PLAN | {"id": "sync-plan-3"}, timeout=20, on_question=on_question)
+    assert client.call("echo", "say", {"text": "after"}, timeout=5) == "after"
+
+
 def test_run_task_and_its_status(team: Team) -> None:
     """A task runs to its aggregate; plan_status finds it by the id it was given."""
     client = team.client

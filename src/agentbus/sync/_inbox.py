@@ -10,6 +10,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from agentbus._exceptions import QuestionDeclined
 from agentbus.bus import QuestionHandler
 from agentbus.envelopes import Question
 
@@ -31,11 +32,11 @@ class _Callback(Generic[A]):
             return
         try:
             value = self.callback(self.argument)
-        except Exception as exc:  # QuestionDeclined among them: the loop's side decides
+        except QuestionDeclined as declined:  # an answer: the loop's side declines
             with contextlib.suppress(InvalidStateError):
-                self.answer.set_exception(exc)
+                self.answer.set_exception(declined)
             return
-        except BaseException:
+        except BaseException:  # the caller's call ends with it (``wait``)
             self.answer.cancel()
             raise
         with contextlib.suppress(InvalidStateError):  # the question expired meanwhile
@@ -75,8 +76,8 @@ class Inbox:
     def wait(self, call: Future[T]) -> T:
         """Run the callbacks of ``call`` as they come, then return its result (or raise).
 
-        Whatever a progress callback raises, or anything but an ``Exception`` a question's
-        (``KeyboardInterrupt``), cancels the call and is raised here.
+        Whatever a callback raises (but ``QuestionDeclined``, which declines the
+        question) cancels the call and is raised here.
         """
         call.add_done_callback(lambda _: self._items.put(None))
         try:

@@ -378,7 +378,7 @@ def test_the_calling_threads_context_goes_with_each_call(team: Team) -> None:
 
 
 def test_a_blocking_call_from_the_clients_own_loop_is_refused(team: Team) -> None:
-    """It would wait on itself forever: a UsageError instead."""
+    """It would wait on itself forever: a UsageError instead, for a call or a close."""
     client = team.client
 
     async def inside(_: Transport) -> Any:
@@ -386,6 +386,13 @@ def test_a_blocking_call_from_the_clients_own_loop_is_refused(team: Team) -> Non
 
     with pytest.raises(UsageError, match="wait on itself"):
         client.run_async(inside)
+
+    async def close_inside(_: Transport) -> None:
+        client.close()
+
+    with pytest.raises(UsageError, match="wait on itself"):
+        client.run_async(close_inside)
+    assert client.is_open
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
@@ -402,12 +409,16 @@ def test_a_client_used_after_a_fork_is_refused_in_the_child(team: Team) -> None:
             os.write(write, b"UsageError")
         except BaseException as exc:
             os.write(write, type(exc).__name__.encode())
+        try:
+            client.close()  # the child's copy only: the loop is the parent's
+            os.write(write, f", {client.state.value}".encode())
         finally:
             os._exit(0)
     os.close(write)
     os.waitpid(pid, 0)
     with os.fdopen(read, "rb") as pipe:
-        assert pipe.read() == b"UsageError"
+        assert pipe.read() == b"UsageError, closed"
+    assert client.is_open  # the parent's client is untouched
 
 
 # Closing while calls wait.

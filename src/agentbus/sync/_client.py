@@ -126,14 +126,20 @@ class SyncBus:
     def close(self) -> None:
         """Fail the calls still waiting with ``BusClosed``, close the bus, end the loop.
 
-        Safe to call twice, or from several threads: each returns once it is closed.
+        Safe to call twice, or from several threads: each returns once it is closed. In
+        a process forked from the one that opened it, it only marks the client closed:
+        the loop and the connection are the parent's.
+
+        Raises:
+            UsageError: called from the client's own loop (in ``run_async``).
         """
         with self._lock:
             state = self._state
-            if state is BusState.NEW:
+            if state is BusState.NEW or (state is BusState.OPEN and self._thread.forked):
                 self._state = BusState.CLOSED
                 return
             if state is BusState.OPEN:
+                self._thread.check_caller()
                 self._state = BusState.CLOSING
         if state is not BusState.OPEN:
             self._thread.join(_CLOSE_WITHIN)  # another thread closes it

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, Final, TypeVar
 
 from agentbus._exceptions import BusClosed, UsageError
+from agentbus._logging import get_logger
 from agentbus._loop import loop_factory
 
 __all__ = ["LoopThread"]
@@ -20,6 +21,7 @@ __all__ = ["LoopThread"]
 T = TypeVar("T")
 
 _CANCEL_GRACE: Final = 5.0  # seconds the calls cancelled by ``stop`` have to end
+_log = get_logger("agentbus.sync")
 
 
 class LoopThread:
@@ -77,7 +79,7 @@ class LoopThread:
             UsageError: called from the loop's own thread (it would wait on itself), or
                 in a process forked from the one that started the loop.
         """
-        loop = self._check_caller()
+        loop = self.check_caller()
         if self._stopping:
             raise BusClosed("the client is closing")
         future: Future[T] = Future()
@@ -98,7 +100,7 @@ class LoopThread:
         Raises:
             Exception: what ``teardown`` raised (the loop has ended all the same).
         """
-        loop = self._check_caller()
+        loop = self.check_caller()
         self._stopping = True
         finished: Future[None] = Future()
         try:
@@ -114,8 +116,20 @@ class LoopThread:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
-    def _check_caller(self) -> asyncio.AbstractEventLoop:
-        if os.getpid() != self._pid:
+    @property
+    def forked(self) -> bool:
+        """Whether this is a process forked from the one that started the loop (its
+        thread is not here)."""
+        return os.getpid() != self._pid
+
+    def check_caller(self) -> asyncio.AbstractEventLoop:
+        """The loop, for a call from this thread.
+
+        Raises:
+            UsageError: called from the loop's own thread, or in a forked process.
+            BusClosed: the loop is not running.
+        """
+        if self.forked:
             raise UsageError(
                 "this client was opened in another process (before a fork): "
                 "open one in each process, after it starts"
@@ -136,7 +150,9 @@ class LoopThread:
         except BaseException as exc:
             if not started.done():
                 started.set_exception(exc)
-            elif not isinstance(exc, Exception):
+                return
+            _log.error("the client's loop ended", error=repr(exc))
+            if not isinstance(exc, Exception):
                 raise
         finally:
             self._loop = None

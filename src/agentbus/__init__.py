@@ -58,6 +58,7 @@ from agentbus.envelopes import (
     encode,
 )
 from agentbus.leader import Aggregate, Leader, Plan, PlanClient
+from agentbus.sync import SyncBus, connect_sync
 
 __version__ = "0.2.0"
 
@@ -97,6 +98,7 @@ __all__ = [
     "ResponseEnvelope",
     "Settings",
     "SiteUnreachable",
+    "SyncBus",
     "TLSError",
     "Transport",
     "TransportError",
@@ -108,6 +110,7 @@ __all__ = [
     "ask",
     "configure_logging",
     "connect",
+    "connect_sync",
     "current_request",
     "decode",
     "encode",

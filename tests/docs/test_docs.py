@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ import agentbus
 from agentbus import Settings
 from agentbus.bus import Topology
 from agentbus.leader import Plan
+from agentbus.registry import Registry
 
 pytestmark = pytest.mark.docs
 
@@ -50,9 +52,12 @@ RUNNERS = {
     "essay-team",
     "plan-cli",
     "plan-python",
+    "sync-questions",
+    "sync-script",
+    "sync-web-views",
 }
 """The doc-test names this module runs; every one marks a block (or the same one on two pages)."""
-SERVICES = ("registry", "leader", "greeter", "outliner", "drafter", "summarizer")
+SERVICES = ("registry", "leader", "greeter", "outliner", "drafter", "summarizer", "clerk")
 RETRY_FOR = 20.0  # seconds a foreground line may take to succeed while the team starts
 STOP_WITHIN = 20.0  # seconds a SIGTERMed process has to exit
 
@@ -268,3 +273,89 @@ async def test_essay_team_runs_the_plan_from_the_cli_and_python(shell: Shell) ->
     assert results["outline"]["sections"] == ["What bees are", "How bees work", "Why bees matter"]
     assert results["draft"].startswith("## What bees are\n\n")
     assert results["summary"]["sections"] == 3
+
+
+# The blocking client (docs/guides/sync-client.md): its blocks run in threads of their own,
+# as a script's or a web server's would, while the team runs on the test's loop.
+
+
+@contextlib.asynccontextmanager
+async def greeting_team(settings: Settings) -> AsyncIterator[None]:
+    """A registry, a leader and examples/greeter.py's greeter, in this process."""
+    greeter = runpy.run_path(str(ROOT / "examples" / "greeter.py"))["Greeter"]
+    async with (
+        Registry(settings=settings, heartbeat_interval=0.5),
+        agentbus.Leader(settings=settings, heartbeat_interval=0.5),
+        greeter(settings=settings),
+    ):
+        yield
+
+
+def run_blocking(block: Block, **names: Any) -> tuple[list[str], dict[str, Any]]:
+    """Run a block of blocking code here (a thread); return its printed lines and names."""
+    printed: list[str] = []
+
+    def collect(*values: object) -> None:  # print, for this block alone
+        printed.append(" ".join(str(value) for value in values))
+
+    namespace: dict[str, Any] = {"__name__": "docs_block", "print": collect, **names}
+    exec(compile(block.text, block.where, "exec"), namespace)
+    return printed, namespace
+
+
+async def test_sync_client_from_a_script(broker_url: str, exchange: str) -> None:
+    """The guide's script: a call and a task, with what the page says they print."""
+    async with greeting_team(Settings(url=broker_url, exchange=exchange)):
+        printed, _ = await asyncio.to_thread(run_blocking, named("sync-script"))
+    assert printed == ["{'text': 'hello, ann!', 'length': 11}", "completed hello, bo!"]
+
+
+def _serve_views(block: Block) -> tuple[list[Any], list[str], dict[str, Any]]:
+    _, views = run_blocking(block)
+    try:
+        with ThreadPoolExecutor(8) as pool:  # the web server's threads
+            greeted = list(pool.map(views["greet"], ["ann", "bo", "cy", "di"] * 4))
+        task_id = views["start_greeting"]("ed")["task_id"]
+        states: list[str] = []
+        deadline = time.monotonic() + 20
+        while not states or states[-1] != "ended":
+            assert time.monotonic() < deadline, f"the task did not end: {states}"
+            found = views["greeting"](task_id)
+            states.append(found["state"])
+            time.sleep(0.02)
+        return greeted, states, found
+    finally:
+        views["bus"].close()
+
+
+async def test_sync_client_in_web_views(broker_url: str, exchange: str) -> None:
+    """The guide's views, called from a pool of threads: each greets; a task is fired, then
+    looked up by its id until it has ended."""
+    async with greeting_team(Settings(url=broker_url, exchange=exchange)):
+        greeted, states, found = await asyncio.to_thread(_serve_views, named("sync-web-views"))
+    assert [g["text"] for g in greeted] == [f"hello, {w}!" for w in ["ann", "bo", "cy", "di"] * 4]
+    assert set(states) <= {"queued", "running", "ended"}
+    assert found == {"state": "ended", "result": {"text": "hello, ed!", "length": 10}}
+
+
+async def test_sync_client_answers_questions(broker_url: str, exchange: str) -> None:
+    """The guide's questions block, on the conversations page's Clerk: answered in the
+    calling thread, and later with answer()."""
+    namespace: dict[str, Any] = {"__name__": "docs_block"}
+    exec(compile(named("ask-in-a-skill").text, "ask", "exec"), namespace)
+    settings = Settings(url=broker_url, exchange=exchange)
+
+    def converse() -> list[str]:
+        with agentbus.SyncBus(settings=settings) as bus:
+            printed, _ = run_blocking(named("sync-questions"), agentbus=agentbus, bus=bus)
+        return printed
+
+    async with namespace["Clerk"](settings=settings):
+        printed = await asyncio.to_thread(converse)
+    assert printed == [
+        "Where to, ann?",
+        "Book 2 nights in Oslo?",
+        "booked 2 nights in Oslo for ann",
+        "Book 1 nights in Rome?",
+        "booked 1 nights in Rome for bo",
+    ]

@@ -38,6 +38,9 @@ BUS_ROOMS: Final[dict[str, frozenset[str]]] = {
 # ``internal``). The root's own ``_modules`` (_config, _logging, _exceptions, ...) are
 # the library's shared internals: every package may use them. ``_http`` is a package of
 # its own, in its own layer: what the HTTP faces share, beneath them and above the rest.
+# ``sync`` (the blocking client) is a face of the library for code without asyncio: it
+# translates calls from threads into the bus's and the leader's, and nothing imports it
+# but the root's door (``agentbus/__init__.py``).
 _BENEATH_HTTP: Final = frozenset({"envelopes", "security", "bus", "agents", "registry", "leader"})
 LAYERS: Final[dict[str, frozenset[str]]] = {
     "envelopes": frozenset(),
@@ -48,6 +51,7 @@ LAYERS: Final[dict[str, frozenset[str]]] = {
     "registry": frozenset({"envelopes", "bus", "agents"}),
     "leader": frozenset({"envelopes", "bus", "agents", "registry"}),
     "_http": _BENEATH_HTTP,
+    "sync": frozenset({"envelopes", "bus", "leader"}),
     "testing": _BENEATH_HTTP,
     "gateway": _BENEATH_HTTP | {"_http"},
     "dashboard": frozenset({"envelopes", "bus", "agents", "registry", "leader", "_http"}),

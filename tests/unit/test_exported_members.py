@@ -46,6 +46,7 @@ EXPECTED_TOP_LEVEL = [
     "ResponseEnvelope",
     "Settings",
     "SiteUnreachable",
+    "SyncBus",
     "TLSError",
     "Transport",
     "TransportError",
@@ -57,6 +58,7 @@ EXPECTED_TOP_LEVEL = [
     "ask",
     "configure_logging",
     "connect",
+    "connect_sync",
     "current_request",
     "decode",
     "encode",
@@ -158,6 +160,16 @@ def test_security_exports_what_the_bus_enforces_and_definitions_what_operators_a
     assert agentbus.definitions.__all__ == EXPECTED_DEFINITIONS
 
 
+def test_sync_all_is_pinned() -> None:
+    """agentbus.sync: the blocking client, its opener (both at the top level too), a plan
+    left running."""
+    import agentbus.sync
+
+    assert agentbus.sync.__all__ == ["PendingPlan", "SyncBus", "connect_sync"]
+    assert agentbus.sync.SyncBus is agentbus.SyncBus
+    assert agentbus.sync.connect_sync is agentbus.connect_sync
+
+
 def _isort_key(name: str) -> tuple[int, str]:
     # isort style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions.
     if name.isupper():
@@ -193,6 +205,7 @@ def test_the_walk_finds_every_package() -> None:
         "agentbus.leader",
         "agentbus.registry",
         "agentbus.security",
+        "agentbus.sync",
         "agentbus.testing",
         "agentbus.testing.chaos",
     } <= set(PUBLIC_PACKAGES)

@@ -34,6 +34,7 @@ class PlanClient:
         self._callbacks: dict[str, ProgressCallback] = {}
         self._subscribed = False
         self._watching = False
+        self._subscribing = asyncio.Lock()  # concurrent first runs subscribe once
 
     async def run(
         self,
@@ -82,6 +83,7 @@ class PlanClient:
         task_id: str | None = None,
         timeout: float = 600.0,
         on_progress: ProgressCallback | None = None,
+        on_question: QuestionHandler | None = None,
     ) -> Aggregate:
         """Ask ``service`` for ``skill`` as a task: a plan of one subtask (``task``), run
         by a leader, under the id ``task_id`` (made up if None).
@@ -104,7 +106,9 @@ class PlanClient:
             "timeout": timeout,
         }
         plan = {"subtasks": [subtask]} | ({"id": task_id} if task_id is not None else {})
-        return await self.run(plan, timeout=timeout, on_progress=on_progress)
+        return await self.run(
+            plan, timeout=timeout, on_progress=on_progress, on_question=on_question
+        )
 
     async def answer(
         self,
@@ -141,14 +145,16 @@ class PlanClient:
         """Hand every progress event of ``plan_id`` to ``on_progress`` from now on (from
         the broadcast ones: any client may follow any plan)."""
         self._callbacks[plan_id] = on_progress
-        if not self._watching:
-            await self._bus.subscribe(f"broadcast.event.{PLAN_PROGRESS}", self._on_event)
-            self._watching = True
+        async with self._subscribing:
+            if not self._watching:
+                await self._bus.subscribe(f"broadcast.event.{PLAN_PROGRESS}", self._on_event)
+                self._watching = True
 
     async def _subscribe(self) -> None:
-        if not self._subscribed:
-            await self._bus.subscribe(f"agent.{self._bus.agent_id}.event", self._on_event)
-            self._subscribed = True
+        async with self._subscribing:
+            if not self._subscribed:
+                await self._bus.subscribe(f"agent.{self._bus.agent_id}.event", self._on_event)
+                self._subscribed = True
 
     async def _answer_with(self, on_question: QuestionHandler, question: Question) -> None:
         try:

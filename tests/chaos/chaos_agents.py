@@ -59,6 +59,18 @@ class LedgerWorker(Agent):
         return {"agent_id": self.id, "key": key, "applied": applied}
 
     @skill
+    async def count(self, n: int) -> list[int]:
+        """The numbers 0 to ``n - 1``: a list for a mapped step to run over."""
+        return list(range(n))
+
+    @skill
+    async def work_item(self, index: int) -> dict[str, Any]:
+        """An item of a mapped step: record its effect (keyed ``plan/step[index]``)."""
+        key = effect_key(current_request())
+        self.ledger.record_effect(key, self.id)
+        return {"agent_id": self.id, "key": key, "index": index}
+
+    @skill
     async def hold(self) -> dict[str, Any]:
         """Say it started (a file in ``$CHAOS_HOLD_DIR``), run until the test's ``go`` file
         is there, then record the effect: work that runs exactly as long as a test needs."""

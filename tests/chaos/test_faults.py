@@ -539,6 +539,76 @@ async def test_durable_plan_survives_its_leader_killed(
     assert report.effects == count  # once each, though the workers apply every request
 
 
+async def test_a_map_over_thousands_of_items_survives_its_leader_killed(
+    private_broker: PrivateBroker,
+    agent_process: AgentLauncher,
+    open_bus: BusOpener,
+    chaos_exchange: str,
+    ledger: Ledger,
+    team: Team,
+) -> None:
+    """A step mapped over 10,000 items, its durable leader SIGKILLed a third of the way:
+    another takes the plan over from the journal, and each item's effect happens once
+    (the workers share no de-duplication window, as on two hosts)."""
+    count = 10_000
+    url = private_broker.url
+    await team.workers(2, _settings(url, chaos_exchange), ledger)
+    leader = "agentbus.leader:Leader"
+    options = ("--heartbeat", "1")
+    durable = {"AGENTBUS_DURABLE_PLANS": "1"}
+    first = agent_process.start(
+        leader, "--id", "leader-1", *options, url=url, exchange=chaos_exchange, env=durable
+    )
+    await first.started()
+    client = await open_bus(url, **FAST)
+    plan = Plan.model_validate(
+        {
+            "id": "map-kill",
+            "subtasks": [
+                {"id": "n", "skill": "count", "service": SERVICE, "parameters": {"n": count}},
+                {
+                    "id": "m",
+                    "skill": "work_item",
+                    "service": SERVICE,
+                    "depends_on": ["n"],
+                    "map": {"over": "n", "as": "index", "concurrency": 32},
+                },
+            ],
+        }
+    )
+    run = asyncio.create_task(PlanClient(client).run(plan, timeout=300))
+    third = count // 3
+    await wait_for(lambda: len(ledger.effects()) >= third, 120, f"{third} items to be done")
+    first.kill()
+    killed = time.monotonic()
+    assert await first.exited(5) == -signal.SIGKILL
+    done_before = len(ledger.effects())
+    second = agent_process.start(
+        leader, "--id", "leader-2", *options, url=url, exchange=chaos_exchange, env=durable
+    )
+    async with asyncio.timeout(300):
+        aggregate = await run
+    finished_after = time.monotonic() - killed
+    mapped = aggregate.subtask("m")
+    for index in range(count):
+        ledger.record_send(f"{plan.id}/m[{index}]", SendOutcome.CONFIRMED)
+    report = await ledger.check(url=url, queues=[_service_queue(chaos_exchange)])
+
+    _show(
+        f"durable leader killed, map of {count}",
+        report,
+        done_before_kill=done_before,
+        finished_after_kill=finished_after,
+    )
+    assert second.is_running
+    assert aggregate.status is PlanStatus.COMPLETED
+    assert [item["index"] for item in mapped.result] == list(range(count))
+    assert mapped.items is not None
+    assert mapped.items["succeeded"] == count
+    _assert_whole(report)
+    assert report.effects == count  # each item once
+
+
 @pytest.mark.parametrize("hit", [10, 30])
 async def test_leader_dying_between_an_answer_and_its_journal_asks_nothing_again(
     private_broker: PrivateBroker,

@@ -52,6 +52,7 @@ RUNNERS = {
     "essay-team",
     "plan-cli",
     "plan-python",
+    "shaped-plan",
     "sync-questions",
     "sync-script",
     "sync-web-views",
@@ -246,6 +247,19 @@ async def test_bus_from_python(broker_url: str, exchange: str) -> None:
             on_offline=on_offline,
         )
     assert printed.strip() == "{'text': 'hello, ann!', 'length': 11}"
+
+
+def test_the_shaped_plan_is_valid_and_maps_as_it_says() -> None:
+    """Run plans: the shaped plan validates; its map, conditions and inputs are as shown."""
+    plan = Plan.model_validate(json.loads(named("shaped-plan").text))
+    analyze = next(s for s in plan.subtasks if s.id == "analyze")
+    assert analyze.map is not None
+    assert (analyze.map.over, analyze.map.as_, analyze.map.items) == (
+        "list.*.path",
+        "path",
+        "optional",
+    )
+    assert [s.id for s in plan.subtasks if s.when] == ["summarise", "report"]
 
 
 def test_essay_plan_is_the_shipped_file() -> None:

@@ -86,6 +86,48 @@ async def test_a_request_is_answered_on_the_clients_own_reply_queue(
     assert nobody.envelopes == []
 
 
+async def test_a_plan_that_shapes_itself_is_sent_by_a_raw_client(
+    procs: Processes, client: ForeignClient
+) -> None:
+    """A mapped step and a condition, in a plan a foreign client sends as JSON: the map's
+    items in its progress, the results in order, the false branch skipped."""
+    team = (procs.registry(REGISTRY), procs.leader(LEADER), procs.agent("Worker", WORKER))
+    await started(procs, *team)
+    plan = {
+        "id": f"{client.kind}-shaped",
+        "subtasks": [
+            {"id": "n", "skill": "numbers", "parameters": {"n": 4}},
+            {"id": "sq", "skill": "square", "depends_on": ["n"], "map": {"over": "n", "as": "n"}},
+            {"id": "sum", "skill": "total", "depends_on": ["sq"], "inputs": {"values": "sq"}},
+            {
+                "id": "big",
+                "skill": "square",
+                "depends_on": ["sum"],
+                "when": {">": [{"var": "sum"}, 100]},
+                "inputs": {"n": "sum"},
+            },
+        ],
+    }
+
+    run = await client.run("plan", "-", stdin=orjson.dumps(plan))
+
+    assert run.status == 0, run.notes
+    *events, reply = run.envelopes
+    outcomes = {o["id"]: o for o in reply["payload"]["result"]["subtasks"]}
+    assert outcomes["sq"]["result"] == [0, 1, 4, 9]
+    assert outcomes["sq"]["items"]["succeeded"] == 4
+    assert outcomes["sum"]["result"] == 14
+    assert outcomes["big"]["status"] == "skipped"
+    assert outcomes["big"]["error"]["code"] == "condition_not_met"
+    items = {
+        t["subtask_id"]
+        for event in events
+        for t in event["payload"]["event_data"]["transitions"]
+        if t["subtask_id"].startswith("sq[")
+    }
+    assert items == {f"sq[{n}]" for n in range(4)}
+
+
 async def test_a_question_is_answered_by_the_node_client(procs: Processes) -> None:
     """Node.js: input_required with the question, a bad answer asked again, then the result."""
     client_command("node")

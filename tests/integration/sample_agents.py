@@ -84,6 +84,11 @@ class Worker(Agent):
         return n * n
 
     @skill
+    async def numbers(self, n: int) -> list[int]:
+        """Return the numbers 0 to ``n - 1`` (a list a mapped step runs over)."""
+        return list(range(n))
+
+    @skill
     async def total(self, values: list[int]) -> int:
         """Return the sum of ``values``."""
         return sum(values)

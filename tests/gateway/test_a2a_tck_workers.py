@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 from gateway_agents import Shouter
-from gateway_team import Team, free_port
+from gateway_team import Team
 from test_a2a_tck import BINDINGS, TCK_KEY, outcomes, run_tck, tck_ready
 from test_gateway_cli import AGENTBUS, wait_listed
 
-from redis_servers import tier_redis_url
+from support.ports import free_port
+from support.redis_servers import tier_redis_url
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from gateway_agents import Calc, Counter, Shouter
 from gateway_team import HEARTBEAT, KEY, Team
 
 from agentbus.leader import Leader
-from waiting import wait_until
+from support.waiting import wait_until
 
 PLAN = {
     "subtasks": [

@@ -30,7 +30,7 @@ from agentbus.security import (
     verifies_sender,
 )
 from agentbus.testing import MemoryBroker, MemoryBus, MemoryMessage
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 @dataclass(frozen=True, slots=True)

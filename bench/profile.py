@@ -12,7 +12,7 @@ samples by the package whose code was running (the leaf frame: aiormq and pamqp'
 asyncio's loop and sockets, pydantic, agentbus by subpackage, ...), the leaf functions that
 cost most, and the agentbus functions under which the rest ran (library time charged to the
 innermost agentbus frame that called it). The raw stacks stay in --out for a flame graph.
-py-spy: ``.venv/bin/pip install py-spy``; attaching needs ptrace (root, or
+py-spy from PyPI: ``.venv/bin/pip install -e '.[profile]'``; attaching needs ptrace (root, or
 ``kernel.yama.ptrace_scope=0``).
 """
 
@@ -128,7 +128,7 @@ def main() -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not command or not Path(spy).exists():
-        sys.exit("bench/profile.py: needs a command after --, and py-spy (pip install py-spy)")
+        sys.exit("bench/profile.py: needs a command after --, and py-spy (the profile extra)")
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     pending = {pattern: re.compile(pattern) for pattern in args.match}

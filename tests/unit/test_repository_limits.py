@@ -1,4 +1,4 @@
-"""What the repository keeps small: no large binary in git or in the sdist.
+"""What the repository keeps small: no large binary in git or in the sdist; bench/ in its cap.
 
 A wheel, a browser build or a tool's download committed by mistake stays in the history for
 good; these tests fail before it lands. A file over the cap that belongs here goes in
@@ -19,6 +19,8 @@ from support.required import missing
 ROOT = Path(__file__).resolve().parents[2]
 CAP = 512 * 1024  # bytes, any one file
 ALLOWED: dict[str, str] = {}  # path -> why it may be larger than CAP
+BENCH_CAP = 3000  # lines of bench/**/*.py: the benchmarks' budget
+BENCH_NOW = 3240  # where bench/ stands: it may shrink, never grow, until it is in its cap
 
 
 def _tracked() -> list[str]:
@@ -59,3 +61,18 @@ def test_the_sdist_holds_the_sources_and_nothing_large(tmp_path: Path) -> None:
     assert any(name.startswith("docs/") for name in members)
     unwanted = ("node_modules/", "__pycache__/", ".cache/", ".venv/", "bench/", "fuzz/")
     assert not [n for n in members if n.endswith(".whl") or any(u in n for u in unwanted)]
+
+
+def _bench_lines() -> int:
+    return sum(len(path.read_text().splitlines()) for path in (ROOT / "bench").rglob("*.py"))
+
+
+def test_bench_does_not_grow() -> None:
+    """bench/ is no larger than it stands now (lower BENCH_NOW as it shrinks)."""
+    assert _bench_lines() <= BENCH_NOW
+
+
+@pytest.mark.xfail(strict=True, reason="bench/ is over its cap; passes (and fails strict) once in")
+def test_bench_is_within_its_cap() -> None:
+    """bench/**/*.py holds at most 3,000 lines."""
+    assert _bench_lines() <= BENCH_CAP

@@ -1,6 +1,13 @@
-"""Trivial agents for suite.py's fan-out: ``agentbus run _bench_agents:Echo`` (PYTHONPATH=bench)."""
+"""The benchmarks' echo servers: agents (``agentbus run _bench_agents:Echo``, PYTHONPATH=bench),
+and the SDKs' own servers with no bus: ``python bench/_bench_agents.py a2a PORT
+[--unwrapped]`` (the a2a-sdk's, JSON-RPC under uvicorn as the gateway serves; ``--unwrapped``:
+its tracing wrappers out) and ``... mcp [--http PORT]`` (the MCP SDK's, one ``echo`` tool).
+"""
 
 from __future__ import annotations
+
+import sys
+from typing import Any
 
 from agentbus import Agent, skill
 
@@ -40,3 +47,70 @@ class UvPinger(Pinger):
     """The Pinger the ``agent-uvloop`` side asks: its own queue, served on uvloop."""
 
     name = "pinger-uv"
+
+
+def a2a_server(port: int, unwrapped: bool) -> None:
+    import uvicorn
+    from a2a.helpers import new_task
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+    from a2a.types import a2a_pb2 as a2a
+    from starlette.applications import Starlette
+
+    class Executor(AgentExecutor):
+        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+            updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+            history = [context.message] if context.message is not None else []
+            await event_queue.enqueue_event(new_task(updater.task_id, updater.context_id,
+                                                     a2a.TaskState.TASK_STATE_SUBMITTED,
+                                                     history=history))  # fmt: skip
+            await updater.start_work()
+            parts = list(context.message.parts) if context.message is not None else []
+            await updater.add_artifact(parts, name="echo")
+            await updater.complete()
+
+        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+            await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+    interface = a2a.AgentInterface(url=f"http://127.0.0.1:{port}/", protocol_binding="JSONRPC",
+                                   protocol_version="1.0")  # fmt: skip
+    card = a2a.AgentCard(
+        name="echo", description="echo", version="1", supported_interfaces=[interface],
+        capabilities=a2a.AgentCapabilities(streaming=True),
+        default_input_modes=["application/json"], default_output_modes=["application/json"],
+        skills=[a2a.AgentSkill(id="echo", name="echo", description="echo", tags=["echo"])],
+    )  # fmt: skip
+    handler = DefaultRequestHandler(agent_executor=Executor(), task_store=InMemoryTaskStore(),
+                                    agent_card=card)  # fmt: skip
+    app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+    if unwrapped:
+        from agentbus.gateway._sdk_tracing import unwrap
+
+        unwrap()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+
+
+def mcp_server(args: list[str]) -> None:
+    from mcp.server import MCPServer
+
+    server = MCPServer("echo")
+
+    @server.tool(name="echo__echo")
+    def echo(n: int) -> int:
+        """Return ``n`` (named as agentbus mcp names the Echo agent's skill)."""
+        return n
+
+    options: dict[str, Any] = {}
+    if args[:1] == ["--http"]:
+        options = {"transport": "streamable-http", "host": "127.0.0.1", "port": int(args[1])}
+    server.run(**options)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "a2a":
+        a2a_server(int(sys.argv[2]), "--unwrapped" in sys.argv[3:])
+    else:
+        mcp_server(sys.argv[2:])

@@ -1,12 +1,7 @@
-"""The one harness every benchmark starts its processes and reads its figures through.
-
-- ``Fleet``: processes in their own session, output in a log, waited for until ready,
-  stopped (bounded, SIGKILL after), their queues and exchanges deleted when the block
-  ends, also on Ctrl-C or SIGTERM (``raise_on_sigterm``);
-- /proc: a process's CPU seconds, the host's, the local broker's pid, RSS, peak RSS, fds;
-- timing: latency samples of sequential calls, a window of calls in flight for a time,
-  variants interleaved round by round, percentiles, best and median of rounds;
-- the command line (``--url``, default ``AGENTBUS_URL``), quiet logging, JSON.
+"""The one harness every benchmark starts its processes and reads its figures through:
+``Fleet`` (processes stopped, queues and exchanges deleted when the block ends, also on
+Ctrl-C), /proc readings (CPU, RSS, whose socket), timing (sequential calls, a window in
+flight, variants interleaved, percentiles, best and median), the command line and logging.
 """
 
 from __future__ import annotations
@@ -19,12 +14,13 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -38,10 +34,11 @@ from agentbus.bus import Topology
 BENCH_DIR = Path(__file__).resolve().parent
 # Same-loop ratios: every agentbus process the benchmarks start runs on asyncio's own loop,
 # as the peers do, unless AGENTBUS_LOOP says otherwise (the rr section's agent-uvloop side
-# runs on uvloop by its own choice: what agentbus[fast] gives).
+# and the faces' servers run on uvloop by their own choice).
 os.environ.setdefault("AGENTBUS_LOOP", "asyncio")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOP_WAIT, READY_TIMEOUT = 15.0, 60.0
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 Call = Callable[[int], Awaitable[Any]]
 Say = Callable[[str], None]  # progress, to stderr
 
@@ -77,6 +74,12 @@ class Proc:
             raise RuntimeError(f"{self.name} exited with status {self.popen.wait()}")
         return line
 
+    def send(self, line: str) -> None:
+        """Write ``line`` to the process's stdin (started with ``pipes=True``)."""
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(f"{line}\n".encode())
+        self.popen.stdin.flush()
+
 
 @dataclass(slots=True)
 class Fleet:
@@ -93,18 +96,25 @@ class Fleet:
     def spawn(self, role: str, name: str, argv: list[str], *, pipes: bool = False,
               env: dict[str, str] | None = None, **options: Any) -> Proc:  # fmt: skip
         """Start ``argv`` in its own session (Ctrl-C reaches only us), bench/ then our PYTHONPATH
-        on its path (a worktree's src measures that src); with ``pipes``, stdin and stdout are
-        pipes. ``env`` adds to ours; ``options`` go to ``Popen`` (``cwd``, ``stderr``)."""
+        (or ``env``'s: code from another checkout) on its path; with ``pipes``, stdin and stdout
+        are pipes. ``env`` adds to ours; ``options`` go to ``Popen`` (``cwd``, ``stderr``)."""
         log = tempfile.TemporaryFile()  # noqa: SIM115 -- closed when the fleet ends
-        paths = [str(BENCH_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**os.environ, **(env or {})}
+        paths = [str(BENCH_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
         popen = subprocess.Popen(argv, **{
             "stdin": subprocess.PIPE if pipes else subprocess.DEVNULL,
             "stdout": subprocess.PIPE if pipes else log,
             "stderr": log if pipes else subprocess.STDOUT, "start_new_session": True,
-            "env": {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(paths)},
+            "env": {**env, "PYTHONPATH": os.pathsep.join(paths)},
         } | options)  # fmt: skip
         self.procs.append(proc := Proc(role, name, popen, log))
         return proc
+
+    def ready(self, procs: Iterable[Proc]) -> None:
+        """Wait for each piped process to say ``ready``."""
+        for proc in procs:
+            if proc.readline(READY_TIMEOUT) != "ready":
+                raise RuntimeError(f"{proc.name} did not say ready")
 
     def topology(self, exchange: str, services: Iterable[str] = (),
                  agents: Iterable[str] = ()) -> Topology:  # fmt: skip
@@ -154,7 +164,9 @@ class Fleet:
             for proc in self.procs:
                 if text := proc.tail():
                     print(f"--- {proc.name} (exit {proc.popen.poll()}):\n{text}", file=sys.stderr)
-        with shielded():
+        # Ctrl-C and SIGTERM ignored meanwhile: a second Ctrl-C must not stop a cleanup.
+        previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in SIGNALS}
+        try:
             stop(reversed(self.procs), self.stop_wait)  # clients before their servers
             for proc in self.procs:
                 proc.log.close()
@@ -163,6 +175,9 @@ class Fleet:
                     asyncio.run(delete_all(self.url, self.queues, self.exchanges))
                 except Exception as error:
                     print(f"cleanup failed: {error!r}", file=sys.stderr)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def stop(procs: Iterable[Proc], timeout: float = STOP_WAIT) -> None:
@@ -178,20 +193,6 @@ def stop(procs: Iterable[Proc], timeout: float = STOP_WAIT) -> None:
             print(f"{proc.name} did not stop: SIGKILL", file=sys.stderr)
             proc.popen.kill()
             proc.popen.wait()
-
-
-@contextlib.contextmanager
-def shielded() -> Iterator[None]:
-    """Ignore Ctrl-C and SIGTERM for the block: a second Ctrl-C must not stop a cleanup."""
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def raise_on_sigterm() -> None:
@@ -218,10 +219,32 @@ def agentbus_cli(url: str, exchange: str) -> list[str]:
     return [script, "--url", url, "--exchange", exchange, "--log-level", "warning"]
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def redis_url() -> str:
+    """``$AGENTBUS_DEDUP_URL`` or ``$AGENTBUS_TEST_DEDUP_URL``; else ``scripts/ensure-redis``'s."""
+    url = os.environ.get("AGENTBUS_DEDUP_URL") or os.environ.get("AGENTBUS_TEST_DEDUP_URL")
+    if url:
+        return url
+    script = BENCH_DIR.parent / "scripts" / "ensure-redis"
+    subprocess.run([str(script)], check=True, capture_output=True, timeout=120)
+    return "redis://127.0.0.1:6390/0"
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process, from /proc (0 once it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        fields = _stat(pid)
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
@@ -241,21 +264,46 @@ def cpu_split(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return cpu
 
 
-def broker_pid(url: str) -> int | None:
-    """The local RabbitMQ node listening on the URL's port, to read its CPU; None if remote."""
-    port, sockets = urlsplit(url).port or 5672, set()
+def family(pid: int) -> list[int]:
+    """``pid`` and its descendants (a server's worker processes), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            children.setdefault(int(_stat(int(stat.parent.name))[1]), []).append(
+                int(stat.parent.name))  # fmt: skip
+    found, todo = [], [pid]
+    while todo:
+        found.append(current := todo.pop())
+        todo += children.get(current, [])
+    return found
+
+
+def listening(name: bytes, port: int) -> int | None:
+    """The local process named ``name`` listening on ``port`` (a broker, a Redis); None if
+    none is (a remote one): found by its sockets in /proc."""
+    sockets = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
             for row in (line.split() for line in Path(table).read_text().splitlines()[1:]):
                 if row[3] == "0A" and int(row[1].rpartition(":")[2], 16) == port:  # LISTEN
                     sockets.add(f"socket:[{row[9]}]")
-    for beam in Path("/proc").glob("[0-9]*"):
+    for proc in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):
-            if (beam / "comm").read_text().strip() == "beam.smp" and any(
-                os.readlink(fd) in sockets for fd in (beam / "fd").iterdir()
+            if (proc / "comm").read_bytes().startswith(name) and any(
+                os.readlink(fd) in sockets for fd in (proc / "fd").iterdir()
             ):
-                return int(beam.name)
+                return int(proc.name)
     return None
+
+
+def broker_pid(url: str) -> int | None:
+    """The local RabbitMQ node listening on the URL's port, to read its CPU; None if remote."""
+    return listening(b"beam.smp", urlsplit(url).port or 5672)
+
+
+def redis_pid(url: str | None) -> int | None:
+    """The local redis-server serving ``url``, to read its CPU; None if none (or no URL)."""
+    return listening(b"redis-server", urlsplit(url).port or 6379) if url else None
 
 
 def rss(pid: int, key: str = "VmRSS") -> int | None:
@@ -272,12 +320,6 @@ def reset_peak_rss(pid: int) -> int:
     with contextlib.suppress(OSError):  # no /proc/PID/clear_refs: the peak stays cumulative
         Path(f"/proc/{pid}/clear_refs").write_text("5")
     return rss(pid) or 0
-
-
-def open_fds(pid: int) -> int | None:
-    with contextlib.suppress(OSError):
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    return None
 
 
 async def queue_counts(connection: aio_pika.abc.AbstractConnection, queue: str) -> tuple[int, int]:
@@ -353,15 +395,10 @@ async def interleaved(
     return {"rounds": rows, "figures": medians}
 
 
-def quantile(ordered: list[float], q: float) -> float:
-    """The ``q`` quantile of sorted values, nearest rank."""
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def summary(samples_ns: list[int]) -> dict[str, float]:
-    """p50, p99 and mean of nanosecond samples, in microseconds."""
+    """p50, p99 (nearest rank) and mean of nanosecond samples, in microseconds."""
     s = sorted(samples_ns)
-    p50, p99 = (quantile(s, q) / 1000 for q in (0.5, 0.99))
+    p50, p99 = (s[min(len(s) - 1, round(q * (len(s) - 1)))] / 1000 for q in (0.5, 0.99))
     return {"p50_us": p50, "p99_us": p99, "mean_us": sum(s) / len(s) / 1000}
 
 

@@ -1,15 +1,11 @@
 """What a feature costs, for suite.py; variants alternate round by round (medians).
 
-- ``startup``: ``import agentbus`` in a fresh interpreter (heaviest imports by ``-X
-  importtime``; its third-party dependencies alone), ``agentbus run`` until "agent started";
-- ``audit``, ``queue-type``, ``presence``: ``Bus.serve`` echo with the audit stream off and
-  on, classic and quorum queues, the presence check (0.5 s) and without: sequential p50/p99,
-  requests/s with a window in flight; for presence, how fast a request to a stopped service
-  fails (its queue stays), and how;
-- ``durable``: a plan of N ``echo`` subtasks through a leader without and with the journal
-  (registry, leader and two workers in this process): subtasks/s, heap peak.
-
-The gateway's section is ``_suite_gateway.py``.
+``startup``: ``import agentbus`` in a fresh interpreter (and its dependencies alone), and
+``agentbus run`` until "agent started". ``audit``, ``queue-type``, ``presence``, ``dedup``:
+``Bus.serve`` echo with the audit stream off and on, classic and quorum queues, the presence
+check and without (and how fast a request to a stopped service fails), the de-duplication
+window and the Redis store (and the store alone). ``durable``: plans through a leader
+without and with its journal (all in this process).
 """
 
 from __future__ import annotations
@@ -28,10 +24,14 @@ from pathlib import Path
 from types import SimpleNamespace as Config
 from typing import Any
 
+from redis.asyncio import Redis
+
 import _harness as harness
 import agentbus
 from _bench_agents import Echo
 from agentbus import AgentBusError, Leader, PlanClient, RequestEnvelope, Settings
+from agentbus.bus import DedupWindow, RedisDedupStore
+from agentbus.envelopes import RequestPayload, encode
 from agentbus.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,3 +214,61 @@ def run_durable(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
               "durable / plain, median": median["durable"] / median["plain"],
               "one-step plan p50, durable / plain": small["durable"] / small["plain"]}  # fmt: skip
     return result | {"params": vars(cfg), "ratios": ratios}
+
+
+async def store_costs(url: str, cfg: Config) -> dict[str, dict[str, Any]]:
+    """Per request: ``check_in`` and ``complete`` on the window, then on Redis."""
+    payload = RequestPayload(action="ping")
+    request = RequestEnvelope(sender_id="bench-cli", receiver_id="echo", payload=payload)
+    reply = request.response(PAYLOAD, sender_id="bench-srv")
+    body, run = encode(reply), uuid.uuid4().hex[:6]
+    namespace = f"bench-dedup-store-{run}"
+    window, shared = DedupWindow(600.0, 100_000), RedisDedupStore(url, 600.0, namespace=namespace)
+
+    async def via_window(i: int) -> None:
+        window.check_in(key := f"{run}-w-{i}")
+        window.complete(key, reply, "bench-cli", body)
+
+    async def via_redis(i: int) -> None:
+        await shared.check_in(key := f"{run}-r-{i}")
+        await shared.complete(key, reply, "bench-cli", body)
+
+    figures: dict[str, dict[str, Any]] = {}
+    try:
+        latency = harness.summary(await harness.sequential(via_window, 20 * cfg.requests, 100))
+        # never waits: 64 at once are 64 one after the other
+        figures["store alone: window"] = latency | {"requests_per_s": 1e6 / latency["mean_us"]}
+        latency = harness.summary(await harness.sequential(via_redis, cfg.requests, warmup=100))
+        load = await harness.windowed(via_redis, 64, cfg.seconds / 2)
+        figures["store alone: redis"] = latency | {"requests_per_s": load["per_s"]}
+    finally:
+        await shared.aclose()
+        await forget_keys(url, namespace)
+    return figures
+
+
+async def forget_keys(url: str, *namespaces: str) -> None:
+    """Delete what the bench wrote (it would stay for the 600 s window)."""
+    client = Redis.from_url(url)
+    try:
+        for namespace in namespaces:
+            keys = [key async for key in client.scan_iter(match=f"{namespace}*:dedup:*")]
+            for start in range(0, len(keys), 1000):
+                await client.delete(*keys[start : start + 1000])
+    finally:
+        await client.aclose()
+
+
+def run_dedup(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
+    shared = harness.redis_url()
+    say(f"dedup: the window against Redis at {shared}")
+    result = bus_variants(url, cfg, say, "dedup_url", {"window": None, "redis": shared})
+    asyncio.run(forget_keys(shared, "bench-dedup-url-"))
+    stores = asyncio.run(store_costs(shared, cfg))
+    window, redis = stores["store alone: window"], stores["store alone: redis"]
+    result["figures"] |= stores
+    result["ratios"]["store alone p50, redis / window"] = redis["p50_us"] / window["p50_us"]
+    result["ratios"]["redis store p50 over the bus p50 with the window"] = (
+        redis["p50_us"] / result["figures"]["window"]["p50_us"]
+    )
+    return result

@@ -1,12 +1,12 @@
 """Fan-out and fan-in of N subtasks for suite.py: the leader vs raw aio-pika vs FastStream.
 
-One fleet: a registry, W ``Echo`` workers and a leader (``agentbus`` processes), W raw and
-W FastStream workers (``_suite_rr.py serve``). For each N the sides run in turn the same
-plan: N ``echo`` subtasks, at most ``W x concurrency`` in flight, then a ``total`` over all
-their results; the raw and FastStream "leaders" (``_peers``) run in this process. Each timed
-run records every role's CPU (/proc) and the leader process's peak RSS growth (VmHWM, reset
-before; this process for the peers). Untimed, the tracemalloc peak of the leader's work:
-Plan + PlanRunner on the in-memory bus for agentbus (``memory_case``), a run for the peers.
+A registry, W ``Echo`` workers and a leader (no journal, as its peers keep none), W raw and
+W FastStream workers (``_suite_rr.py serve``); the raw and FastStream "leaders" run here.
+Each side in turn: N ``echo`` subtasks, at most ``W x concurrency`` in flight, then a
+``total`` over all their results; every role's CPU, and the leader's peak RSS growth (VmHWM,
+reset before; this process for the peers). Untimed, the tracemalloc peak of the leader's
+work: Plan + PlanRunner on the in-memory bus for agentbus (``memory_case``), a run for the
+peers.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from typing import Any
 
 import _harness as harness
 from _bench_agents import Echo
-from _peers import FastStreamClient, FastStreamRequester, RawClient
-from _suite_rr import SCRIPT, Names
+from _suite_rr import SCRIPT, FastStreamClient, Names, RawClient
 from agentbus import Agent, AgentBusError, NoCapableAgent, Plan, PlanClient, Settings
 from agentbus.bus import Bus
 from agentbus.envelopes import BROADCAST
@@ -34,15 +33,14 @@ from agentbus.leader import PLAN_PROGRESS, PlanRunner, PlanStatus, ProgressRepor
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
 
-SIDES = ("agentbus", "aio-pika", "faststream", "faststream-rq")
+SIDES = ("agentbus", "aio-pika", "faststream")
 WARMUP = 200
 TIMEOUT = 30.0  # s per request, the default subtask timeout
 ROLES = ("leader", "worker", "registry", "raw", "faststream")  # the fleet's processes
-BIG_CAP = 16 * 1024 * 1024
-CAP_NOTE = (
-    "AGENTBUS_MAX_MESSAGE_SIZE=16777216 for the leader, the workers and the client: a "
-    "10,000-subtask plan request is ~1.6 MB and its aggregate ~2.3 MB, over the 1 MiB default"
-)
+BIG_CAP = {"AGENTBUS_MAX_MESSAGE_SIZE": str(16 * 1024 * 1024)}
+CAP_NOTE = ("AGENTBUS_MAX_MESSAGE_SIZE=16777216 for the leader, the workers and the client: a "
+            "10,000-subtask plan request is ~1.6 MB and its aggregate ~2.3 MB, over the 1 MiB "
+            "default")  # fmt: skip
 Run = Callable[[int], Awaitable[dict[str, Any]]]
 
 
@@ -56,24 +54,22 @@ def plan_document(n: int, max_parallel: int) -> dict[str, Any]:
             "subtasks": subtasks}  # fmt: skip
 
 
-def start_fleet(fleet: harness.Fleet, run: str, workers: int, concurrency: int) -> Names:
+def start_fleet(fleet: harness.Fleet, run: str, cfg: Config, env: dict[str, str]) -> Names:
     """A registry, W ``Echo`` workers and a leader; W raw and W FastStream workers."""
     assert fleet.url is not None
-    names, width = Names(f"bench-leader-{run}"), str(concurrency)
+    names, width, workers = Names(f"bench-leader-{run}"), str(cfg.concurrency), cfg.workers
     echoes = [f"echo-{run}-{k}" for k in range(workers)]
     ids = [f"registry-{run}", f"leader-{run}", f"bench-client-{run}", *echoes]
     fleet.topology(names.exchange, ("registry", "echo", "leader"), ids)
     fleet.queues += [names.queues[s] for s in ("aio-pika", "faststream")]
-    fleet.queues += [names.reply("raw", run), names.reply("fs", run)]
+    fleet.queues.append(names.reply(run))
     fleet.exchanges.append(names.raw_exchange)
     cli = harness.agentbus_cli(fleet.url, names.exchange)
-    fleet.spawn("registry", ids[0], [*cli, "registry", "--id", ids[0]])
+    fleet.spawn("registry", ids[0], [*cli, "registry", "--id", ids[0]], env=env)
     for worker in echoes:
         argv = [*cli, "run", "_bench_agents:Echo", "--id", worker, "--concurrency", width]
-        fleet.spawn("worker", worker, argv)
-    # Without its journal: the raw and FastStream "leaders" keep none either (what the
-    # journal costs is the durable section's row, the same plan with and without it).
-    fleet.spawn("leader", ids[1], [*cli, "leader", "--id", ids[1], "--no-durable"])
+        fleet.spawn("worker", worker, argv, env=env)
+    fleet.spawn("leader", ids[1], [*cli, "leader", "--id", ids[1], "--no-durable"], env=env)
     for role, side in (("raw", "aio-pika"), ("faststream", "faststream")):
         for k in range(workers):
             argv = [sys.executable, SCRIPT, "serve", side, fleet.url, names.exchange]
@@ -89,29 +85,23 @@ async def leader_run(client: PlanClient, n: int, max_parallel: int) -> dict[str,
     total = aggregate.subtask("sum").result
     if aggregate.status is not PlanStatus.COMPLETED or total != n * (n - 1) // 2:
         raise RuntimeError(f"leader run wrong: {aggregate.status} {aggregate.error} sum={total}")
-    totals = aggregate.totals
-    last = max(o.ended_at for o in aggregate.subtasks if o.ended_at is not None)
-    figures = {"seconds": seconds, "per_s": n / seconds, "leader_wall_s": totals.wall_time}
-    # After the last subtask ended, the leader still sends the progress events queued.
-    figures["progress_drain_s"] = (aggregate.ended_at - last).total_seconds()
-    return figures | {"attempts": totals.attempts, "agents_used": len(totals.agents_used)}
+    return {"seconds": seconds, "per_s": n / seconds, "attempts": aggregate.totals.attempts}
 
 
-async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: harness.Say) -> dict:
+async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: harness.Say,
+                  limits: dict[str, int]) -> dict:  # fmt: skip
     names, width = Names(f"bench-leader-{run}"), cfg.workers * cfg.concurrency
-    raw = RawClient(url, names.raw_exchange, names.reply("raw", run), TIMEOUT)
-    fs_queue = names.queues["faststream"]
-    requester = FastStreamRequester(url, fs_queue, TIMEOUT, names.reply("fs", run))
-    fs_client = FastStreamClient(url, fs_queue, TIMEOUT)
+    raw = RawClient(url, names.raw_exchange, names.reply(run), TIMEOUT)
+    fs_client = FastStreamClient(url, names.queues["faststream"], TIMEOUT)
     leader_pid, me = fleet.pids("leader")[0], os.getpid()
     pids = {role: fleet.pids(role) for role in ROLES}
     pids |= {"bench": [me], "broker": [pid] if (pid := harness.broker_pid(url)) else []}
     timed: dict[str, dict[str, list[dict[str, Any]]]] = {side: {} for side in SIDES}
     tracemalloc_peak: dict[str, dict[str, int]] = {side: {} for side in SIDES[1:]}
-    settings = Settings(url=url, exchange=names.exchange)
+    settings = Settings(url=url, exchange=names.exchange, **limits)
     bus = Bus(settings, agent_id=f"bench-client-{run}")
     async with bus, contextlib.AsyncExitStack() as stack:
-        for peer in (raw, requester, fs_client):
+        for peer in (raw, fs_client):
             await peer.open()
             stack.push_async_callback(peer.close)
         wanted = {f"leader-{run}", *(f"echo-{run}-{k}" for k in range(cfg.workers))}
@@ -128,8 +118,7 @@ async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: ha
         sides: dict[str, tuple[Run, int]] = {
             "agentbus": (lambda n: leader_run(client, n, width), leader_pid),
             "aio-pika": (lambda n: raw.run(n, width), me),
-            "faststream": (lambda n: fs_client.run(n, width), me),
-            "faststream-rq": (lambda n: requester.run(n, width), me)}  # fmt: skip
+            "faststream": (lambda n: fs_client.run(n, width), me)}  # fmt: skip
         for go, _ in sides.values():  # warm up connections, caches and the directory
             await go(min(WARMUP, max(cfg.sizes)))
         for n in cfg.sizes:
@@ -185,12 +174,9 @@ async def memory_case(n: int, workers: int, concurrency: int, max_parallel: int)
     gc.collect()
     tracemalloc.start()
     try:
-        start = time.perf_counter()
         plan = Plan.model_validate(document)
-        validated = time.perf_counter()
         plan_bytes = tracemalloc.get_traced_memory()[0]
         aggregate = await PlanRunner(bus, plan, directory=directory, progress=progress).run()
-        ran = time.perf_counter()
         retained, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -203,26 +189,18 @@ async def memory_case(n: int, workers: int, concurrency: int, max_parallel: int)
         await agent.bus.aclose()
     await bus.aclose()
     return {"subtasks": n, "peak_bytes": peak, "peak_per_subtask": peak / n,
-            "plan_bytes": plan_bytes, "plan_per_subtask": plan_bytes / n,
-            "retained_bytes": retained, "progress_backlog_max": backlog[0],
-            "validate_s": validated - start, "run_s": ran - validated}  # fmt: skip
+            "plan_bytes": plan_bytes, "retained_bytes": retained,
+            "progress_backlog_max": backlog[0]}  # fmt: skip
 
 
 def run_fanout(url: str, cfg: Config, say: Callable[[str], None]) -> dict[str, Any]:
     """cfg: sizes, rounds, workers, concurrency."""
     run, width = uuid.uuid4().hex[:8], cfg.workers * cfg.concurrency
-    capped = max(cfg.sizes) > 4000
-    saved = os.environ.get("AGENTBUS_MAX_MESSAGE_SIZE")
-    if capped:
-        os.environ["AGENTBUS_MAX_MESSAGE_SIZE"] = str(BIG_CAP)
-    try:
-        with harness.Fleet(url) as fleet:
-            start_fleet(fleet, run, cfg.workers, cfg.concurrency)
-            result = asyncio.run(measure(url, run, fleet, cfg, say))
-    finally:
-        os.environ.pop("AGENTBUS_MAX_MESSAGE_SIZE", None)
-        if saved is not None:
-            os.environ["AGENTBUS_MAX_MESSAGE_SIZE"] = saved
+    env = BIG_CAP if (capped := max(cfg.sizes) > 4000) else {}
+    with harness.Fleet(url) as fleet:
+        start_fleet(fleet, run, cfg, env)
+        limits = {"max_message_size": int(env["AGENTBUS_MAX_MESSAGE_SIZE"])} if capped else {}
+        result = asyncio.run(measure(url, run, fleet, cfg, say, limits))
     memory: dict[str, dict[str, dict[str, Any]]] = {side: {} for side in SIDES}
     summary: dict[str, dict[str, Any]] = {side: {} for side in SIDES}
     for n in cfg.sizes:

@@ -1,31 +1,41 @@
-"""The envelope codec's fast path against its full path, in process, per envelope.
+"""The envelope codec and the seams, timed in process: suite.py's ``codec`` and ``seams``, and
+the codec's fast path against its full path (``envelopes/_fast.py``).
 
-PYTHONPATH=src .venv/bin/python bench/envelope_paths.py [--alternatives] [--rounds N]
+PYTHONPATH=src .venv/bin/python bench/envelope_paths.py [--alternatives]
 
-For a request and a response as the hot path carries them (small parameters and result,
-a trace, a correlation id), and a request with 64 KB of parameters: ``decode`` against
-``decode_full`` and ``encode`` against ``encode_full`` (envelopes/_fast.py), with the ratio
-full / fast. ``--alternatives`` adds the ways of making a request envelope that were
-measured for the fast path and not taken (why: envelopes/_fast.py's docstring).
-
-Each figure is the best per-call time of many batches of thread CPU time (not wall time:
-a shared machine's other processes do not count), so figures compare within one run; run
-from another checkout (one without ``decode_full``), both columns are its public calls.
+Alone: ``decode``/``encode`` against ``decode_full``/``encode_full`` for a request, a response
+and a 64 KB request; ``--alternatives`` adds the ways of making a request envelope measured
+for the fast path and not taken. Best per-call thread CPU of batches taken in turn (other
+processes do not count). ``codec``: encode and decode of 1 KB, 64 KB and 1 MB requests beside
+``orjson`` (p50 µs). ``seams``: each seam onto a library's internals (encode, log ids, AMQP
+properties, the no-ack consumer) against the library's public way; one missing is listed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import contextvars
 import gc
+import importlib
 import re
+import statistics
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from types import SimpleNamespace as Config
 from typing import Any
 
+import aio_pika
 import orjson
+import structlog
+from pamqp.commands import Basic
 from pydantic import TypeAdapter
 
+import _harness as harness
+from _suite_report import grid
 from agentbus.envelopes import (
     Envelope,
     Metadata,
@@ -40,65 +50,56 @@ from agentbus.envelopes import (
 full_decode: Callable[..., Any] = getattr(_codec, "decode_full", decode)
 full_encode: Callable[..., bytes] = getattr(_codec, "encode_full", encode)
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+SIZES = {"1 KB": 1_000, "64 KB": 64_000, "1 MB": 1_000_000}
 
 
-def per_call(call: Callable[[], object], rounds: int, batch: int) -> float:
-    """Best microseconds per call over ``rounds`` batches of ``batch`` calls (thread CPU)."""
-    return best_of(call, call, rounds, batch)[0]
+def request_of(size: int, **more: Any) -> RequestEnvelope:
+    """A request whose parameters' JSON is about ``size`` bytes (records; ``{}`` for 0)."""
+
+    def record(i: int) -> dict[str, Any]:
+        return {"id": i, "name": f"item-{i:07d}", "score": i / 7, "tags": ["a", "bc"], "ok": True}
+
+    count = max((size - 14) // (len(orjson.dumps(record(10**6))) + 1), 1) if size else 0
+    parameters = {"records": [record(10**6 + i) for i in range(count)]} if size else more
+    payload = RequestPayload(action="process", parameters=parameters)
+    return RequestEnvelope(sender_id="bench-client", receiver_id="worker", payload=payload,
+                           metadata=Metadata(trace=TRACE))  # fmt: skip
 
 
-def best_of(
-    first: Callable[[], object], second: Callable[[], object], rounds: int, batch: int
-) -> tuple[float, float]:
+def best_of(*calls: Callable[[], object], rounds: int, batch: int) -> list[float]:
     """Best microseconds per call of each, their batches taken in turn (thread CPU time)."""
-    best = [float("inf"), float("inf")]
+    best = [float("inf")] * len(calls)
     gc.collect()
     gc.disable()  # a collection lands on whichever batch it likes
     try:
         for _ in range(rounds):
-            for which, call in enumerate((first, second)):
+            for which, call in enumerate(calls):
                 start = time.thread_time_ns()
                 for _ in range(batch):
                     call()
                 best[which] = min(best[which], time.thread_time_ns() - start)
     finally:
         gc.enable()
-    return best[0] / batch / 1000, best[1] / batch / 1000
+    return [ns / batch / 1000 for ns in best]
 
 
 def envelopes() -> dict[str, Envelope]:
-    request = RequestEnvelope(
-        sender_id="bench-client",
-        receiver_id="worker",
-        payload=RequestPayload(action="process", parameters={"who": "ann", "n": 3}),
-        metadata=Metadata(trace=TRACE),
-    )
-    records = [{"id": i, "name": f"item-{i:07d}", "score": i / 7, "ok": True} for i in range(900)]
-    return {
-        "request": request,
-        "response": request.response({"greeting": "hello ann"}, sender_id="worker-1"),
-        "request 64 KB": request.model_copy(
-            update={"payload": RequestPayload(action="process", parameters={"records": records})}
-        ),
-    }
+    request = request_of(0, who="ann", n=3)
+    return {"request": request,
+            "response": request.response({"greeting": "hello ann"}, sender_id="worker-1"),
+            "request 64 KB": request_of(64_000)}  # fmt: skip
 
 
-def compare(rounds: int) -> None:
-    print(f"{'envelope':14} {'call':7} {'bytes':>6} {'full us':>9} {'fast us':>9} {'full/fast':>9}")
+def paths() -> dict[str, dict[str, float]]:
+    """The codec's fast path against its full path (``envelopes/_fast.py``), per envelope."""
+    rows = {}
     for name, envelope in envelopes().items():
         data = full_encode(envelope, max_size=None)
-        batch = 50 if len(data) < 4096 else 2
-        pairs = {
-            "decode": (lambda d=data: full_decode(d), lambda d=data: decode(d)),
-            "encode": (lambda e=envelope: full_encode(e), lambda e=envelope: encode(e)),
-        }
-        for call, (full, fast) in pairs.items():
-            # Batch by batch in turn, so a slow spell of the machine weighs on both alike.
-            full_us, fast_us = best_of(full, fast, rounds * 50, batch)
-            print(
-                f"{name:14} {call:7} {len(data):6} {full_us:9.2f} {fast_us:9.2f} "
-                f"{full_us / fast_us:9.2f}"
-            )
+        rows[f"decode, {name}"] = row(lambda d=data: decode(d), lambda d=data: full_decode(d),
+                                      "full")  # fmt: skip
+        rows[f"encode, {name}"] = row(lambda e=envelope: encode(e),
+                                      lambda e=envelope: full_encode(e), "full")  # fmt: skip
+    return rows
 
 
 # -- the ways not taken ---------------------------------------------------------------------
@@ -123,42 +124,27 @@ def hand_built(obj: dict[str, Any]) -> RequestEnvelope | None:
     metadata, payload = obj["metadata"], obj["payload"]
     match = _TIME.fullmatch(obj["timestamp"])
     checked = (
-        len(obj) == 8
-        and _ID.fullmatch(obj["sender_id"])
-        and _ID.fullmatch(obj["receiver_id"])
-        and _ID.fullmatch(payload["action"])
-        and _MESSAGE_ID.fullmatch(obj["message_id"])
-        and match
-        and type(payload.get("parameters")) is dict
-        and metadata.keys() <= {"trace"}
-    )
+        len(obj) == 8 and _ID.fullmatch(obj["sender_id"]) and _ID.fullmatch(obj["receiver_id"])
+        and _ID.fullmatch(payload["action"]) and _MESSAGE_ID.fullmatch(obj["message_id"])
+        and match and type(payload.get("parameters")) is dict and metadata.keys() <= {"trace"}
+    )  # fmt: skip
     if not checked or match is None:
         return None
     values = {"correlation_id": None, "deadline": None, "trace": metadata.get("trace")}
-    return _new(  # type: ignore[no-any-return]
-        RequestEnvelope,
-        {
-            "protocol_version": obj["protocol_version"],
-            "message_id": obj["message_id"],
-            "timestamp": datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC),
-            "sender_id": obj["sender_id"],
-            "receiver_id": obj["receiver_id"],
-            "metadata": _new(Metadata, values, set(metadata)),
-            "message_type": "request",
-            "payload": _new(RequestPayload, dict(payload), set(payload)),
-        },
-        set(obj),
-    )
+    fields = {key: obj[key] for key in ("protocol_version", "message_id", "sender_id",
+                                        "receiver_id")}  # fmt: skip
+    return _new(RequestEnvelope, fields | {  # type: ignore[no-any-return]
+        "timestamp": datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC),
+        "metadata": _new(Metadata, values, set(metadata)), "message_type": "request",
+        "payload": _new(RequestPayload, dict(payload), set(payload))}, set(obj))  # fmt: skip
 
 
-def alternatives(rounds: int) -> None:
+def alternatives() -> None:
     request = envelopes()["request"]
     data = encode(request)
-    obj = orjson.loads(data)
+    obj, payload = orjson.loads(data), orjson.loads(data)["payload"]
     assert hand_built(obj) == request
-    validator = RequestEnvelope.__pydantic_validator__
-    union = TypeAdapter(Envelope)
-    payload = obj["payload"]
+    validator, union = RequestEnvelope.__pydantic_validator__, TypeAdapter(Envelope)
     ways: dict[str, Callable[[], object]] = {
         "orjson.loads": lambda: orjson.loads(data),
         "the model's validator (the fast path's)": lambda: validator.validate_python(obj),
@@ -168,31 +154,151 @@ def alternatives(rounds: int) -> None:
         "validate_json from the bytes (no loads)": lambda: validator.validate_json(data),
         "decode (all of it)": lambda: decode(data),
     }
-    best = dict.fromkeys(ways, float("inf"))
-    for _ in range(rounds):
-        for name, way in ways.items():
-            best[name] = min(best[name], per_call(way, 20, 50))
+    best = best_of(*ways.values(), rounds=200, batch=50)
     print(f"\nmaking a request envelope ({len(data)} bytes), us per call:")
-    for name, us in best.items():
+    for name, us in zip(ways, best, strict=True):
         print(f"  {name:42} {us:6.2f}")
-    print(f"  (the response built by request.response(): {response_us(request, rounds):.2f})")
 
-
-def response_us(request: RequestEnvelope, rounds: int) -> float:
-    def build() -> ResponseEnvelope:
+    def respond() -> ResponseEnvelope:
         return request.response({"greeting": "hello ann"}, sender_id="worker-1")
 
-    return per_call(build, rounds * 20, 50)
+    print(f"  (the response built by request.response(): "
+          f"{best_of(respond, rounds=200, batch=50)[0]:.2f})")  # fmt: skip
+
+
+# -- suite.py's sections --------------------------------------------------------------------
+
+
+def p50_us(call: Callable[[], object], iterations: int) -> dict[str, float]:
+    """p50, p99 and mean µs of ``iterations`` calls one by one, after a tenth as warm-up."""
+    for _ in range(max(iterations // 10, 3)):
+        call()
+    gc.collect()
+    samples: list[int] = []
+    for _ in range(iterations):
+        start = time.perf_counter_ns()
+        call()
+        samples.append(time.perf_counter_ns() - start)
+    return harness.summary(samples)
+
+
+def run_codec(url: str, cfg: Config, say: harness.Say) -> list[dict[str, Any]]:
+    cases = []
+    for label, size in SIZES.items():
+        iterations = min(max(cfg.budget // size, 20), 50_000)  # bytes through each call
+        envelope = request_of(size)
+        data = encode(envelope, max_size=None)
+        fields = orjson.loads(data)
+        runs = {"encode": lambda e=envelope: encode(e, max_size=None),
+                "decode": lambda d=data: decode(d, max_size=None),
+                "orjson_dumps": lambda f=fields: orjson.dumps(f),
+                "orjson_loads": lambda d=data: orjson.loads(d)}  # fmt: skip
+        case = {"payload": label, "envelope_bytes": len(data), "iterations": iterations}
+        for name, call in runs.items():
+            stats = p50_us(call, iterations)
+            case |= {f"{name}_us": stats["p50_us"], f"{name}_mean_us": stats["mean_us"]}
+        cases.append(case)
+    return cases
+
+
+def row(fast: Callable[[], object], other: Callable[[], object],
+        label: str = "public") -> dict[str, float]:  # fmt: skip
+    """The fast way and the ``label`` way in turn, in batches of about a millisecond."""
+    start = time.perf_counter()
+    fast(), other()
+    batch = max(1, int(0.001 / (time.perf_counter() - start)))
+    fast_us, other_us = best_of(fast, other, rounds=100, batch=batch)
+    return {"fast_us": fast_us, f"{label}_us": other_us, f"{label}/fast": other_us / fast_us}
+
+
+def private(module: str, name: str) -> Any:
+    """A seam of agentbus's, private by nature; None where this checkout lacks it."""
+    with contextlib.suppress(ImportError, AttributeError):
+        return getattr(importlib.import_module(module), name)
+    return None
+
+
+async def drain(url: str, messages: int, consumer: Any) -> float:
+    """CPU seconds to consume ``messages`` waiting in a queue, no-ack: with ``consumer``
+    (agentbus's ``DeliveryConsumer``), else with aio-pika's ``Queue.consume``."""
+    async with await aio_pika.connect_robust(url) as connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(f"bench-seams-{uuid.uuid4().hex[:8]}", exclusive=True)
+        body = orjson.dumps({"payload": {"event_data": {"agent_id": "a", "n": 1}}})
+        for _ in range(messages):
+            await channel.default_exchange.publish(aio_pika.Message(body), routing_key=queue.name)
+        done, seen = asyncio.Event(), [0]
+
+        async def take(message: object) -> None:
+            seen[0] += 1
+            if seen[0] == messages:
+                done.set()
+
+        cpu = time.process_time()
+        if consumer is None:
+            await queue.consume(take, no_ack=True)
+        else:
+            await consumer(await connection.channel(), queue.name, take, no_ack=True).start()
+        await done.wait()
+        return time.process_time() - cpu  # the queue is exclusive: it goes with the connection
+
+
+def run_seams(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
+    rows: dict[str, dict[str, float]] = {}
+    for label, size in SIZES.items():
+        envelope = request_of(size)
+        rows[f"codec encode, {label}"] = row(
+            lambda e=envelope: encode(e, max_size=None),
+            lambda d=envelope.model_dump: orjson.dumps(d(mode="json"), option=orjson.OPT_UTC_Z),
+        )
+    bind_ids = private("agentbus._logging", "bind_delivery_ids")
+    properties = private("agentbus.bus._rabbitmq._properties", "message_properties")
+    consumer = private("agentbus.bus._rabbitmq._amqp", "DeliveryConsumer")
+    if bind_ids is not None:
+        context = contextvars.copy_context()
+        ids = {"agent_id": "agent-1", "message_id": "m-1", "correlation_id": "c-1"}
+        rows["log ids per delivery"] = row(
+            lambda: context.run(bind_ids, *ids.values()),
+            lambda: context.run(structlog.contextvars.bind_contextvars, **ids),
+        )
+    if properties is not None:
+        sent, key = datetime.now(UTC), "agentbus.instance.a"
+        common = {"app_id": "agentbus", "message_id": "m-1", "timestamp": sent, "reply_to": key}
+        rows["publish properties"] = row(
+            lambda: properties(**common, message_type="request", correlation_id=None,
+                               persistent=True, ttl=5.0, user_id=None),
+            lambda: aio_pika.Message(b"{}", **common, content_type="application/json",
+                                     type="request", delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                                     expiration=5.0).properties)  # fmt: skip
+        built = properties(**common, message_type="request", correlation_id="m-0",
+                           persistent=True, ttl=None, user_id=None)  # fmt: skip
+        rows["publish properties, marshalled"] = row(
+            built.marshal, lambda: Basic.Properties.marshal(built)
+        )
+    if consumer is not None:
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(3):
+            for fast in (True, False):
+                times[fast].append(
+                    asyncio.run(drain(url, cfg.messages, consumer if fast else None))
+                )
+        fast_s, public_s = (statistics.median(times[fast]) / cfg.messages for fast in (True, False))
+        rows[f"no-ack consume, per message (N={cfg.messages})"] = {
+            "fast_us": fast_s * 1e6,
+            "public_us": public_s * 1e6,
+            "public/fast": public_s / fast_s,
+        }
+    seams = {"log ids": bind_ids, "publish properties": properties, "no-ack consume": consumer}
+    rows |= {f"{name}: not in this checkout": {} for name, seam in seams.items() if seam is None}
+    return {"params": vars(cfg), "figures": rows, "ratios": {}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default 10)")
     parser.add_argument("--alternatives", action="store_true", help="also the ways not taken")
-    args = parser.parse_args()
-    compare(args.rounds)
-    if args.alternatives:
-        alternatives(args.rounds)
+    print("\n".join(grid("µs per call", paths())))
+    if parser.parse_args().alternatives:
+        alternatives()
 
 
 if __name__ == "__main__":

@@ -1,18 +1,14 @@
 """Where a benchmark's processes spend their CPU: py-spy on the processes a command starts.
 
 .venv/bin/python bench/profile.py --match 'serve agent ' --match 'serve aio-pika ' \
-    [--rate 250] [--out DIR] -- .venv/bin/python bench/suite.py --quick --only rr \
-    --sides agent,aio-pika
+    [--rate 250] [--out DIR] -- .venv/bin/python bench/suite.py --quick --only rr
 
-Runs the command; each process it starts whose command line matches a ``--match`` regex
-(the first one each) is recorded by ``py-spy record --format raw --gil`` until it exits
-(only the thread holding the GIL is sampled: a loop waiting on its socket and idle threads
-are not counted; C code that releases the GIL is missed). Then, per process: the share of
-samples by the package whose code was running (the leaf frame: aiormq and pamqp's framing,
-asyncio's loop and sockets, pydantic, agentbus by subpackage, ...), the leaf functions that
-cost most, and the agentbus functions under which the rest ran (library time charged to the
-innermost agentbus frame that called it). The raw stacks stay in --out for a flame graph.
-py-spy: ``.venv/bin/pip install py-spy``; attaching needs ptrace (root, or
+Each process the command starts whose command line matches a ``--match`` regex (the first
+one each) is recorded by ``py-spy record --format raw --gil`` (GIL-holding samples: idle
+waits are not counted) until it exits. Then, per process: the share of samples by the
+package whose code ran (the leaf frame), the leaf functions that cost most, and library
+time charged to the innermost agentbus function under it. Raw stacks stay in --out. py-spy:
+``.venv/bin/pip install -e '.[profile]'``; attaching needs ptrace (root, or
 ``kernel.yama.ptrace_scope=0``).
 """
 
@@ -20,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import re
 import shutil
 import subprocess
@@ -27,6 +24,8 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+import _harness as harness
 
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 GROUPS = (  # (prefix of the leaf frame's file, group), the first that matches
@@ -94,30 +93,6 @@ def report(name: str, stacks: list[tuple[list[tuple[str, str]], int]]) -> str:
     return "\n".join(out)
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children[ppid].append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children[todo.pop()]:
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--match", action="append", required=True, help="regex on cmdline")
@@ -128,15 +103,17 @@ def main() -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not command or not Path(spy).exists():
-        sys.exit("bench/profile.py: needs a command after --, and py-spy (pip install py-spy)")
+        sys.exit("bench/profile.py: needs a command after --, and py-spy (the profile extra)")
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     pending = {pattern: re.compile(pattern) for pattern in args.match}
     spies: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     main_proc = subprocess.Popen(command)
     while main_proc.poll() is None:
-        for pid in _descendants(main_proc.pid):
-            line = _cmdline(pid)
+        for pid in harness.family(main_proc.pid)[1:]:
+            line = ""
+            with contextlib.suppress(OSError):
+                line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             for pattern, regex in list(pending.items()):
                 if regex.search(line) and "py-spy" not in line:
                     del pending[pattern]

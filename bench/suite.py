@@ -1,19 +1,19 @@
 """Run the benchmarks in one go: agentbus vs raw aio-pika vs FastStream, on one broker.
 
 .venv/bin/python bench/suite.py [--quick] [--out bench/results] [--only rr,fanout,...]
-    [--sides agentbus,aio-pika]
+    [--sides agentbus,aio-pika] [--before SRC]
 
 Sections run by default: request/response (rr), fan-out and fan-in through the leader with
 its memory (fanout), the registry under simulated agents (registry), the envelope codec
-(codec) and what starting costs (startup); ``--only`` also takes what a feature costs:
-audit, queue-type, presence, durable, gateway, mcp, mcp-workers, seams, dedup (the shared
-de-duplication store, on the Redis of ``$AGENTBUS_DEDUP_URL``, else
-``scripts/ensure-redis``'s). ``--sides``
-limits request/response to some sides (``--only rr --sides agent,aio-pika``: the quick check
-against raw);
-``--quick`` runs smaller sizes. The report leads with issue 17's targets and verdicts; it
-goes to --out as suite-<time>.json, .md and (with matplotlib) .png, and is printed. What a
-section starts and declares is removed when it ends, also on Ctrl-C.
+(codec) and what starting costs (startup). ``--only`` also takes what a feature costs
+(audit, queue-type, presence, durable, dedup: ``_suite_costs``), the protocol faces (gateway,
+mcp, mcp-workers: ``_suite_faces``) and the seams (``envelope_paths``). ``--sides`` limits
+request/response to some sides (``--only rr --sides agent,aio-pika``: the quick check
+against raw); ``--before SRC`` adds to gateway and mcp-workers a server importing agentbus
+from SRC (the code before a change); ``--quick`` runs smaller sizes. The report leads with
+issue 17's targets and verdicts; it goes to --out as suite-<time>.json and .md, and is
+printed. What a section starts and declares is removed when it
+ends, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -39,15 +39,12 @@ except ImportError:
 
 import _harness as harness
 import _suite_costs as costs
-from _suite_codec import run_codec, run_seams
-from _suite_dedup import run_dedup
+from _suite_faces import run_gateway, run_mcp, run_mcp_workers
 from _suite_fanout import run_fanout
-from _suite_gateway import run_gateway
-from _suite_mcp import run_mcp
-from _suite_mcp_workers import run_mcp_workers
-from _suite_report import chart, markdown, targets
+from _suite_report import markdown, targets
 from _suite_rr import SIDES, run_rr
 from bench_registry import run_registry
+from envelope_paths import run_codec, run_seams
 
 # section: (results key, runner, run by default)
 SECTIONS = {
@@ -62,9 +59,9 @@ SECTIONS = {
     "durable": ("durable", costs.run_durable, False),
     "gateway": ("gateway", run_gateway, False), "seams": ("seams", run_seams, False),
     "mcp": ("mcp", run_mcp, False), "mcp-workers": ("mcp_workers", run_mcp_workers, False),
-    "dedup": ("dedup", run_dedup, False),
+    "dedup": ("dedup", costs.run_dedup, False),
 }  # fmt: skip
-PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson", "matplotlib")
+PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson")
 BUS = Config(requests=1500, seconds=4.0, window=128, rounds=2)  # audit, queue-type, presence
 QUICK_BUS = Config(requests=300, seconds=2.0, window=128, rounds=2)
 # rr: sequential requests per side and latency round, latency rounds (the sides in turn),
@@ -117,19 +114,6 @@ def meta(url: str) -> dict[str, Any]:
             "packages": packages, "load_average": load}  # fmt: skip
 
 
-def write(results: dict[str, Any], out: Path) -> tuple[Path, Path, Path | None]:
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"suite-{results['mode']}-{results['started'].replace(':', '').replace(' ', '-')}"
-    data, report = out / f"{stem}.json", out / f"{stem}.md"
-    harness.write_json(data, results)
-    image = chart(results, out / f"{stem}.png")
-    text = markdown(results)
-    if image is not None:
-        text += f"\n![fan-out latency, throughput and memory against N]({image.name})\n"
-    report.write_text(text)
-    return data, report, image
-
-
 def main() -> int:
     parser = harness.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
@@ -137,6 +121,7 @@ def main() -> int:
     default = ",".join(name for name, (_, _, on) in SECTIONS.items() if on)
     parser.add_argument("--only", default=default, help=f"sections, of {', '.join(SECTIONS)}")
     parser.add_argument("--sides", default=",".join(SIDES), help="request/response sides")
+    parser.add_argument("--before", metavar="SRC", help="gateway, mcp-workers: agentbus from SRC")
     args = parser.parse_args()
     sides = tuple(s.strip() for s in args.sides.split(",") if s.strip())
     if not sides or set(sides) - set(SIDES):
@@ -149,6 +134,8 @@ def main() -> int:
     mode = "quick" if args.quick else "full"
     configs = QUICK if args.quick else FULL
     configs["rr"].sides = sides
+    for face in ("gateway", "mcp-workers"):
+        configs[face].before = args.before
     t0 = time.monotonic()
 
     def say(text: str) -> None:
@@ -166,9 +153,12 @@ def main() -> int:
         return 130
     results["seconds"] = round(time.monotonic() - t0, 1)
     results["targets"] = targets(results)
-    data, report, image = write(results, args.out)
-    print(report.read_text())
-    say(f"wrote {data}, {report}" + (f", {image}" if image else " (no chart)"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"suite-{mode}-{started.replace(':', '').replace(' ', '-')}"
+    harness.write_json(stem.with_suffix(".json"), results)
+    stem.with_suffix(".md").write_text(text := markdown(results))
+    print(text)
+    say(f"wrote {stem}.json and .md")
     return 0
 
 

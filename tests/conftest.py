@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from agentbus._config import DEFAULT_URL, mask_url
+from support.required import is_required, missing
 
 # The chaos kit's fixtures (private_broker, chaos_proxy, agent_process, ledger) for
 # tests/chaos. Here, not in tests/chaos/conftest.py: pytest honours ``pytest_plugins``
@@ -26,11 +27,6 @@ def _reachable(url: str) -> bool:
             return True
     except OSError:
         return False
-
-
-def _require_broker() -> bool:
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
 
 
 @pytest.fixture(scope="session")
@@ -56,9 +52,7 @@ def broker_url() -> Iterator[str]:
         f"no RabbitMQ for the integration tier (tried {tried}; testcontainers: {reason}). "
         "Run ./scripts/test, which starts one, or set AGENTBUS_TEST_URL."
     )
-    if _require_broker():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    missing(message)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -74,7 +68,7 @@ def pytest_report_header() -> str:
     found = next((url for url in candidates if url and _reachable(url)), None)
     if found is not None:
         tier = f"integration tier on the broker at {mask_url(found)}"
-    elif _require_broker():
+    elif is_required():
         tier = "integration tier required, and no broker answers: it will fail"
     else:
         tier = "no broker answers: the integration tier will skip"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -19,12 +18,6 @@ T = TypeVar("T")
 
 class BusOpener(Protocol):
     async def __call__(self, url: str, agent_id: str | None = None, **settings: Any) -> Bus: ...
-
-
-def broker_required() -> bool:
-    """Whether a missing broker (or rabbitmq-server) fails the tier instead of skipping it."""
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
 
 
 @contextlib.asynccontextmanager

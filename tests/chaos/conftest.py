@@ -11,16 +11,17 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from chaos_support import BusOpener, broker_required, bus_opener
+from chaos_support import BusOpener, bus_opener
 
 from agentbus.testing.chaos import find_rabbitmq
-from redis_servers import tier_redis_url
+from support.redis_servers import tier_redis_url
+from support.required import is_required
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip tests on a private node where rabbitmq-server is not installed (fail under CI)."""
     needs_node = "private_broker_node" in getattr(item, "fixturenames", ())
-    if needs_node and find_rabbitmq() is None and not broker_required():
+    if needs_node and find_rabbitmq() is None and not is_required():
         pytest.skip("rabbitmq-server is not installed: no private broker node for chaos tests")
 
 

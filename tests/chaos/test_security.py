@@ -30,10 +30,9 @@ from agentbus.envelopes import (
     ResponseEnvelope,
     ResponsePayload,
     ResponseStatus,
-    decode,
-    encode,
 )
 from agentbus.testing.chaos import Ledger, PrivateBroker, SendOutcome
+from support.broker import next_reply, publish_raw
 
 pytestmark = pytest.mark.chaos
 
@@ -99,29 +98,6 @@ async def _reply_queue(channel: aio_pika.abc.AbstractChannel) -> aio_pika.abc.Ab
     return await channel.declare_queue("", exclusive=True)
 
 
-async def _next_reply(queue: aio_pika.abc.AbstractQueue) -> ErrorEnvelope | ResponseEnvelope:
-    async with queue.iterator(timeout=WAIT) as messages:
-        async for message in messages:
-            await message.ack()
-            reply = decode(message.body)
-            assert isinstance(reply, ErrorEnvelope | ResponseEnvelope)
-            return reply
-    raise AssertionError("no reply")
-
-
-async def _publish_raw(
-    channel: aio_pika.abc.AbstractChannel,
-    exchange: str,
-    envelope: RequestEnvelope | ResponseEnvelope,
-    key: str,
-    **properties: Any,
-) -> None:
-    target = await channel.get_exchange(exchange, ensure=False)
-    await target.publish(
-        aio_pika.Message(encode(envelope), message_id=envelope.message_id, **properties), key
-    )
-
-
 async def _verified_workers(
     team: Team, users: Any, private_broker: PrivateBroker, exchange: str, ledger: Ledger
 ) -> tuple[User, list[Any]]:
@@ -151,7 +127,7 @@ async def test_sender_id_of_another_agent_is_refused(
     replies = await _reply_queue(channel)
     try:
         forged = _request(sender="b")
-        await _publish_raw(
+        await publish_raw(
             channel,
             chaos_exchange,
             forged,
@@ -160,7 +136,7 @@ async def test_sender_id_of_another_agent_is_refused(
             reply_to=replies.name,
         )
         ledger.record_send(forged.message_id, SendOutcome.FAILED, detail="forged sender")
-        answer = await _next_reply(replies)
+        answer = await next_reply(replies, WAIT)
         honest = await Producer(client, ledger).call(timeout=WAIT)
     finally:
         await client.aclose()
@@ -192,11 +168,11 @@ async def test_a_message_without_user_id_is_refused(
     channel = await raw(attacker.url)
     replies = await _reply_queue(channel)
     anonymous = _request(sender=attacker.name)
-    await _publish_raw(
+    await publish_raw(
         channel, chaos_exchange, anonymous, f"agent.{SERVICE}.request", reply_to=replies.name
     )
     ledger.record_send(anonymous.message_id, SendOutcome.FAILED, detail="no user_id")
-    answer = await _next_reply(replies)
+    answer = await next_reply(replies, WAIT)
 
     report = ledger.report()
     assert isinstance(answer, ErrorEnvelope)
@@ -291,7 +267,7 @@ async def test_a_carbon_copy_reaches_no_handler_it_should_not(
     try:
         for receiver in (SERVICE, "victim"):  # the copy is addressed either way
             copied = _request(sender=attacker.name, receiver=receiver)
-            await _publish_raw(
+            await publish_raw(
                 channel,
                 chaos_exchange,
                 copied,
@@ -351,7 +327,7 @@ async def test_a_replayed_request_has_no_second_effect(
         ledger.record_send(request.message_id, SendOutcome.CONFIRMED, detail="response")
         channel = await raw(private_broker.url)
         for _ in range(2):
-            await _publish_raw(channel, chaos_exchange, request, f"agent.{SERVICE}.request")
+            await publish_raw(channel, chaos_exchange, request, f"agent.{SERVICE}.request")
         await until(
             lambda: sum(w.bus.stats.duplicates for w in workers) == 2, WAIT, "replays answered"
         )
@@ -394,7 +370,7 @@ async def test_a_reply_with_an_unknown_correlation_id_is_dropped_and_counted(
             metadata=Metadata(correlation_id=str(uuid.uuid4())),
         )
         channel = await raw(private_broker.url)
-        await _publish_raw(channel, chaos_exchange, stray, f"agent.{client.agent_id}.response")
+        await publish_raw(channel, chaos_exchange, stray, f"agent.{client.agent_id}.response")
         await until(lambda: client.stats.unknown_replies == 1, WAIT, "the stray reply dropped")
         honest = await Producer(client, ledger).call(timeout=WAIT)
         queue = Topology(chaos_exchange).dead_letter_queue

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from processes import INTERVAL, SLACK, AgentProcess, Processes, poll
 
+from support.required import missing
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE_CLIENT = ROOT / "examples" / "clients" / "node" / "client.mjs"
 GO_CLIENT = ROOT / ".cache" / "clients" / "agentbus-go-client"
@@ -29,25 +31,11 @@ LEADER = "leader-1"
 WORKER = "worker-1"
 
 
-def required() -> bool:
-    """Whether a missing tool fails the test instead of skipping it."""
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
-
-
-def missing(message: str) -> None:
-    """Skip the test for want of a tool, or fail it under CI."""
-    if required():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
 def node() -> str:
     """The ``node`` binary; skip or fail without it."""
     found = shutil.which("node")
     if found is None:
         missing(f"node is not installed; {ENSURE}")
-    assert found is not None
     return found
 
 

@@ -19,11 +19,12 @@ _INTEGRATION = str(Path(__file__).resolve().parent.parent / "integration")
 if _INTEGRATION not in sys.path:
     sys.path.insert(0, _INTEGRATION)
 
-from helpers import BusFactory, delete_topology, queues_with_prefix  # noqa: E402
+from helpers import BusFactory  # noqa: E402
 from processes import Processes  # noqa: E402
 
 import agentbus  # noqa: E402
 from agentbus import Bus, Settings  # noqa: E402
+from support.broker import delete_topology, queues_with_prefix  # noqa: E402
 
 
 @pytest.fixture

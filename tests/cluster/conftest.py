@@ -19,16 +19,17 @@ _CHAOS = str(Path(__file__).resolve().parent.parent / "chaos")
 if _CHAOS not in sys.path:
     sys.path.insert(0, _CHAOS)
 
-from chaos_support import BusOpener, broker_required, bus_opener  # noqa: E402
+from chaos_support import BusOpener, bus_opener  # noqa: E402
 from fault_support import Team  # noqa: E402
 
 from agentbus.testing.chaos import find_rabbitmq  # noqa: E402
+from support.required import is_required  # noqa: E402
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip where rabbitmq-server is not installed, unless under CI (there: fail)."""
     needs_cluster = "private_cluster_session" in getattr(item, "fixturenames", ())
-    if needs_cluster and find_rabbitmq() is None and not broker_required():
+    if needs_cluster and find_rabbitmq() is None and not is_required():
         pytest.skip("rabbitmq-server is not installed: no private cluster for the cluster tier")
 
 

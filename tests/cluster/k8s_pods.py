@@ -23,7 +23,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -35,6 +34,7 @@ from typing import Any, Final
 import aio_pika
 
 from agentbus.testing.chaos import PrivateCluster
+from support.ports import free_port
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_BIN: Final = Path(sys.executable).parent
@@ -44,13 +44,6 @@ _IMAGE_ENV: Final = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 _ENTRYPOINT: Final = [str(VENV_BIN / "agentbus")]
 # What the image copies where (deploy/Dockerfile): the probes' commands name these paths.
 _IMAGE_FILES: Final = {"/usr/local/bin/agentbus-healthcheck": ROOT / "src/agentbus/_healthcheck.py"}
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def of_kind(docs: Sequence[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:

@@ -30,11 +30,12 @@ from typing import Any, Final
 
 import pytest
 import yaml
-from chaos_support import broker_required, eventually
+from chaos_support import eventually
 from k8s_pods import ROOT, Operators, Pod, ServiceProxy, of_kind, pods_of, secret_data
 
 from agentbus.leader import Plan, Subtask
 from agentbus.testing.chaos import PrivateCluster
+from support.required import missing
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -47,10 +48,7 @@ PROGRESS: Final = re.compile(r"\[(\d+)/(\d+)\]")
 def _kubectl() -> str:
     found = shutil.which("kubectl")
     if found is None:
-        message = "kubectl is not installed: the base cannot be rendered"
-        if broker_required():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing("kubectl is not installed: the base cannot be rendered")
     return found
 
 

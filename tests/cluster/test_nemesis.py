@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_support import BusOpener, broker_required
+from chaos_support import BusOpener
 from fault_support import SERVICE, Producer, steady_traffic, wait_for
 from nemesis import Crew, Nemesis, dead_letters
 
 from agentbus.bus import Topology
 from agentbus.leader import Aggregate, Plan, PlanClient, PlanStatus, SubtaskStatus
 from agentbus.testing.chaos import AgentLauncher, ChaosProxy, Ledger, PrivateCluster, SendOutcome
+from support.required import missing
 
 SECONDS = float(os.environ.get("AGENTBUS_NEMESIS_SECONDS", "150"))
 SEED = int(os.environ.get("AGENTBUS_NEMESIS_SEED") or random.SystemRandom().randrange(2**32))
@@ -46,10 +47,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(SECONDS + 900)]
 def _dedup_url() -> str:
     url = os.environ.get("AGENTBUS_TEST_DEDUP_URL")
     if not url:
-        message = "no shared de-duplication store (AGENTBUS_TEST_DEDUP_URL; scripts/ensure-redis)"
-        if broker_required():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing("no shared de-duplication store (AGENTBUS_TEST_DEDUP_URL; scripts/ensure-redis)")
     return url
 
 

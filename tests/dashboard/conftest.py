@@ -22,10 +22,12 @@ _INTEGRATION = str(Path(__file__).resolve().parents[1] / "integration")
 if _INTEGRATION not in sys.path:
     sys.path.insert(0, _INTEGRATION)
 
-from dashboard_support import STARTUP, Browser, DashboardProcess, free_port  # noqa: E402
+from dashboard_support import STARTUP, Browser, DashboardProcess  # noqa: E402
 from processes import Processes  # noqa: E402
 
-from waiting import eventually  # noqa: E402
+from support.ports import free_port  # noqa: E402
+from support.required import missing  # noqa: E402
+from support.waiting import eventually  # noqa: E402
 
 # The integration tier's fixtures (exchange_name, make_bus, procs), loaded under another
 # name: pytest knows one module called ``conftest`` per directory only.
@@ -39,17 +41,6 @@ _spec.loader.exec_module(_integration)
 exchange_name = _integration.exchange_name
 make_bus = _integration.make_bus
 procs = _integration.procs
-
-
-def _required() -> bool:
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
-
-
-def _missing(message: str) -> None:
-    if _required():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,7 +61,7 @@ def chromium() -> str:
     ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    _missing(
+    missing(
         "chromium (Debian package chromium) is needed for the dashboard's browser tests; "
         "./scripts/ensure-chromium installs it, or set AGENTBUS_CHROMIUM"
     )
@@ -83,7 +74,7 @@ async def browser(chromium: str) -> AsyncIterator[Browser]:
     try:
         from playwright.async_api import async_playwright
     except ImportError:
-        _missing("playwright is needed for the browser tests: pip install -e '.[dev]'")
+        missing("playwright is needed for the browser tests: pip install -e '.[dev]'")
     errors: list[str] = []
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=chromium, headless=True)

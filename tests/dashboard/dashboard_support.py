@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -58,13 +57,6 @@ class DashboardProcess:
         with urllib.request.urlopen(request, timeout=5) as response:
             body: dict[str, Any] = json.load(response)
             return body
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def shot(page: Any, screens: Path, name: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from redis_servers import RedisServer, private_redis_server, tier_redis_url
+from support.redis_servers import RedisServer, private_redis_server, tier_redis_url
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

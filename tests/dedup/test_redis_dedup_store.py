@@ -16,9 +16,9 @@ from redis.asyncio import Redis
 
 from agentbus.bus import DedupUnavailable, RedisDedupStore
 from agentbus.envelopes import ErrorCode, encode
-from redis_servers import RedisServer
-from serving_fakes import Delivery, Work, request, serving_process
-from waiting import wait_until
+from support.redis_servers import RedisServer
+from support.serving_fakes import Delivery, Work, request, serving_process
+from support.waiting import wait_until
 
 Stores = Callable[..., Awaitable[RedisDedupStore]]
 

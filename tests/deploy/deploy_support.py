@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, TypeVar
 
-import aio_pika
 import pytest
 
-from agentbus.bus import Topology
+from support.required import missing
 
 T = TypeVar("T")
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -37,19 +34,6 @@ events_logger = "file"
 """
 
 
-def required() -> bool:
-    """Tell whether a missing tool fails the tier (CI) instead of skipping it."""
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
-
-
-def missing(message: str) -> None:
-    """Skip the test for want of a tool, or fail it under CI."""
-    if required():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
 def tool(name: str) -> str:
     """The path of ``name``: the venv's, else on PATH (with sbin); else skip or fail."""
     venv = VENV_BIN / name
@@ -59,7 +43,6 @@ def tool(name: str) -> str:
     found = shutil.which(name, path=path)
     if found is None:
         missing(f"{name} is not installed; ./scripts/ensure-deploy-tools installs it")
-    assert found is not None
     return found
 
 
@@ -88,30 +71,3 @@ def timed(what: str) -> Iterator[None]:
         yield
     finally:
         FIGURES[what] = f"{time.monotonic() - began:.1f} s"
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -> None:
-    """Delete ``queues``, the dead-letter queue and the exchanges of ``exchange``, if there."""
-    topology = Topology(exchange)
-    connection = await aio_pika.connect(url)
-    async with connection:
-        for name in sorted({topology.dead_letter_queue, *queues}):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.queue_delete(name)
-        for name in (topology.exchange, topology.dead_letter_exchange):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.exchange_delete(name)

@@ -39,9 +39,10 @@ from compose_stack import (
     load_compose,
     record,
 )
-from deploy_support import DEPLOY, FIGURES, free_ports, run, tool
+from deploy_support import DEPLOY, FIGURES, run, tool
 
-from waiting import eventually
+from support.ports import free_ports
+from support.waiting import eventually
 
 # The first test to ask for the images builds them (conftest.py): on a cold machine that is
 # a debootstrap of the base (about 1-2 min) and the builds, beyond the default per-test limit.

@@ -53,9 +53,10 @@ from compose_stack import (
     http_json,
     record,
 )
-from deploy_support import DEPLOY, FIGURES, free_ports, run, timed, tool
+from deploy_support import DEPLOY, FIGURES, run, timed, tool
 
-from waiting import eventually
+from support.ports import free_ports
+from support.waiting import eventually
 
 # A cold machine builds the base (debootstrap), the agentbus image and the broker's and
 # Prometheus's images before the stack starts.

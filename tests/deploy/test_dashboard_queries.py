@@ -32,12 +32,14 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_support import DEPLOY, FIGURES, free_ports, missing
+from deploy_support import DEPLOY, FIGURES
 
 import agentbus
 from agentbus import PlanClient, RemoteError, Settings
 from agentbus.testing.chaos import PrivateBroker, find_rabbitmq
-from waiting import eventually
+from support.ports import free_ports
+from support.required import missing
+from support.waiting import eventually
 
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agentbus.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"

@@ -14,20 +14,14 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from deploy_support import (
-    DEPLOY,
-    FIGURES,
-    ROOT,
-    delete_topology,
-    free_ports,
-    run,
-    tool,
-)
+from deploy_support import DEPLOY, FIGURES, ROOT, run, tool
 
 import agentbus
 from agentbus import Settings
 from agentbus.bus import Topology
-from waiting import eventually
+from support.broker import delete_topology
+from support.ports import free_ports
+from support.waiting import eventually
 
 # The first test to ask for the image builds it (conftest.py): on a cold machine that is a
 # debootstrap of the base (about 1-2 min) and the build, beyond the default per-test limit.

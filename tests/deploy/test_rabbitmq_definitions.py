@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_support import DEPLOY, missing, timed
+from deploy_support import DEPLOY, timed
 
 import agentbus
 from agentbus import Settings
 from agentbus.bus import Topology
 from agentbus.envelopes import RequestEnvelope
 from agentbus.testing.chaos import PrivateBroker, find_rabbitmq
+from support.required import missing
 
 DEFINITIONS = DEPLOY / "rabbitmq" / "definitions.json"
 SERVICES = ("registry", "leader", "files", "code", "text", "report")

@@ -7,9 +7,10 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from gateway_team import HEARTBEAT, MISSING, Team, delete_topology
+from gateway_team import HEARTBEAT, MISSING, Team
 
 from agentbus import Bus, Settings
+from support.broker import delete_topology
 
 # Without the a2a extra these tests are not collected locally; under CI they are, and fail.
 collect_ignore_glob = (

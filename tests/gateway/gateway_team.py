@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-import aio_pika
-
 from agentbus import Agent, Bus, Settings
 from agentbus.bus import Topology
+from support.ports import free_port
+from support.servers import start_uvicorn, stop_uvicorn
 
 try:
-    import uvicorn
+    import uvicorn  # noqa: F401 - the extra's server: no uvicorn, no gateway tests
 
     from agentbus.gateway import ApiKeys, Gateway, GatewaySettings
 except ImportError as exc:  # the a2a extra is not installed
@@ -24,35 +23,6 @@ else:
 KEY = "alice-key-0123456789abcdef"
 OTHER_KEY = "bob-key-0123456789abcdef00"
 HEARTBEAT = 0.2
-
-
-def free_port() -> int:
-    """Return a TCP port free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-async def start_uvicorn(app: Any, port: int) -> tuple[Any, asyncio.Task[None]]:
-    """Serve ``app`` on 127.0.0.1:``port`` with uvicorn in this loop; return it once started."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve())
-    async with asyncio.timeout(10):
-        while not server.started:
-            if serving.done():
-                serving.result()
-            await asyncio.sleep(0.01)
-    return server, serving
-
-
-async def stop_uvicorn(server: Any, serving: asyncio.Task[None], *, force: bool = False) -> None:
-    """Stop a server ``start_uvicorn`` started (``force``: drop open connections at once)."""
-    server.should_exit = True
-    server.force_exit = force
-    await serving
 
 
 @dataclass
@@ -117,15 +87,3 @@ class Team:
             await agent.stop()
         self.queues.add(Topology(self.settings.exchange).instance_queue(self.client.agent_id))
         await self.client.aclose()
-
-
-async def delete_topology(url: str, exchange: str, queues: set[str]) -> None:
-    topology = Topology(exchange)
-    connection = await aio_pika.connect(url)
-    async with connection:
-        for name in {*queues, topology.dead_letter_queue}:
-            channel = await connection.channel()
-            await channel.queue_delete(name)
-        channel = await connection.channel()
-        for name in (exchange, topology.dead_letter_exchange):
-            await channel.exchange_delete(name)

@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 from a2a.types import a2a_pb2 as a2a
 from a2a_client import data_of, sdk_client, send, state_name, user_message
-from gateway_team import KEY, delete_topology, free_port
+from gateway_team import KEY
 from test_gateway_cli import AGENTBUS, wait_listed
 
 from agentbus.bus import Topology
+from support.broker import delete_topology
+from support.ports import free_port
 
 REMOTE = Path(__file__).with_name("remote_a2a_server.py")
 SERVICE = "Word-smith"  # run-a2a names it after the remote card's name, "Word smith"

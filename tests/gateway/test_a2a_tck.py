@@ -26,7 +26,8 @@ from gateway_agents import Chatter, Shouter
 from gateway_team import HEARTBEAT, Team
 
 from agentbus.gateway import ApiKeys
-from waiting import wait_until
+from support.required import missing
+from support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 VENDORED = ROOT / "tests" / "gateway" / "tck"
@@ -134,11 +135,6 @@ MULTI_TURN = [
 ]
 
 
-def _required() -> bool:
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
-
-
 def tck_ready() -> Path:
     """The unpacked TCK, made from the vendored tarball as it is now; skip or fail without."""
     requirements = VENDORED / "requirements.txt"
@@ -147,10 +143,7 @@ def tck_ready() -> Path:
     made = digest.read_text().strip() if digest.is_file() else None
     if made != want or not PYTHON.is_file():
         reason = "not made" if made is None else "made from another tarball or requirements"
-        message = f"the A2A TCK is {reason} in {CACHE.relative_to(ROOT)}: {ENSURE}"
-        if _required():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing(f"the A2A TCK is {reason} in {CACHE.relative_to(ROOT)}: {ENSURE}")
     return TCK
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gateway_team import Team, free_port
+from gateway_team import Team
 from test_a2a_tck import (
     AGENTS,
     AT_LEAST,
@@ -31,7 +31,8 @@ from test_a2a_tck import (
 )
 from test_gateway_cli import AGENTBUS, wait_listed
 
-from redis_servers import tier_redis_url
+from support.ports import free_port
+from support.redis_servers import tier_redis_url
 
 
 @pytest.fixture(scope="module")

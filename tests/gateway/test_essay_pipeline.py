@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_team import delete_topology, free_port
 from readme_shell import ROOT, readme_commands, until_ok
 
 from agentbus.bus import Topology
+from support.broker import delete_topology
+from support.ports import free_port
 
 MARK = "<!-- tested-by: tests/gateway/test_essay_pipeline.py -->"
 SERVICES = ("registry", "leader", "outliner", "summarizer", "drafter")

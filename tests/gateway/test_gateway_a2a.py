@@ -19,7 +19,7 @@ from gateway_agents import Calc, Counter, Shouter
 from gateway_team import HEARTBEAT, KEY, OTHER_KEY, Team
 
 from agentbus.gateway import SCHEMAS_EXTENSION
-from waiting import wait_until
+from support.waiting import wait_until
 
 DEADLINE = 15.0
 

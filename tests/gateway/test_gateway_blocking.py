@@ -16,7 +16,7 @@ from gateway_agents import Calc
 from gateway_team import HEARTBEAT, KEY, Team
 
 from agentbus import Agent, report_progress, skill
-from waiting import wait_until
+from support.waiting import wait_until
 
 DEADLINE = 15.0
 

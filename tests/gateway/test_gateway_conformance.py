@@ -20,7 +20,7 @@ from gateway_team import HEARTBEAT, KEY, Team
 
 from agentbus.gateway import ApiKeys, RemoteA2AAgent
 from agentbus.gateway._checks import rpc_refusal
-from waiting import wait_until
+from support.waiting import wait_until
 
 DEADLINE = 15.0
 AUTH = {"Authorization": f"Bearer {KEY}", "A2A-Version": "1.0"}

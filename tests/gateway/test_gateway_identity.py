@@ -13,13 +13,14 @@ import uuid
 import pytest
 from a2a_client import data_of, sdk_client, send, state_name, user_message
 from gateway_agents import Calc
-from gateway_team import HEARTBEAT, KEY, OTHER_KEY, Team, delete_topology
+from gateway_team import HEARTBEAT, KEY, OTHER_KEY, Team
 
 from agentbus import Bus, Settings
 from agentbus.gateway import ApiKeys
 from agentbus.registry import Registry
 from agentbus.testing.chaos import PrivateBroker
-from waiting import wait_until
+from support.broker import delete_topology
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.chaos
 

@@ -13,7 +13,7 @@ from gateway_team import HEARTBEAT, KEY, Team
 from agentbus import Agent
 from agentbus.gateway import Gateway
 from agentbus.leader import Leader
-from waiting import wait_until
+from support.waiting import wait_until
 
 PLAN = {
     "subtasks": [

@@ -21,7 +21,7 @@ from gateway_team import HEARTBEAT, KEY, Team
 from webhook_server import TOKEN, Webhook, sent, serving_webhook
 
 from agentbus.gateway._push import PushSender
-from waiting import wait_until
+from support.waiting import wait_until
 
 DEADLINE = 15.0
 

@@ -24,7 +24,7 @@ from gateway_team import HEARTBEAT, KEY, Team
 
 from agentbus import QuestionClosed
 from agentbus.gateway import ApiKeys
-from waiting import wait_until
+from support.waiting import wait_until
 
 DEADLINE = 15.0
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "conversations.md"

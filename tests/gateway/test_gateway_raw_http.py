@@ -9,7 +9,7 @@ import httpx
 from gateway_agents import Calc
 from gateway_team import HEARTBEAT, KEY, Team
 
-from waiting import wait_until
+from support.waiting import wait_until
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 

@@ -16,10 +16,11 @@ import sys
 import uuid
 from pathlib import Path
 
-from gateway_team import delete_topology, free_port
 from readme_shell import readme_commands, until_ok
 
 from agentbus.bus import Topology
+from support.broker import delete_topology
+from support.ports import free_port
 
 MARK = "<!-- tested-by: tests/gateway/test_gateway_readme.py -->"
 

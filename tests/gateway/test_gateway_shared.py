@@ -23,13 +23,14 @@ from a2a.types import a2a_pb2 as a2a
 from a2a.utils.errors import TaskNotFoundError
 from a2a_client import sdk_client, send, state_name, user_message
 from gateway_agents import Calc, Clerk
-from gateway_team import KEY, OTHER_KEY, Team, free_port
+from gateway_team import KEY, OTHER_KEY, Team
 from test_gateway_cli import wait_listed
 from webhook_server import sent, serving_webhook
 
 from agentbus import Agent, current_request, skill
-from redis_servers import tier_redis_url
-from waiting import wait_until
+from support.ports import free_port
+from support.redis_servers import tier_redis_url
+from support.waiting import wait_until
 
 AGENTBUS = str(Path(sys.executable).with_name("agentbus"))
 DEADLINE = 20.0

@@ -15,7 +15,7 @@ from a2a.types import a2a_pb2 as a2a
 
 from agentbus.gateway._shared_push import RedisPushConfigs
 from agentbus.gateway._shared_tasks import RedisTaskEvents, RedisTaskStore, connect
-from redis_servers import tier_redis_url
+from support.redis_servers import tier_redis_url
 
 WORKING = a2a.TaskState.TASK_STATE_WORKING
 COMPLETED = a2a.TaskState.TASK_STATE_COMPLETED

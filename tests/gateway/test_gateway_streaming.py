@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from a2a.types import a2a_pb2 as a2a
 from a2a_client import data_of, sdk_client, send, state_name, user_message
-from gateway_team import HEARTBEAT, KEY, Team, free_port, start_uvicorn, stop_uvicorn
+from gateway_team import HEARTBEAT, KEY, Team
 from google.protobuf.json_format import MessageToDict
 from readme_shell import ROOT
 
@@ -24,7 +24,9 @@ from agentbus import Agent, RemoteError, report_progress, skill
 from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.gateway import PARTIAL_KEY, RemoteA2AAgent
 from agentbus.leader import Leader
-from waiting import wait_until
+from support.ports import free_port
+from support.servers import start_uvicorn, stop_uvicorn
+from support.waiting import wait_until
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

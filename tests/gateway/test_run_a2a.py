@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 from a2a_client import data_of, sdk_client, send, user_message
 from gateway_agents import Shouter, Writer
-from gateway_team import HEARTBEAT, KEY, Team, free_port, start_uvicorn, stop_uvicorn
+from gateway_team import HEARTBEAT, KEY, Team
 from remote_a2a_server import Wordsmith, wordsmith_app
 
 from agentbus import AgentBusError, InputRequired, RemoteError
 from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.gateway import RemoteA2AAgent
 from agentbus.leader import Leader, PlanClient
-from waiting import wait_until
+from support.ports import free_port
+from support.servers import start_uvicorn, stop_uvicorn
+from support.waiting import wait_until
 
 SERVICE = "Word-smith"  # from the card's name, "Word smith"
 

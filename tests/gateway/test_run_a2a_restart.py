@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway_team import HEARTBEAT, Team, free_port
+from gateway_team import HEARTBEAT, Team
 
 from agentbus import AgentBusError
 from agentbus.gateway import RemoteA2AAgent
 from agentbus.leader import Leader, PlanClient
-from waiting import wait_until
+from support.ports import free_port
+from support.waiting import wait_until
 
 SERVER = Path(__file__).with_name("remote_a2a_server.py")
 

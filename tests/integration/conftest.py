@@ -10,12 +10,12 @@ from typing import Any
 
 import aio_pika
 import pytest
-from helpers import BusFactory, delete_topology, queues_with_prefix
+from helpers import BusFactory
 from processes import Processes
 
 import agentbus
 from agentbus import Bus, Settings
-from agentbus.bus import Topology
+from support.broker import delete_topology, queues_of, queues_with_prefix
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ async def make_bus(broker_url: str, exchange_name: str) -> AsyncIterator[BusFact
     yield factory
     for bus in buses:
         await bus.aclose()
-    await _delete_topology(broker_url, Topology(exchange_name), buses)
+    await delete_topology(broker_url, exchange_name, queues_of(exchange_name, buses))
 
 
 @pytest.fixture
@@ -67,12 +67,3 @@ async def procs(
         # Also what no test can name: the queues of one-shot CLI clients (client-<random>).
         found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{exchange_name}.")
         await delete_topology(broker_url, exchange_name, processes.queues() | set(found))
-
-
-async def _delete_topology(url: str, topology: Topology, buses: list[Bus]) -> None:
-    queues: set[str] = set()
-    for bus in buses:
-        queues.add(topology.instance_queue(bus.agent_id))
-        if bus.service is not None:
-            queues.add(topology.service_queue(bus.service))
-    await delete_topology(url, topology.exchange, queues)

@@ -1,20 +1,15 @@
-"""Helpers for integration tests: bus factories, forcing disconnects, broker cleanup."""
+"""Helpers for integration tests: bus factories, forcing disconnects."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import subprocess
-from collections.abc import Iterable
 from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit
 
-import aio_pika
 import pytest
 
 from agentbus import Bus
-from agentbus.bus import Topology
 
 
 class BusFactory(Protocol):
@@ -50,42 +45,3 @@ def close_connections(name_prefix: str) -> int:
 async def force_close(name_prefix: str) -> int:
     """Async wrapper of ``close_connections``."""
     return await asyncio.to_thread(close_connections, name_prefix)
-
-
-async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -> None:
-    """Delete ``queues``, the dead-letter queue and the exchanges of ``exchange``, if there."""
-    topology = Topology(exchange)
-    names = {topology.dead_letter_queue, *queues}
-    connection = await aio_pika.connect(url)
-    async with connection:
-        for name in sorted(names):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.queue_delete(name)
-        for name in (topology.exchange, topology.dead_letter_exchange):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.exchange_delete(name)
-
-
-def queues_with_prefix(url: str, prefix: str) -> list[str]:
-    """The broker's queues whose name starts with ``prefix``, via rabbitmqctl; [] without it.
-
-    Finds what a test cannot name itself, such as the instance queue of a one-shot CLI
-    client (``client-<random>``). Best effort: such queues also expire by themselves.
-    """
-    exe = shutil.which("rabbitmqctl")
-    if exe is None:
-        return []
-    vhost = unquote(urlsplit(url).path[1:]) or "/"
-    try:
-        done = subprocess.run(
-            [exe, "-q", "list_queues", "-p", vhost, "--no-table-headers", "name"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [name for name in done.stdout.split() if name.startswith(prefix)]

@@ -26,7 +26,7 @@ from helpers import BusFactory
 
 from agentbus import AgentBusError, Bus
 from agentbus.bus import Topology
-from waiting import wait_until
+from support.waiting import wait_until
 
 T = TypeVar("T")
 

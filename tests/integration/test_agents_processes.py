@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from helpers import queues_with_prefix
 from processes import INTERVAL, MISSED, SLACK, Processes, poll, since, within
 
 from agentbus import Bus, EventEnvelope
+from support.broker import queues_with_prefix
 
 SKILLS = {
     "alpha": ["double", "slow", "spell"],

@@ -20,7 +20,7 @@ from agentbus import (
     RequestEnvelope,
     RequestTimeout,
 )
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 async def echo(request: RequestEnvelope) -> dict[str, Any]:

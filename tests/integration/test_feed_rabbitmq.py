@@ -11,7 +11,7 @@ from helpers import BusFactory, force_close
 
 from agentbus.bus import FeedState, Topology
 from agentbus.envelopes import BROADCAST, EventEnvelope, EventPayload, encode
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 def _event(n: int, sender_id: str = "beater") -> bytes:

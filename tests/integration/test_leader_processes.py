@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -27,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentbus import Bus
 from agentbus.leader import Aggregate, PlanClient, PlanStatus, Progress, SubtaskStatus
+from support.ports import free_port
 
 LEADER = "leader-1"
 REGISTRY = "registry-1"
@@ -80,14 +80,6 @@ def squares(count: int, prefix: str = "t", **parameters: Any) -> list[dict[str, 
         {"id": f"{prefix}{n}", "skill": "square", "parameters": {"n": n, **parameters}}
         for n in range(count)
     ]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def requests_consumed(port: int, agent_id: str) -> float:

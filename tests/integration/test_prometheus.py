@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,12 +27,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from helpers import BusFactory, delete_topology
+from helpers import BusFactory
 
 from agentbus import RemoteError, RequestEnvelope
 from agentbus.bus import Topology
 from agentbus.envelopes import RequestPayload
-from waiting import eventually
+from support.broker import delete_topology
+from support.ports import free_ports
+from support.required import missing
+from support.waiting import eventually
 
 T = TypeVar("T")
 
@@ -48,34 +50,19 @@ HERE = Path(__file__).resolve().parent  # sample_agents.py lives here
 JOB = "agentbus"
 
 
-def _required() -> bool:
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
-
-
 @pytest.fixture(scope="session")
 def prometheus_binary() -> str:
     """The prometheus server binary: $AGENTBUS_PROMETHEUS, PATH, /usr/bin; else skip or fail."""
     candidates = [os.environ.get("AGENTBUS_PROMETHEUS"), shutil.which("prometheus")]
-    for candidate in [*candidates, "/usr/bin/prometheus"]:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    message = (
-        "prometheus (Debian package prometheus) is needed for the Prometheus scrape test; "
-        "./scripts/ensure-prometheus installs it, or set AGENTBUS_PROMETHEUS"
+    found = next(
+        (c for c in [*candidates, "/usr/bin/prometheus"] if c and os.access(c, os.X_OK)), None
     )
-    if _required():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+    if found is None:
+        missing(
+            "prometheus (Debian package prometheus) is needed for the Prometheus scrape test; "
+            "./scripts/ensure-prometheus installs it, or set AGENTBUS_PROMETHEUS"
+        )
+    return found
 
 
 @dataclass

@@ -9,7 +9,7 @@ from helpers import BusFactory, force_close
 
 from agentbus import RequestEnvelope
 from agentbus.envelopes import EventEnvelope
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 async def test_consumers_come_back_after_forced_close(

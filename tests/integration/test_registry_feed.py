@@ -6,14 +6,14 @@ import asyncio
 from urllib.parse import unquote, urlsplit
 
 import aio_pika
-from helpers import delete_topology
 
 from agentbus import Settings
 from agentbus.agents import HEARTBEAT, AgentStatus, Heartbeat
 from agentbus.bus import Topology
 from agentbus.envelopes import BROADCAST, EventEnvelope, EventPayload, encode
 from agentbus.registry import Registry
-from waiting import wait_until
+from support.broker import delete_topology
+from support.waiting import wait_until
 
 
 def _beat(sender_id: str, about: str) -> bytes:

@@ -13,14 +13,14 @@ import time
 from typing import Any
 
 from beats import Beats
-from helpers import delete_topology
 
 from agentbus import Settings
 from agentbus.agents import AGENT_OFFLINE
 from agentbus.bus import Topology
 from agentbus.envelopes import EventEnvelope
 from agentbus.registry import Registry
-from waiting import wait_until
+from support.broker import delete_topology
+from support.waiting import wait_until
 
 AGENTS, INTERVAL, MISSED = 200, 0.25, 3
 SLOW = 0.002  # s per beat: the registry handles at most 500 of the 800 beats/s

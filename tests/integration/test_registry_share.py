@@ -12,7 +12,6 @@ import time
 
 import aio_pika
 from beats import Beats
-from helpers import delete_topology
 
 from agentbus import Settings
 from agentbus.agents import AGENT_OFFLINE
@@ -20,7 +19,8 @@ from agentbus.bus import Topology
 from agentbus.envelopes import BROADCAST, EventEnvelope, EventPayload, encode
 from agentbus.registry import Registry
 from agentbus.registry._shares import DIGEST
-from waiting import wait_until
+from support.broker import delete_topology
+from support.waiting import wait_until
 
 AGENTS, INTERVAL, MISSED = 120, 1.0, 3
 SILENCED = {f"sh-{i:03d}" for i in (7, 50, 99)}

@@ -10,12 +10,13 @@ from __future__ import annotations
 import aio_pika
 import aiormq.exceptions
 import pytest
-from helpers import BusFactory, delete_topology
+from helpers import BusFactory
 
 from agentbus import ConfigurationError, Settings
 from agentbus.bus import Topology
 from agentbus.envelopes import RequestEnvelope
 from agentbus.leader import Leader
+from support.broker import delete_topology
 
 
 async def _holds_limit(url: str, queue: str, limit: int) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
-from helpers import BusFactory, delete_topology, queues_with_prefix
+from helpers import BusFactory
 from sample_agents import Worker
 
 import agentbus
@@ -33,6 +33,7 @@ from agentbus import (
 )
 from agentbus.leader import PlanState, PlanStatus
 from agentbus.registry import Registry
+from support.broker import delete_topology, queues_with_prefix
 
 pytestmark = pytest.mark.integration
 

@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 
 _HERE = Path(__file__).resolve().parent
-for _path in (str(_HERE), str(_HERE.parent / "integration")):  # the helpers, however run
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if str(_HERE) not in sys.path:  # the helpers, however run
+    sys.path.insert(0, str(_HERE))
 
-from helpers import queues_with_prefix  # noqa: E402
-from mcp_team import HEARTBEAT, MISSING, Team, delete_topology  # noqa: E402
+from mcp_team import HEARTBEAT, MISSING, Team  # noqa: E402
 
 from agentbus import Bus, Settings  # noqa: E402
+from support.broker import delete_topology, queues_with_prefix  # noqa: E402
 
 # Without the mcp extra these tests are not collected locally; under CI they are, and fail.
 collect_ignore_glob = (

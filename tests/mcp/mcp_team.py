@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aio_pika
-
 from agentbus import Agent, Bus, Settings
 from agentbus.bus import Topology
+from support.ports import free_port
+from support.servers import start_uvicorn, stop_uvicorn
 
 try:
-    import uvicorn
+    import uvicorn  # noqa: F401 - the extra's server: no uvicorn, no MCP tests
     from mcp import StdioServerParameters
 
     from agentbus.mcp import ApiKeys, Callers, McpSettings, PlanWatch, TeamServer, http_app
@@ -32,34 +31,6 @@ OTHER_KEY = "bob-key-0123456789abcdef00"
 HEARTBEAT = 0.2
 ERAS = ("legacy", "auto")
 """The SDK client's modes: the 2025 handshake, and ``auto`` (2026-07-28 where served)."""
-
-
-def free_port() -> int:
-    """Return a TCP port free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-async def start_uvicorn(app: Any, port: int) -> tuple[Any, asyncio.Task[None]]:
-    """Serve ``app`` on 127.0.0.1:``port`` (lifespan on); return the server once started."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve())
-    async with asyncio.timeout(10):
-        while not server.started:
-            if serving.done():
-                serving.result()
-            await asyncio.sleep(0.01)
-    return server, serving
-
-
-async def stop_uvicorn(server: Any, serving: asyncio.Task[None]) -> None:
-    """Stop a server ``start_uvicorn`` started."""
-    server.should_exit = True
-    await serving
 
 
 @dataclass
@@ -137,7 +108,9 @@ class Team:
         callers = Callers(self.settings, keys, plans, app_id="mcp")
         own = Bus(self.settings, agent_id="mcp-1", app_id="mcp")
         self.server = await TeamServer(own, config, callers=callers, plans=plans).open()
-        self._uvicorn, self._serving = await start_uvicorn(http_app(self.server, keys), port)
+        self._uvicorn, self._serving = await start_uvicorn(
+            http_app(self.server, keys), port, lifespan="on"
+        )
         self.queues.add(self.topology.instance_queue(own.agent_id))
         self.url = f"http://127.0.0.1:{port}/mcp"
         return self.server
@@ -160,16 +133,3 @@ class Team:
             await agent.stop()
         self.queues.add(self.topology.instance_queue(self.client.agent_id))
         await self.client.aclose()
-
-
-async def delete_topology(url: str, exchange: str, queues: set[str]) -> None:
-    """Delete the test's queues (those named, and every one of its exchange) and exchanges."""
-    topology = Topology(exchange)
-    connection = await aio_pika.connect(url)
-    async with connection:
-        for name in {*queues, topology.dead_letter_queue}:
-            channel = await connection.channel()
-            await channel.queue_delete(name)
-        channel = await connection.channel()
-        for name in (exchange, topology.dead_letter_exchange):
-            await channel.exchange_delete(name)

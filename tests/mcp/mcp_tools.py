@@ -8,31 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from support.required import missing
 
 TOOLS = Path(__file__).resolve().parent / "tools"
 BIN = TOOLS / "node_modules" / ".bin"
 ENSURE = "./scripts/ensure-mcp-tools installs it"
-
-
-def required() -> bool:
-    """Whether a missing tool fails the test instead of skipping it."""
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
-
-
-def missing(message: str) -> None:
-    """Skip the test for want of a tool, or fail it under CI."""
-    if required():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
 
 
 def npm_tool(name: str) -> list[str]:
@@ -43,7 +29,6 @@ def npm_tool(name: str) -> list[str]:
     script = BIN / name
     if not script.exists():
         missing(f"{name} is not installed in {TOOLS}; {ENSURE}")
-    assert node is not None
     return [node, str(script.resolve())]
 
 

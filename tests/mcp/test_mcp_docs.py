@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import queues_with_prefix
 from mcp import Client, StdioServerParameters
-from mcp_team import delete_topology, free_port
 from mcp_tools import npm_tool
+
+from support.broker import delete_topology, queues_with_prefix
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- tested-by: tests/mcp/test_mcp_docs.py -->"

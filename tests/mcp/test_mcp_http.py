@@ -21,9 +21,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_agents import Scribe
-from mcp_team import ERAS, HEARTBEAT, KEY, OTHER_KEY, Team, free_port
+from mcp_team import ERAS, HEARTBEAT, KEY, OTHER_KEY, Team
 
-from waiting import wait_until
+from support.ports import free_port
+from support.waiting import wait_until
 
 INITIALIZE = {
     "jsonrpc": "2.0",

@@ -17,7 +17,7 @@ from mcp_agents import Scribe
 from mcp_team import HEARTBEAT, KEY, Team
 from mcp_tools import inspect
 
-from waiting import wait_until
+from support.waiting import wait_until
 
 SERVER = [sys.executable, "-m", "agentbus", "--log-level", "warning", "mcp"]
 

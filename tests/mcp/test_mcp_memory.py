@@ -24,7 +24,7 @@ from agentbus.leader import Leader
 from agentbus.mcp import ERROR_META, UPDATE_META, McpSettings, TeamServer
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
-from waiting import wait_until
+from support.waiting import wait_until
 
 BEAT = 0.1
 

@@ -23,7 +23,7 @@ from agentbus.leader import Leader, PlanClient
 from agentbus.mcp import ERROR_META, ApiKeys, McpSettings, TeamServer, http_app
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
-from waiting import wait_until
+from support.waiting import wait_until
 
 BEAT = 0.1
 ERAS = pytest.mark.parametrize("era", ["legacy", "auto"])

@@ -19,7 +19,7 @@ from mcp_agents import Scribe, Shouter
 from mcp_team import ERAS, HEARTBEAT, Team
 
 from agentbus.mcp import ERROR_META
-from waiting import wait_until
+from support.waiting import wait_until
 
 INITIALIZE = {
     "protocolVersion": "2025-11-25",

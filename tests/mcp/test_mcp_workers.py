@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 from mcp_agents import Scribe
-from mcp_team import ERAS, KEY, Team, free_port
+from mcp_team import ERAS, KEY, Team
 from test_mcp_http import client, listening
+
+from support.ports import free_port
 
 DEADLINE = 30.0
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from mcp_agents import Scribe, Shouter
-from mcp_team import HEARTBEAT, Team, free_port, start_uvicorn, stop_uvicorn
+from mcp_team import HEARTBEAT, Team
 from mcp_tools import npm_tool
 from wordsmith_mcp import Seen, wordsmith
 
@@ -24,6 +24,8 @@ from agentbus import RemoteError
 from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.leader import Leader, PlanClient
 from agentbus.mcp import McpTarget, RemoteMcpAgent
+from support.ports import free_port
+from support.servers import start_uvicorn, stop_uvicorn
 
 WORDSMITH = [sys.executable, str(Path(__file__).with_name("wordsmith_mcp.py"))]
 
@@ -80,7 +82,9 @@ class Served:
 async def served() -> AsyncIterator[Served]:
     seen = Seen()
     port = free_port()
-    server, serving = await start_uvicorn(wordsmith(seen).streamable_http_app(), port)
+    server, serving = await start_uvicorn(
+        wordsmith(seen).streamable_http_app(), port, lifespan="on"
+    )
     try:
         yield Served(f"http://127.0.0.1:{port}/mcp", seen)
     finally:

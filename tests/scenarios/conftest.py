@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from scenario_support import TransportFactory, delete_topology
+from scenario_support import TransportFactory
 
 from agentbus import Bus, Settings
 from agentbus._config import DEFAULT_URL
-from agentbus.bus import Topology, Transport
+from agentbus.bus import Transport
 from agentbus.testing import MemoryBroker, MemoryBus
+from support.broker import delete_topology, queues_of
 
 
 @pytest.fixture(params=["memory", pytest.param("rabbitmq", marks=pytest.mark.integration)])
@@ -38,4 +39,4 @@ async def transport(request: pytest.FixtureRequest) -> AsyncIterator[TransportFa
     for bus in opened:
         await bus.aclose()
     if request.param == "rabbitmq":
-        await delete_topology(url, Topology(exchange), opened)
+        await delete_topology(url, exchange, queues_of(exchange, opened))

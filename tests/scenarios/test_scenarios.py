@@ -19,7 +19,7 @@ from agentbus import (
     Unroutable,
 )
 from agentbus.envelopes import BROADCAST, EventEnvelope, RequestPayload
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 async def echo(request: RequestEnvelope) -> dict[str, Any]:

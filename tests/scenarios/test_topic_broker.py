@@ -1,4 +1,4 @@
-"""The topic table of ``tests/topic_cases.py`` proven on RabbitMQ, and held by the memory broker."""
+"""The topic table of ``support/topic_cases.py`` proven on RabbitMQ, held by the memory broker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import aio_pika
 import pytest
 
 from agentbus.testing import MemoryBroker, MemoryDelivery, MemoryMessage
-from topic_cases import TOPIC_CASES
+from support.topic_cases import TOPIC_CASES
 
 PATTERNS = sorted({pattern for pattern, _, _ in TOPIC_CASES})
 KEYS = sorted({key for _, key, _ in TOPIC_CASES})

@@ -18,6 +18,7 @@ from tls_support import CertificateAuthority
 
 from agentbus.definitions import definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker, PrivateBrokerError, TlsListener, find_rabbitmq
+from support.required import missing
 
 # RabbitMQ's x509 login: the EXTERNAL mechanism, the user from the subject's CN.
 TLS_CONFIG = {
@@ -26,11 +27,6 @@ TLS_CONFIG = {
     "ssl_cert_login_from": "common_name",
 }
 TLS_PLUGINS = ("rabbitmq_auth_mechanism_ssl",)
-
-
-def _required() -> bool:
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
 
 
 def _missing() -> str | None:
@@ -79,9 +75,7 @@ def tls_node(ca: CertificateAuthority) -> Iterator[PrivateBroker]:
     """A private node with a TLS listener that requires client certificates from ``ca``."""
     message = _missing()
     if message is not None:
-        if _required():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing(message)
     server = ca.server("localhost")
     node = PrivateBroker(
         f"agentbus-tls-{secrets.token_hex(2)}",

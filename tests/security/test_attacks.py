@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import aio_pika
 import aiormq.exceptions
@@ -30,10 +29,9 @@ from agentbus.envelopes import (
     ResponseEnvelope,
     ResponsePayload,
     ResponseStatus,
-    decode,
-    encode,
 )
-from waiting import wait_until
+from support.broker import next_reply, publish_raw
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.security
 
@@ -111,32 +109,6 @@ async def _own_queue(
     return await channel.declare_queue(name, exclusive=True)
 
 
-async def _publish(
-    channel: aio_pika.abc.AbstractChannel,
-    exchange: str,
-    envelope: RequestEnvelope | ResponseEnvelope,
-    key: str,
-    **properties: Any,
-) -> None:
-    target = (
-        channel.default_exchange
-        if exchange == ""
-        else await channel.get_exchange(exchange, ensure=False)
-    )
-    message = aio_pika.Message(encode(envelope), message_id=envelope.message_id, **properties)
-    await target.publish(message, key)
-
-
-async def _answer(queue: aio_pika.abc.AbstractQueue) -> ErrorEnvelope | ResponseEnvelope:
-    async with queue.iterator(timeout=WAIT) as messages:
-        async for message in messages:
-            await message.ack()
-            reply = decode(message.body)
-            assert isinstance(reply, ErrorEnvelope | ResponseEnvelope)
-            return reply
-    raise AssertionError("no answer")
-
-
 @pytest.mark.parametrize(
     ("user", "sender", "reason"),
     [
@@ -158,7 +130,7 @@ async def test_a_request_in_someone_elses_name_is_refused(
     replies = await _own_queue(channel, secured_team, f"{user}-9")
     request = _request(sender)
     identity = {} if reason is Refusal.MISSING_USER_ID else {"user_id": user}
-    await _publish(
+    await publish_raw(
         channel,
         secured_team.exchange,
         request,
@@ -166,7 +138,7 @@ async def test_a_request_in_someone_elses_name_is_refused(
         reply_to=replies.name,
         **identity,
     )
-    answer = await _answer(replies)
+    answer = await next_reply(replies, WAIT)
 
     assert isinstance(answer, ErrorEnvelope)
     assert answer.payload.code == "unauthorized"
@@ -181,7 +153,7 @@ async def test_a_request_on_a_key_the_user_may_not_write_is_refused_by_the_broke
     """mallory may call work only: the broker closes its channel on agent.admin.request."""
     channel = await raw("mallory")
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused) as refused:
-        await _publish(
+        await publish_raw(
             channel,
             secured_team.exchange,
             _request("mallory-1", "admin"),
@@ -221,7 +193,7 @@ async def test_a_carbon_copy_to_a_forbidden_key_is_refused_by_both_receivers(
 ) -> None:
     """A request on an allowed key, CC'd to admin's: both copies refused, neither runs."""
     channel = await raw("mallory")
-    await _publish(
+    await publish_raw(
         channel,
         secured_team.exchange,
         _request("mallory-1"),
@@ -245,7 +217,7 @@ async def test_a_replayed_request_runs_once(
         reply = await client.send_request(request, timeout=WAIT)
         channel = await raw("caller")
         for _ in range(2):
-            await _publish(
+            await publish_raw(
                 channel, secured_team.exchange, request, "agent.work.request", user_id="caller"
             )
         await wait_until(lambda: work.bus.stats.duplicates == 2, WAIT)
@@ -275,7 +247,7 @@ async def test_a_stray_reply_injected_into_a_requesters_queue_is_dropped(
         )
         channel = await raw("mallory")
         queue = Topology(secured_team.exchange).instance_queue("caller-1")
-        await _publish(channel, "", stray, queue, user_id="mallory")
+        await publish_raw(channel, "", stray, queue, user_id="mallory")
         await wait_until(lambda: getattr(client.stats, counter) == 1, WAIT)
         honest = await client.request("work", "go", timeout=WAIT)
 
@@ -304,7 +276,7 @@ async def test_a_sender_over_its_rate_is_refused_and_others_are_served(
         channel = await raw("mallory")
         replies = await _own_queue(channel, secured_team, "mallory-8")
         for _ in range(5):
-            await _publish(
+            await publish_raw(
                 channel,
                 secured_team.exchange,
                 _request("mallory-8"),
@@ -312,7 +284,7 @@ async def test_a_sender_over_its_rate_is_refused_and_others_are_served(
                 user_id="mallory",
                 reply_to=replies.name,
             )
-        answers = [await _answer(replies) for _ in range(5)]
+        answers = [await next_reply(replies, WAIT) for _ in range(5)]
         honest = await client.request("work", "go", timeout=WAIT)
 
     codes = sorted(a.payload.code if isinstance(a, ErrorEnvelope) else "ok" for a in answers)

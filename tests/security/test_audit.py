@@ -20,7 +20,7 @@ from agentbus.bus import Refusal, read_audit
 from agentbus.envelopes import RequestPayload, encode
 from agentbus.security import AuditEntry
 from agentbus.testing.chaos import PrivateBroker
-from waiting import wait_until
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.security
 

@@ -22,7 +22,6 @@ _CHAOS = str(Path(__file__).resolve().parent.parent / "chaos")
 if _CHAOS not in sys.path:
     sys.path.insert(0, _CHAOS)
 
-from chaos_support import broker_required  # noqa: E402
 from fault_support import Team  # noqa: E402
 
 from agentbus import Settings  # noqa: E402
@@ -33,12 +32,13 @@ from agentbus.testing.chaos import (  # noqa: E402
     PrivateBrokerError,
     find_rabbitmq,
 )
+from support.required import is_required  # noqa: E402
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip where rabbitmq-server is not installed, unless under CI (there: fail)."""
     needs_nodes = "site_nodes" in getattr(item, "fixturenames", ())
-    if needs_nodes and find_rabbitmq() is None and not broker_required():
+    if needs_nodes and find_rabbitmq() is None and not is_required():
         pytest.skip("rabbitmq-server is not installed: no private nodes for the sites tier")
 
 

@@ -24,7 +24,7 @@ from agentbus.envelopes import (
 from agentbus.security import Refusal, publisher_user_id, refusal, verifies_sender
 from agentbus.security._admission import connection_user, sent_by
 from agentbus.testing import MemoryBroker, MemoryBus, MemoryMessage
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 @dataclass(frozen=True, slots=True)

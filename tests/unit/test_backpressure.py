@@ -9,7 +9,7 @@ import pytest
 from agentbus import RequestTimeout, Settings
 from agentbus.envelopes import RequestEnvelope
 from agentbus.testing import MemoryBroker, MemoryBus
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 async def test_requests_past_the_cap_wait_for_a_slot_then_all_complete() -> None:

@@ -18,7 +18,7 @@ from agentbus.dashboard._traffic import quantile
 from agentbus.leader import Leader, PlanClient
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
-from waiting import wait_until
+from support.waiting import wait_until
 
 
 class Squarer(Agent):

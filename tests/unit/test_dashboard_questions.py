@@ -19,7 +19,7 @@ from agentbus.dashboard.app import create_app
 from agentbus.leader import Leader, PlanClient, ProgressReport
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
-from waiting import wait_until
+from support.waiting import wait_until
 
 TOKEN = "a-token-for-the-tests"
 

@@ -8,14 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from support.required import missing
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "prometheus.yml"
-
-
-def _required() -> bool:
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
 
 
 def _promtool() -> str:
@@ -24,15 +19,13 @@ def _promtool() -> str:
     if prometheus := os.environ.get("AGENTBUS_PROMETHEUS"):
         candidates.append(str(Path(prometheus).with_name("promtool")))
     candidates += [shutil.which("promtool") or "", "/usr/bin/promtool"]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    message = (
-        "promtool (Debian package prometheus) is needed; ./scripts/ensure-prometheus installs it"
-    )
-    if _required():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    found = next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+    if found is None:
+        missing(
+            "promtool (Debian package prometheus) is needed; "
+            "./scripts/ensure-prometheus installs it"
+        )
+    return found
 
 
 def test_promtool_accepts_the_deploy_config() -> None:

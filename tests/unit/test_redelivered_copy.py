@@ -10,12 +10,9 @@ acked as "running already" and the request was lost with the abandoned run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from unittest.mock import patch
 
 from agentbus import Settings
-from agentbus._topology import routing_key
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests
@@ -25,77 +22,13 @@ from agentbus.bus._stores._dedup import DedupWindow
 from agentbus.envelopes import (
     ErrorEnvelope,
     RequestEnvelope,
-    RequestPayload,
     ResponseEnvelope,
     decode,
     encode,
 )
+from support.serving_fakes import Delivery, Replies, request
 
 Reply = ResponseEnvelope | ErrorEnvelope
-
-
-@dataclass
-class _Delivery:
-    """One delivery of a request, settled at most once."""
-
-    request: RequestEnvelope
-    redelivered: bool = False
-    settled: list[str] = field(default_factory=list)
-    reply_to: str | None = "client-queue"
-
-    @property
-    def body(self) -> bytes:
-        return encode(self.request)
-
-    @property
-    def message_id(self) -> str:
-        return self.request.message_id
-
-    @property
-    def correlation_id(self) -> str | None:
-        return None
-
-    @property
-    def routing_key(self) -> str:
-        return routing_key(self.request)
-
-    @property
-    def type(self) -> str:
-        return "request"
-
-    @property
-    def headers(self) -> Mapping[str, object] | None:
-        return None
-
-    @property
-    def user_id(self) -> str | None:
-        return None
-
-    async def ack(self) -> None:
-        self.settled.append("ack")
-
-    async def reject(self, *, requeue: bool = False) -> None:
-        self.settled.append("requeue" if requeue else "reject")
-
-    async def nack(self, *, requeue: bool = True) -> None:
-        self.settled.append("requeue" if requeue else "reject")
-
-
-class _Replies:
-    def __init__(self) -> None:
-        self.sent: list[Reply] = []
-        self.bodies: list[bytes | None] = []
-        self.to: list[str | None] = []
-
-    async def publish_reply(
-        self, reply: Reply, reply_to: str | None, body: bytes | None = None
-    ) -> None:
-        self.sent.append(reply)
-        self.bodies.append(body)
-        self.to.append(reply_to)
-
-    async def republish(self, message: object, headers: Mapping[str, int]) -> None:
-        raise AssertionError("nothing is republished here")
 
 
 class _Work:
@@ -124,8 +57,8 @@ class _Work:
 
 def _dispatcher(
     work: _Work, dedup: DedupWindow | None = None, max_size: int = 1 << 20
-) -> tuple[Dispatcher, _Replies, BusStats]:
-    replies, stats = _Replies(), BusStats()
+) -> tuple[Dispatcher, Replies, BusStats]:
+    replies, stats = Replies(), BusStats()
     routes = Routes()
     routes.service = "svc"
     routes.serve(work, None)
@@ -143,21 +76,15 @@ def _dispatcher(
     return dispatcher, replies, stats
 
 
-def _request() -> RequestEnvelope:
-    return RequestEnvelope(
-        sender_id="client", receiver_id="svc", payload=RequestPayload(action="work")
-    )
-
-
-async def test_a_copy_of_an_abandoned_run_serves_the_request() -> None:
+async def test_a_copy_of_an_abandoned_run_serves_therequest() -> None:
     work = _Work()
     dispatcher, replies, _ = _dispatcher(work)
-    first = _Delivery(_request())
+    first = Delivery(request())
     running = asyncio.create_task(dispatcher.on_service_message(first))
     await work.started.wait()
     running.cancel()  # the channel closed: aiormq cancels the delivery's task
     await work.unwinding.wait()
-    copy = _Delivery(first.request, redelivered=True)
+    copy = Delivery(first.request, redelivered=True)
     serving = asyncio.create_task(dispatcher.on_service_message(copy))
     await asyncio.sleep(0)  # one turn of the loop: the copy reaches the dispatcher
     waited = not serving.done()
@@ -178,10 +105,10 @@ async def test_a_copy_of_an_abandoned_run_serves_the_request() -> None:
 async def test_a_copy_of_a_run_that_finishes_is_answered_with_its_reply() -> None:
     work = _Work()
     dispatcher, replies, stats = _dispatcher(work)
-    first = _Delivery(_request())
+    first = Delivery(request())
     running = asyncio.create_task(dispatcher.on_service_message(first))
     await work.started.wait()
-    copy = _Delivery(first.request, redelivered=True)
+    copy = Delivery(first.request, redelivered=True)
     serving = asyncio.create_task(dispatcher.on_service_message(copy))
     await asyncio.sleep(0)
     waited = not serving.done()
@@ -202,10 +129,10 @@ async def test_a_copy_of_a_run_that_finishes_is_answered_with_its_reply() -> Non
 async def test_a_copy_that_is_not_a_redelivery_does_not_wait() -> None:
     work = _Work()
     dispatcher, replies, stats = _dispatcher(work)
-    first = _Delivery(_request())
+    first = Delivery(request())
     running = asyncio.create_task(dispatcher.on_service_message(first))
     await work.started.wait()
-    copy = _Delivery(first.request)  # published twice: the first run answers
+    copy = Delivery(first.request)  # published twice: the first run answers
     await dispatcher.on_service_message(copy)
     work.finish.set()
     await running
@@ -221,13 +148,13 @@ async def test_a_reply_is_encoded_once_for_the_store_and_the_publisher() -> None
     work = _Work()
     work.finish.set()
     dispatcher, replies, stats = _dispatcher(work)
-    first = _Delivery(_request())
+    first = Delivery(request())
     with (
         patch("agentbus.bus._serving.encode", wraps=encode) as by_dispatcher,
         patch("agentbus.bus._stores._dedup.encode", wraps=encode) as by_store,
     ):
         await dispatcher.on_service_message(first)
-    await dispatcher.on_service_message(_Delivery(first.request))  # published twice
+    await dispatcher.on_service_message(Delivery(first.request))  # published twice
 
     assert (by_dispatcher.call_count, by_store.call_count) == (1, 0)
     body = replies.bodies[0]
@@ -251,9 +178,9 @@ async def test_a_store_without_the_body_argument_still_serves_once() -> None:
     work = _Work()
     work.finish.set()
     dispatcher, replies, stats = _dispatcher(work, dedup=_OldStore(60.0, 100))
-    first = _Delivery(_request())
+    first = Delivery(request())
     await dispatcher.on_service_message(first)
-    copy = _Delivery(first.request)
+    copy = Delivery(first.request)
     await dispatcher.on_service_message(copy)
 
     assert (first.settled, copy.settled) == (["ack"], ["ack"])
@@ -268,11 +195,11 @@ async def test_a_reply_that_even_as_an_error_is_over_the_cap_is_remembered() -> 
     instead of running the work again."""
     work = _Work()
     work.finish.set()
-    first = _Delivery(_request())
+    first = Delivery(request())
     # A response or an error carries a correlation id: neither fits a cap the request fits.
     dispatcher, replies, stats = _dispatcher(work, max_size=len(first.body) + 8)
     await dispatcher.on_service_message(first)
-    copy = _Delivery(first.request, redelivered=True)
+    copy = Delivery(first.request, redelivered=True)
     await dispatcher.on_service_message(copy)
 
     assert first.settled == ["requeue"]
@@ -292,10 +219,10 @@ async def test_a_request_asked_again_by_another_sender_is_answered_to_that_sende
     work = _Work()
     work.finish.set()
     dispatcher, replies, stats = _dispatcher(work)
-    first = _Delivery(_request().model_copy(update={"sender_id": "leader-1"}))
+    first = Delivery(request().model_copy(update={"sender_id": "leader-1"}))
     await dispatcher.on_service_message(first)
     again = first.request.model_copy(update={"sender_id": "leader-2"})
-    copy = _Delivery(again, reply_to=None)
+    copy = Delivery(again, reply_to=None)
     await dispatcher.on_service_message(copy)
 
     assert work.runs == 1

@@ -22,8 +22,8 @@ from agentbus.bus import _serving as serving
 from agentbus.bus._stores._dedup import Reply, Seen, is_shared
 from agentbus.bus._stores._sqlite_dedup import dedup_store
 from agentbus.envelopes import BROADCAST, ResponseEnvelope
-from serving_fakes import Delivery, Work, request, serving_process
-from waiting import wait_until
+from support.serving_fakes import Delivery, Work, request, serving_process
+from support.waiting import wait_until
 
 
 class _Server:

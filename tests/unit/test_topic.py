@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentbus.bus import topic_matches
-from topic_cases import TOPIC_CASES
+from support.topic_cases import TOPIC_CASES
 
 
 def _case(pattern: str, key: str, expected: bool) -> object:

@@ -2,7 +2,7 @@
 
 The SDK wraps the methods of its request handlers, event queues and dispatchers in spans
 unless ``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED`` is ``false``, a variable it reads once, when
-it is first imported. Off, each wrapper still runs, its spans no-ops (bench/_suite_gateway.py:
+it is first imported. Off, each wrapper still runs, its spans no-ops (the gateway's bench:
 the spans cost the SDK's server about a third more CPU per call, the no-op wrappers up to a
 sixth). Imported before the SDK, this module defaults that variable to agentbus's switch (a
 value already set is kept); once the SDK is imported, ``unwrap`` puts back the methods the

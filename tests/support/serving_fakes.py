@@ -1,5 +1,6 @@
 """A request's delivery, a reply publisher and a handler, fakes for the dispatcher's tests
-of de-duplication (``tests/unit``, ``tests/dedup``); ``serving_process`` is one process."""
+of de-duplication and redelivery (``tests/unit``, ``tests/dedup``); ``serving_process`` is
+one process."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope
 
 @dataclass
 class Delivery:
+    """One delivery of a request, settled at most once."""
+
     request: RequestEnvelope
     redelivered: bool = False
     settled: list[str] = field(default_factory=list)
+    reply_to: str | None = "client-queue"
 
     @property
     def body(self) -> bytes:
@@ -35,10 +39,6 @@ class Delivery:
     @property
     def correlation_id(self) -> str | None:
         return None
-
-    @property
-    def reply_to(self) -> str:
-        return "client-queue"
 
     @property
     def routing_key(self) -> str:
@@ -69,11 +69,15 @@ class Delivery:
 class Replies:
     def __init__(self) -> None:
         self.sent: list[Reply] = []
+        self.bodies: list[bytes | None] = []
+        self.to: list[str | None] = []
 
     async def publish_reply(
         self, reply: Reply, reply_to: str | None, body: bytes | None = None
     ) -> None:
         self.sent.append(reply)
+        self.bodies.append(body)
+        self.to.append(reply_to)
 
     async def republish(self, message: object, headers: Mapping[str, int]) -> None:
         raise AssertionError("nothing is republished here")

@@ -20,6 +20,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from support.ports import free_port
+from support.required import is_required, missing
+
 ENV_URL = "AGENTBUS_TEST_DEDUP_URL"
 START_TIMEOUT = 15.0
 
@@ -30,12 +33,6 @@ def find_redis() -> str | None:
     if found is None and os.access("/usr/bin/redis-server", os.X_OK):
         found = "/usr/bin/redis-server"
     return found
-
-
-def redis_required() -> bool:
-    """Whether a missing Redis fails the tier instead of skipping it (CI)."""
-    flag = os.environ.get("AGENTBUS_REQUIRE_BROKER") or os.environ.get("CI")
-    return flag not in (None, "", "0", "false")
 
 
 def answers(host: str, port: int) -> bool:
@@ -49,19 +46,13 @@ def answers(host: str, port: int) -> bool:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class RedisServer:
     """A private ``redis-server`` on a free port of 127.0.0.1: ``start``, ``stop``, ``url``."""
 
     def __init__(self, directory: Path, binary: str) -> None:
         self.directory = directory
         self.binary = binary
-        self.port = _free_port()
+        self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -114,10 +105,7 @@ def private_redis_server(directory: Path) -> Iterator[RedisServer]:
     """A started ``RedisServer``, stopped at the end; skips (fails under CI) without one."""
     binary = find_redis()
     if binary is None:
-        message = "redis-server is not installed (scripts/ensure-redis installs it)"
-        if redis_required():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing("redis-server is not installed (scripts/ensure-redis installs it)")
     server = RedisServer(directory, binary).start()
     try:
         yield server
@@ -134,7 +122,7 @@ def tier_redis_url(directory: Path) -> Iterator[str]:
         if answers(parts.hostname or "127.0.0.1", parts.port or 6379):
             yield url
             return
-        if redis_required():
+        if is_required():
             pytest.fail(f"{ENV_URL}={url} does not answer", pytrace=False)
     with private_redis_server(directory) as server:
         yield server.url

@@ -15,6 +15,7 @@ from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus.cli._context import (
     client_bus,
     client_id_option,
+    error_text,
     load_json,
     print_json,
     read_bytes,
@@ -84,7 +85,7 @@ async def plan_run(
             progress = None if quiet else _show_progress
             aggregate = await client.run(parsed, timeout=timeout, on_progress=progress)
     except AgentBusError as exc:
-        raise _CouldNotRun(str(exc)) from exc
+        raise _CouldNotRun(error_text(exc)) from exc
     if as_json:
         print_json(aggregate.model_dump(mode="json"))
     else:
@@ -155,10 +156,8 @@ async def _state_of(ctx: click.Context, plan_id: str, leader_service: str) -> Pl
 async def _look(client: PlanClient, plan_id: str) -> PlanState:
     try:
         return await client.status(plan_id)
-    except RemoteError as exc:
-        raise _CouldNotRun(exc.envelope.payload.message) from exc
     except AgentBusError as exc:
-        raise _CouldNotRun(str(exc)) from exc
+        raise _CouldNotRun(error_text(exc)) from exc
 
 
 class _CouldNotRun(click.ClickException):

@@ -121,9 +121,13 @@ class Team:
 
 async def delete_topology(url: str, exchange: str, queues: set[str]) -> None:
     topology = Topology(exchange)
+    # Its streams too: the plans' journal, the audit trail, its services' conversations.
+    services = {queue for queue in queues if queue.startswith(topology.service_queue(""))}
+    streams = {topology.journal_queue("plans"), topology.audit_stream}
+    streams |= {f"{queue}.conversations" for queue in services}
     connection = await aio_pika.connect(url)
     async with connection:
-        for name in {*queues, topology.dead_letter_queue}:
+        for name in {*queues, *streams, topology.dead_letter_queue}:
             channel = await connection.channel()
             await channel.queue_delete(name)
         channel = await connection.channel()

@@ -53,9 +53,12 @@ async def force_close(name_prefix: str) -> int:
 
 
 async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -> None:
-    """Delete ``queues``, the dead-letter queue and the exchanges of ``exchange``, if there."""
+    """Delete ``queues``, the dead-letter queue and the exchanges of ``exchange``, if there,
+    and its streams: the plans' journal, the audit trail, each named service queue's
+    conversations, and every other queue or stream named ``<exchange>.*`` (rabbitmqctl)."""
     topology = Topology(exchange)
-    names = {topology.dead_letter_queue, *queues}
+    names = {topology.dead_letter_queue, *queues, *streams_of(topology, queues)}
+    names |= set(await asyncio.to_thread(queues_with_prefix, url, f"{exchange}."))
     connection = await aio_pika.connect(url)
     async with connection:
         for name in sorted(names):
@@ -66,6 +69,14 @@ async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -
             channel = await connection.channel()
             with contextlib.suppress(Exception):
                 await channel.exchange_delete(name)
+
+
+def streams_of(topology: Topology, queues: Iterable[str]) -> set[str]:
+    """The streams a team on ``topology`` may have declared: the plans' journal, the audit
+    trail, and the conversations of each service queue among ``queues``."""
+    services = [q for q in queues if q.startswith(topology.service_queue(""))]
+    conversations = {f"{queue}.conversations" for queue in services}
+    return {topology.journal_queue("plans"), topology.audit_stream, *conversations}
 
 
 def queues_with_prefix(url: str, prefix: str) -> list[str]:

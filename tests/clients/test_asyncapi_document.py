@@ -165,8 +165,8 @@ async def test_a_document_needs_a_registry_or_classes(procs: Processes) -> None:
     assert no_registry.returncode == 2
     assert no_registry.stdout == ""
     assert no_registry.stderr.strip().splitlines() == [
-        "agentbus: error: no queue is bound for routing key 'agent.registry.request': nobody "
-        "serves it"
+        "agentbus: error: Unroutable [agent_unavailable]: no queue is bound for routing key "
+        "'agent.registry.request': nobody serves it"
     ]
     assert not_an_agent.returncode == 2
     assert "is not an agentbus Agent class" in not_an_agent.stderr

@@ -151,6 +151,9 @@ async def exchange(broker_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
     connection = await aio_pika.connect(broker_url)
     async with connection:
         names = [topology.service_queue(s) for s in SERVICES] + [topology.dead_letter_queue]
+        # Its streams too: the plans' journal, the audit trail, its services' conversations.
+        names += [topology.journal_queue("plans"), topology.audit_stream]
+        names += [f"{topology.service_queue(s)}.conversations" for s in SERVICES]
         for queue in names:
             channel = await connection.channel()
             with contextlib.suppress(Exception):

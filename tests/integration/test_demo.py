@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -50,6 +52,25 @@ def processes_of(exchange: str) -> list[int]:
     return found
 
 
+def named_after(broker_url: str, exchange: str) -> list[str]:
+    """The queues (streams included) and exchanges on the broker named after ``exchange``."""
+    rabbitmqctl = shutil.which("rabbitmqctl")
+    if rabbitmqctl is None:
+        pytest.skip("rabbitmqctl is needed to list what the demo left on the broker")
+    vhost = unquote(urlsplit(broker_url).path[1:]) or "/"
+    names: list[str] = []
+    for listing in ("list_queues", "list_exchanges"):
+        done = subprocess.run(
+            [rabbitmqctl, "-q", listing, "-p", vhost, "--no-table-headers", "name"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        names += [n for n in done.stdout.split() if n == exchange or n.startswith(f"{exchange}.")]
+    return names
+
+
 def demo_env(broker_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
     env["AGENTBUS_URL"] = broker_url
@@ -57,7 +78,8 @@ def demo_env(broker_url: str) -> dict[str, str]:
 
 
 def test_demo_prints_the_report_and_stops_every_process(tmp_path: Path, broker_url: str) -> None:
-    """The report has the tree's real figures; all 7 agents exit 0; no process is left."""
+    """The report has the tree's real figures; all 7 agents exit 0; no process is left, and
+    nothing named after its exchange on the broker (queues, the plans' journal stream)."""
     root = make_tree(tmp_path / "tree")
 
     done = subprocess.run(
@@ -83,6 +105,7 @@ def test_demo_prints_the_report_and_stops_every_process(tmp_path: Path, broker_u
     exchange = re.search(r"exchange (agentbus-demo-\w+)", out)
     assert exchange is not None
     assert processes_of(exchange.group(1)) == []
+    assert named_after(broker_url, exchange.group(1)) == []
     logs = re.search(r"agent logs in (\S+)", out)
     assert logs is not None
     assert not Path(logs.group(1)).exists(), "a clean run leaves no log folder behind"
@@ -132,6 +155,9 @@ def test_ctrl_c_stops_a_kept_team_cleanly(tmp_path: Path, broker_url: str) -> No
     assert status == 0, text
     assert "team stopped (" in text
     assert processes_of(exchange.group(1)) == []
+    # The suggested command's own queue goes by itself (x-expires): the rest is gone now.
+    left = named_after(broker_url, exchange.group(1))
+    assert [name for name in left if ".instance.client-" not in name] == []
 
 
 @pytest.mark.parametrize("bad", ["no-such-dir"])

@@ -469,7 +469,8 @@ async def test_cli_looks_up_and_watches_a_plan_by_id(procs: Processes) -> None:
     assert aggregate.subtask("then").result == 42
     assert unknown.returncode == 3
     assert unknown.stderr.strip() == (
-        "agentbus: error: no plan 'nope' is known to leader-1: not running here, "
+        "agentbus: error: RemoteError [invalid_parameters]: no plan 'nope' is known to "
+        "leader-1: not running here, "
         "not ended here lately, and not in the leaders' journal"
     )
 

@@ -170,7 +170,8 @@ async def test_link_down_fails_fast_and_loses_nothing(fault: str, scene: Scene) 
 
 async def test_stopped_link_refuses_at_once_and_starts_again(scene: Scene) -> None:
     """The operator removes the upstream of the link b runs (a's requests to b): the link's
-    queue at a goes with it, so a's outbox has no route: ``Unroutable`` at once."""
+    queue at a goes with it, so a's outbox has no route: ``Unroutable`` at once, saying that
+    nothing at a serves it and the link to b may be down (not "nobody serves it")."""
     across, link = scene.across, scene.link
     await link.stop_link("b")
     stopped = time.monotonic()
@@ -182,7 +183,13 @@ async def test_stopped_link_refuses_at_once_and_starts_again(scene: Scene) -> No
     await eventually(refused, 30, "a request across refused: no route")
     known = time.monotonic() - stopped
     ending = await _refused_at_once(across, Unroutable)
-    assert not isinstance(ending.error, SiteUnreachable)  # b is heard: its beacon is fed
+    assert type(ending.error) is Unroutable  # b is heard: its beacon is fed
+    assert str(ending.error) == (
+        "nothing at this site serves 'ledger-worker', and the peer site(s) b did not take "
+        "it: nothing serves it there either, or the link to them is down "
+        "(rabbitmqctl federation_status there; docs/sites.md)"
+    )
+    assert ending.error.details["sites"] == ["b"]
     await _local_work_goes_on(scene)
 
     await link.start_link("b")
@@ -192,6 +199,27 @@ async def test_stopped_link_refuses_at_once_and_starts_again(scene: Scene) -> No
         f"link stopped: refused after {known:.2f} s, in {ending.seconds * 1000:.1f} ms; "
         f"started again: served across in {time.monotonic() - began:.2f} s"
     )
+    _assert_clean(await scene.report())
+
+
+async def test_stopped_link_home_is_a_site_unreachable(scene: Scene) -> None:
+    """The operator removes the upstream of the link a runs (b's heartbeats and answers to
+    a): b's beacon at a empties, and a request only b serves is ``SiteUnreachable`` at once,
+    naming b and the link; loading a's definitions again starts it."""
+    across, link = scene.across, scene.link
+    await link.stop_link("a")
+    await until_true(scene.b_silent, 10 * _BEAT, "b's beacon at a to go silent")
+    ending = await _refused_at_once(across, SiteUnreachable)
+    assert str(ending.error) == (
+        "nothing at this site serves 'ledger-worker', and no heartbeat was heard lately from "
+        "the site(s) that might: b (the link is down)"
+    )
+    assert ending.error is not None
+    assert ending.error.details["sites"] == ["b"]
+
+    await link.start_link("a")
+    await until_true(scene.b_heard, 30, "b's heartbeats heard at a again")
+    await eventually(lambda: across.served(timeout=5), 30, "a request across, the link back")
     _assert_clean(await scene.report())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import subprocess
@@ -16,11 +17,16 @@ from agentbus.envelopes import ErrorEnvelope, RequestEnvelope, ResponseEnvelope,
 
 
 async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -> None:
-    """Delete ``queues``, the dead-letter queue and the exchanges of ``exchange``, if there."""
+    """Delete ``queues``, the dead-letter queue and the exchanges of ``exchange``, if there,
+    and its streams: the plans' journal, the audit trail, each named service queue's
+    conversations, and every other queue or stream named ``<exchange>.*`` (rabbitmqctl)."""
     topology = Topology(exchange)
+    queues = set(queues)
+    names = {topology.dead_letter_queue, *queues, *streams_of(topology, queues)}
+    names |= set(await asyncio.to_thread(queues_with_prefix, url, f"{exchange}."))
     connection = await aio_pika.connect(url)
     async with connection:
-        for name in sorted({topology.dead_letter_queue, *queues}):
+        for name in sorted(names):
             channel = await connection.channel()
             with contextlib.suppress(Exception):
                 await channel.queue_delete(name)
@@ -28,6 +34,15 @@ async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -
             channel = await connection.channel()
             with contextlib.suppress(Exception):
                 await channel.exchange_delete(name)
+
+
+def streams_of(topology: Topology, queues: Iterable[str]) -> set[str]:
+    """The streams a team on ``topology`` may have declared: the plans' journal, the audit
+    trail, and the conversations of each service queue among ``queues``."""
+    prefix = topology.service_queue("")
+    services = [queue.removeprefix(prefix) for queue in queues if queue.startswith(prefix)]
+    conversations = {topology.conversations(service) for service in services}
+    return {topology.journal_queue("plans"), topology.audit_stream, *conversations}
 
 
 def queues_of(exchange: str, buses: Iterable[Transport]) -> set[str]:

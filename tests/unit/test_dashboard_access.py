@@ -381,6 +381,9 @@ def test_the_cli_refuses_to_show_the_team_beyond_localhost_without_a_token() -> 
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("agentbus: error: the dashboard would listen on 0.0.0.0")
+    assert lines[0].startswith(
+        "agentbus: error: ConfigurationError [processing_failed]: the dashboard would listen on "
+        "0.0.0.0"
+    )
     for named in ("--token-file", "AGENTBUS_DASHBOARD_TOKEN", "--public-read"):
         assert named in lines[0]

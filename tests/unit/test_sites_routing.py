@@ -64,8 +64,8 @@ async def test_router_crosses_only_when_nothing_serves_here() -> None:
 
     router = SiteRouter(Topology("ex"), ("b", "c"), local)
     assert await router.crossing("here") is None
-    assert await router.crossing("far") == Across(("ex.outbox.b", "ex.outbox.c"))
-    assert await router.crossing("far") == Across(("ex.outbox.b", "ex.outbox.c"))
+    assert await router.crossing("far") == Across({"b": "ex.outbox.b", "c": "ex.outbox.c"})
+    assert await router.crossing("far") == Across({"b": "ex.outbox.b", "c": "ex.outbox.c"})
     assert looks == ["here", "far"]  # the answer is remembered
 
 
@@ -81,9 +81,11 @@ async def test_router_skips_a_peer_not_heard_from() -> None:
         return heard[site]
 
     router = SiteRouter(Topology("ex"), ("b", "c", "d"), nowhere, beacon)
-    assert await router.crossing("far") == Across(("ex.outbox.c", "ex.outbox.d"), ("b",))
+    assert await router.crossing("far") == Across({"c": "ex.outbox.c", "d": "ex.outbox.d"}, ("b",))
     heard["b"] = True  # remembered for a second: the same answer
-    assert await router.crossing("other") == Across(("ex.outbox.c", "ex.outbox.d"), ("b",))
+    assert await router.crossing("other") == Across(
+        {"c": "ex.outbox.c", "d": "ex.outbox.d"}, ("b",)
+    )
     assert sorted(looks) == ["b", "c", "d"]
 
 
@@ -103,14 +105,35 @@ async def test_crossing_tries_each_peer_in_order_without_reply_to() -> None:
         sender_id="client", receiver_id="greeter", payload=RequestPayload(action="greet")
     )
     outboxes = _Outboxes({"ex.outbox.c"})
-    await Crossing(outboxes, Across(("ex.outbox.b", "ex.outbox.c"))).publish(request, reply_to="q")
+    await Crossing(outboxes, Across({"b": "ex.outbox.b", "c": "ex.outbox.c"})).publish(
+        request, reply_to="q"
+    )
     assert [(o["exchange"], o["reply_to"]) for o in outboxes.tried] == [
         ("ex.outbox.b", None),
         ("ex.outbox.c", None),
     ]
     with pytest.raises(Unroutable) as refused:
-        await Crossing(_Outboxes(set()), Across(("ex.outbox.b",))).publish(request)
+        await Crossing(_Outboxes(set()), Across({"b": "ex.outbox.b"})).publish(request)
     assert type(refused.value) is Unroutable
+
+
+async def test_a_request_every_peer_refuses_names_them_and_the_link() -> None:
+    """Refused at each peer's outbox: not "nobody serves it", but this site and the peers
+    named, and the link to them as what may be down (a stopped link refuses like this)."""
+    request = RequestEnvelope(
+        sender_id="client", receiver_id="greeter", payload=RequestPayload(action="greet")
+    )
+    across = Across({"b": "ex.outbox.b", "c": "ex.outbox.c"})
+    with pytest.raises(Unroutable) as refused:
+        await Crossing(_Outboxes(set()), across).publish(request)
+    assert type(refused.value) is Unroutable
+    assert str(refused.value) == (
+        "nothing at this site serves 'greeter', and the peer site(s) b, c did not take it: "
+        "nothing serves it there either, or the link to them is down "
+        "(rabbitmqctl federation_status there; docs/sites.md)"
+    )
+    assert refused.value.details == {"receiver": "greeter", "sites": ["b", "c"]}
+    assert refused.value.code == "agent_unavailable"
 
 
 async def test_crossing_fails_fast_when_a_peer_that_might_serve_is_silent() -> None:
@@ -119,14 +142,14 @@ async def test_crossing_fails_fast_when_a_peer_that_might_serve_is_silent() -> N
     )
     nobody = _Outboxes(set())
     with pytest.raises(SiteUnreachable) as raised:
-        await Crossing(nobody, Across((), ("b",))).publish(request)
+        await Crossing(nobody, Across({}, ("b",))).publish(request)
     assert nobody.tried == []  # nothing published: at once
     assert (raised.value.code, raised.value.details) == (
         "agent_unavailable",
         {"receiver": "greeter", "sites": ["b"]},
     )
     with pytest.raises(SiteUnreachable):  # c refuses it, b might serve it
-        await Crossing(_Outboxes(set()), Across(("ex.outbox.c",), ("b",))).publish(request)
+        await Crossing(_Outboxes(set()), Across({"c": "ex.outbox.c"}, ("b",))).publish(request)
 
 
 def test_agents_table_shows_sites_when_agents_have_them() -> None:

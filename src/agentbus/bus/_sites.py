@@ -9,12 +9,15 @@ progress and answer come back by ``agent.<sender>.response``, which the link car
 A peer whose beacon here is empty (no heartbeat of its agents heard for three of their
 intervals: the link is down) is skipped, and a request only it could serve fails at once
 with ``SiteUnreachable``, rather than waiting in the link's queue for its whole timeout.
+A request every reachable peer's outbox refuses is ``Unroutable``, naming those peers: none
+serves it, or the link that carries it there is down: stopped (its queue, and so the
+outbox's bindings, went with it) or gone for longer than its queue's ``expires``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar, Unpack
 
@@ -45,11 +48,11 @@ class Across:
     """Where a request that nothing here serves goes.
 
     Attributes:
-        outboxes: The outboxes of the peers to try, in order.
+        outboxes: The outbox of each peer site to try, by site, in order.
         unreachable: The peer sites skipped: none of their heartbeats heard lately.
     """
 
-    outboxes: tuple[str, ...]
+    outboxes: Mapping[str, str]
     unreachable: tuple[str, ...] = ()
 
 
@@ -90,7 +93,7 @@ class SiteRouter:
         heard = await asyncio.gather(*(self._heard_from(peer) for peer in self._peers))
         silent = {peer for peer, h in zip(self._peers, heard, strict=True) if h is False}
         return Across(
-            tuple(self._outboxes[peer] for peer in self._peers if peer not in silent),
+            {peer: self._outboxes[peer] for peer in self._peers if peer not in silent},
             tuple(peer for peer in self._peers if peer in silent),
         )
 
@@ -139,12 +142,14 @@ class Crossing:
         Raises:
             SiteUnreachable: no reachable peer serves its receiver, and some peer is not
                 heard from (it might, with its link up).
-            Unroutable: no peer serves its receiver.
+            Unroutable: no reachable peer routes it: none serves its receiver, or the link
+                to it is down (stopped: its bindings here went with it).
         """
         # No reply_to: a queue name means nothing at the far site; the answer comes back
         # by the requester's routing key, which the link carries home.
+        receiver = envelope.receiver_id
         refused: Unroutable | None = None
-        for outbox in self._across.outboxes:
+        for outbox in self._across.outboxes.values():
             try:
                 await self._publisher.publish(envelope, **_across(options, outbox))
             except Unroutable as exc:
@@ -154,12 +159,20 @@ class Crossing:
         if self._across.unreachable:
             sites = ", ".join(self._across.unreachable)
             raise SiteUnreachable(
-                f"nothing at this site serves {envelope.receiver_id!r}, and no heartbeat was "
+                f"nothing at this site serves {receiver!r}, and no heartbeat was "
                 f"heard lately from the site(s) that might: {sites} (the link is down)",
-                details={"receiver": envelope.receiver_id, "sites": list(self._across.unreachable)},
+                details={"receiver": receiver, "sites": list(self._across.unreachable)},
             )
         assert refused is not None  # a router has peers, and an empty Across skips none
-        raise refused
+        # The far site's bindings reach its outbox here by the link it runs: a link stopped
+        # (its upstream removed) takes them with it, and reads like a site not serving it.
+        peers = list(self._across.outboxes)
+        raise Unroutable(
+            f"nothing at this site serves {receiver!r}, and the peer site(s) {', '.join(peers)} "
+            "did not take it: nothing serves it there either, or the link to them is down "
+            "(rabbitmqctl federation_status there; docs/sites.md)",
+            details={**refused.details, "receiver": receiver, "sites": peers},
+        ) from refused
 
 
 def _across(options: PublishOptions, outbox: str) -> PublishOptions:

@@ -17,6 +17,7 @@ from agentbus.cli._answers import answerer, converse, loose_json
 from agentbus.cli._context import (
     client_bus,
     client_id_option,
+    error_text,
     load_json,
     print_json,
     read_bytes,
@@ -101,7 +102,7 @@ async def plan_run(
                 parsed, timeout=timeout, on_progress=progress, on_question=answerer(answers)
             )
     except AgentBusError as exc:
-        raise _CouldNotRun(str(exc)) from exc
+        raise _CouldNotRun(error_text(exc)) from exc
     if as_json:
         print_json(aggregate.model_dump(mode="json"))
     else:
@@ -133,10 +134,8 @@ async def plan_answer(
             said = await PlanClient(bus, leader=leader_service).answer(
                 question_id, None if value is None else loose_json(value), decline=decline
             )
-        except RemoteError as exc:
-            raise _CouldNotRun(f"{exc.code}: {exc.envelope.payload.message}") from exc
         except AgentBusError as exc:
-            raise _CouldNotRun(str(exc)) from exc
+            raise _CouldNotRun(error_text(exc)) from exc
     print_json(said)
 
 
@@ -203,10 +202,8 @@ async def _state_of(ctx: click.Context, plan_id: str, leader_service: str) -> Pl
 async def _look(client: PlanClient, plan_id: str) -> PlanState:
     try:
         return await client.status(plan_id)
-    except RemoteError as exc:
-        raise _CouldNotRun(exc.envelope.payload.message) from exc
     except AgentBusError as exc:
-        raise _CouldNotRun(str(exc)) from exc
+        raise _CouldNotRun(error_text(exc)) from exc
 
 
 class _CouldNotRun(click.ClickException):

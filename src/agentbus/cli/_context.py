@@ -13,6 +13,7 @@ import click
 import orjson
 
 from agentbus._config import Settings
+from agentbus._exceptions import AgentBusError
 from agentbus._loop import run as run_loop
 from agentbus.bus import Bus
 
@@ -21,6 +22,7 @@ __all__ = [
     "client_id",
     "client_id_option",
     "client_settings",
+    "error_text",
     "load_json",
     "print_json",
     "read_bytes",
@@ -33,6 +35,11 @@ T = TypeVar("T")
 _CLIENT_ID: Final = "agentbus.client_id"  # where --id is kept, in the context's meta
 _EXPIRES_ENV = "AGENTBUS_INSTANCE_QUEUE_EXPIRES"
 _CLIENT_QUEUE_EXPIRES = 5.0
+
+
+def error_text(exc: AgentBusError) -> str:
+    """What the CLI says of an agentbus error: its class, its wire code, its message."""
+    return f"{type(exc).__name__} [{exc.code}]: {exc.message}"
 
 
 def settings_of(ctx: click.Context) -> Settings:

@@ -34,6 +34,8 @@ __all__ = ["run_demo"]
 _BASE_PORT: Final = 9464
 _READY_TIMEOUT: Final = 60.0
 _BUILTIN: Final = "agentbus.agents.builtin"
+_SERVICES: Final = ("registry", "leader", "files", "code", "text", "report")
+_PLAN_JOURNAL: Final = "plans"  # the leaders' journal, <exchange>.journal.plans
 
 
 def _free(port: int) -> bool:
@@ -153,11 +155,18 @@ async def _broker(url: str, say: Callable[[str], None]) -> str | None:
 
 
 async def _remove_topology(settings: Settings, agent_ids: list[str]) -> None:
-    # The demo's exchange is its own: leave nothing of it on the broker.
+    # The demo's exchange is its own: leave nothing of it on the broker, its streams
+    # included (the leaders' journal; the audit trail and a service's conversations where
+    # they are kept). Plans' reply queues and feeds go by themselves (at their plan's end,
+    # x-expires, exclusive). tests/integration/test_demo.py lists what is left.
     topology = Topology(settings.exchange)
-    services = ("registry", "leader", "files", "code", "text", "report")
-    queues = [topology.dead_letter_queue]
-    queues += [topology.service_queue(service) for service in services]
+    queues = [topology.dead_letter_queue, topology.audit_stream]
+    queues.append(topology.journal_queue(_PLAN_JOURNAL))
+    for service in _SERVICES:
+        queues += [
+            topology.service_queue(service),
+            topology.conversations(service),
+        ]
     queues += [topology.instance_queue(agent_id) for agent_id in agent_ids]
     with contextlib.suppress(Exception):
         connection = await aio_pika.connect(settings.url, timeout=10)

@@ -23,6 +23,7 @@ from agentbus.cli._context import (
     client_id,
     client_id_option,
     client_settings,
+    error_text,
     print_json,
     settings_of,
 )
@@ -161,7 +162,9 @@ cli.add_command(dashboard)
 
 
 def main() -> None:
-    """Run the ``agentbus`` command line; agentbus errors become one clear line."""
+    """Run the ``agentbus`` command line; an agentbus error becomes one clear line that
+    names its class and its wire code (``agentbus: error: Unroutable [agent_unavailable]:
+    ...``)."""
     try:
         status = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -173,7 +176,7 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except AgentBusError as exc:
-        click.echo(f"agentbus: error: {exc}", err=True)
+        click.echo(f"agentbus: error: {error_text(exc)}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ from agentbus.bus._stores._artifact_store import (
     verified,
 )
 from agentbus.envelopes import ArtifactRef, utcnow
+from agentbus.security import acting_user
 
 __all__ = ["Artifact", "Artifacts", "artifact_of", "artifact_scope", "put_artifact"]
 
@@ -128,22 +129,40 @@ async def put_artifact(
 class Artifacts:
     """A bus's artifacts: store them for a reader, read them back checked.
 
-    ``bus.artifacts`` of an open bus. The store is the broker's streams unless the
-    ``artifact_store`` setting names another (S3).
+    ``bus.artifacts``, usable once the bus is open. The store is the broker's streams
+    unless the ``artifact_store`` setting names another (S3).
     """
 
-    def __init__(self, store: ArtifactStore, settings: Settings, *, owner: str, user: str):
-        self.store = store
+    def __init__(
+        self, opener: Callable[[], ArtifactStore], settings: Settings, *, owner: str
+    ) -> None:
         self.owner = owner
         """The agent id that owns what this bus stores."""
-        self.user = user
-        """The broker user this bus stores and reads as."""
+        self._opener = opener
+        self._store: ArtifactStore | None = None
         self._settings = settings
         self._retention = retention_of(settings.artifact_retention)
         self._kept: list[tuple[datetime, int]] = []  # what counts against the quota
 
     def __repr__(self) -> str:
-        return f"<Artifacts owner={self.owner!r} store={self.store.kind!r}>"
+        kind = "unopened" if self._store is None else self._store.kind
+        return f"<Artifacts owner={self.owner!r} store={kind!r}>"
+
+    @property
+    def store(self) -> ArtifactStore:
+        """The store, opened on first use.
+
+        Raises:
+            BusClosed: the bus is not open.
+        """
+        if self._store is None:
+            self._store = self._opener()
+        return self._store
+
+    @property
+    def user(self) -> str:
+        """The broker user this bus stores and reads as."""
+        return acting_user(self._settings, self.owner)
 
     async def put(
         self,
@@ -218,8 +237,9 @@ class Artifacts:
         return await self.store.delete(artifact)
 
     async def aclose(self) -> None:
-        """Release the store."""
-        await self.store.aclose()
+        """Release the store, if it was opened."""
+        if self._store is not None:
+            await self._store.aclose()
 
     def used(self) -> int:
         """Bytes this owner stored that are not past their retention (for the quota)."""

@@ -29,6 +29,7 @@ from agentbus.bus._routes import EventHandler, RequestHandler, Routes
 from agentbus.bus._sending import Sending
 from agentbus.bus._sites import SiteRouter
 from agentbus.bus._stats import BusState, BusStats
+from agentbus.bus._stores._artifact_store import ArtifactStore
 from agentbus.bus._stores._dedup import DedupStore, SharedDedupStore, is_shared
 from agentbus.bus._stores._s3_artifacts import configured_store
 from agentbus.bus._stores._sqlite_dedup import dedup_store
@@ -37,7 +38,7 @@ from agentbus.envelopes import (
     RequestEnvelope,
     is_valid_id,
 )
-from agentbus.security import AuditSink, acting_user, default_id, verifies_sender
+from agentbus.security import AuditSink, default_id, verifies_sender
 
 __all__ = ["BaseBus"]
 
@@ -87,7 +88,7 @@ class BaseBus(Sending, Keeping, BrokerHooks):
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
-        self._artifacts: Artifacts | None = None
+        self._artifacts = Artifacts(self._open_artifacts, self.settings, owner=self.agent_id)
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
         self._feeds: list[Feed] = []
@@ -143,24 +144,18 @@ class BaseBus(Sending, Keeping, BrokerHooks):
 
     @property
     def artifacts(self) -> Artifacts:
-        """This bus's artifacts: store files and large payloads, read them back checked.
-
-        Raises:
-            BusClosed: the bus is not open.
-        """
-        if not self._can_publish() or self._artifacts is None:
-            raise BusClosed(f"{self!r} is not open")
+        """This bus's artifacts: store files and large payloads, read them back checked
+        (once the bus is open)."""
         return self._artifacts
+
+    def _open_artifacts(self) -> ArtifactStore:
+        if not self._can_publish():
+            raise BusClosed(f"{self!r} is not open")
+        return configured_store(self.settings) or self._artifact_store()
 
     def _started(self, publisher: EnvelopePublisher, audit: AuditSink | None = None) -> Dispatcher:
         """Build the dispatcher, with everything it needs, once the broker's publisher is up."""
         self._publisher = publisher
-        self._artifacts = Artifacts(
-            configured_store(self.settings) or self._artifact_store(),
-            self.settings,
-            owner=self.agent_id,
-            user=acting_user(self.settings, self.agent_id),
-        )
         self._dispatcher = dispatcher_for(
             agent_id=self.agent_id,
             settings=self.settings,
@@ -315,8 +310,7 @@ class BaseBus(Sending, Keeping, BrokerHooks):
             finally:
                 self._held.abandon()  # back on their queues with the connection
                 await _close_store(self._dedup)
-                if self._artifacts is not None:
-                    await self._artifacts.aclose()
+                await self._artifacts.aclose()
                 if self.metrics is not None:
                     self.metrics.detach(self)
         _log.debug("bus closed", agent_id=self.agent_id)

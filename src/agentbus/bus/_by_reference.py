@@ -145,6 +145,8 @@ async def encoded_reply(
         return reply, encode(reply, max_size=max_size)
     except PayloadTooLarge:
         reply = await outsized_reply(artifacts, request, reply, agent_id)
+    except EnvelopeError:
+        pass  # not JSON: said below
     try:
         return reply, encode(reply, max_size=max_size)
     except EnvelopeError as exc:

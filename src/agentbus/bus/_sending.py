@@ -65,7 +65,7 @@ class Sending(abc.ABC):
     _requests: Requester
     _sites: SiteRouter
     _publish_slots: asyncio.Semaphore
-    _artifacts: Artifacts | None
+    _artifacts: Artifacts
 
     @abc.abstractmethod
     def _require_publisher(self) -> EnvelopePublisher:

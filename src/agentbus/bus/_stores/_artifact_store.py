@@ -138,6 +138,9 @@ async def rechunk(source: Source, size: int) -> AsyncIterator[bytes]:
         return
     pending = bytearray()
     async for piece in _pieces(source):
+        if not pending and len(piece) == size:
+            yield piece  # already a chunk: no copy
+            continue
         pending += piece
         while len(pending) >= size:
             yield bytes(pending[:size])

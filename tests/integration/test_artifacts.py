@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import aio_pika
 import pytest
-from helpers import BusFactory
+from helpers import BusFactory, force_close
 from processes import Processes
 
 from agentbus import Artifact, ArtifactCorrupt, ArtifactExpired, ArtifactMissing
@@ -133,3 +133,23 @@ async def test_an_artifact_its_stream_no_longer_holds_reads_as_expired(
         await writer.artifacts.put(os.urandom(600_000), name=f"more{n}", reader="alpha")
     with pytest.raises(ArtifactExpired, match="no longer in its stream"):
         await writer.artifacts.read(first)
+
+
+async def test_a_reader_whose_connection_is_cut_picks_up_where_it_was(
+    make_bus: BusFactory,
+) -> None:
+    """The broker closes the reader's connection mid-object: it reconnects and reads on from
+    the next offset, and the object comes out whole (its digest checks)."""
+    writer = await make_bus("alpha-1", artifact_chunk_size=256 * 1024)
+    reader = await make_bus("beta-1")
+    data = os.urandom(20 * MB)
+    artifact = await writer.artifacts.put(data, name="long.bin", reader="beta")
+    taken = bytearray()
+    cut = 0
+    async for chunk in reader.artifacts.open(artifact):
+        taken += chunk
+        if not cut and len(taken) >= 2 * MB:
+            cut = await force_close("agentbus:beta-1")
+    assert cut == 1
+    assert reader.stats.connections >= 2, "the reader reconnected"
+    assert bytes(taken) == data

@@ -163,7 +163,7 @@ def _mapped(ref: ArtifactRef | None) -> Iterator[None]:
         yield
     except AgentBusError:
         raise
-    except NotFoundError as exc:
+    except (NotFoundError, FileNotFoundError) as exc:
         details = {"reason": "missing", **(describe(ref) if ref else {})}
         raise ArtifactMissing(f"the artifact is not in the bucket: {exc}", details=details) from exc
     except (PermissionDeniedError, UnauthenticatedError) as exc:

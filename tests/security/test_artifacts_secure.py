@@ -3,9 +3,7 @@ between, refused to anyone else (the generated definitions' grants)."""
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from tls_support import CertificateAuthority
 import agentbus
 from agentbus import Artifact
 from agentbus.agents import Agent, skill
-from agentbus.definitions import definitions, team_grants
+from agentbus.definitions import team_grants
 from agentbus.testing.chaos import PrivateBroker
 
 pytestmark = pytest.mark.security
@@ -42,13 +40,9 @@ async def test_an_artifact_is_read_by_its_caller_and_refused_to_another_service(
 ) -> None:
     """maker stores for ops (stream maker.ops); ops reads it whole and checked, by reference
     too; other, a service of the same team, is refused by the broker (AccessRefused)."""
-    exchange = f"team-{secrets.token_hex(3)}"
     grants = team_grants(["maker", "other"], clients={"ops": ["maker"]})
-    document = definitions(grants, exchange=exchange, queue_type="classic")
-    path = tmp_path / "definitions.json"
-    path.write_text(json.dumps(document))
-    tls_node.rabbitmqctl("import_definitions", str(path))
-    team = SecuredTeam(tls_node, ca, exchange, document)
+    team = SecuredTeam.imported(tls_node, ca, tmp_path, grants)
+    exchange = team.exchange
 
     maker = Maker(agent_id="maker-1", settings=team.settings("maker"), heartbeat_interval=1)
     async with maker, agentbus.Bus(team.settings("ops"), agent_id="ops-1") as client:

@@ -48,7 +48,12 @@ def is_by_reference(envelope: RequestEnvelope | ResponseEnvelope) -> bool:
     return extra is not None and extra.get(BY_REFERENCE) is True
 
 
-def _marked(envelope: Any, payload: Any) -> Any:
+async def _stored(artifacts: Artifacts, envelope: Any, field: str, name: str, reader: str) -> Any:
+    """``envelope`` with its payload's ``field`` stored as JSON for ``reader`` and sent as
+    the reference to it, marked ``by_reference``."""
+    body = orjson.dumps(getattr(envelope.payload, field))
+    ref = await artifacts.put(body, name=name, media_type=_JSON, reader=reader)
+    payload = envelope.payload.model_copy(update={field: ref.wire()})
     metadata = envelope.metadata.model_copy(update={BY_REFERENCE: True})
     return envelope.model_copy(update={"payload": payload, "metadata": metadata})
 
@@ -57,16 +62,12 @@ async def parameters_by_reference(
     artifacts: Artifacts, request: RequestEnvelope
 ) -> RequestEnvelope:
     """``request`` with its parameters stored for its receiver, and sent as a reference."""
-    body = orjson.dumps(request.payload.parameters)
-    ref = await artifacts.put(
-        body,
-        name=f"{request.payload.action}.parameters.json",
-        media_type=_JSON,
-        reader=request.receiver_id,  # a service's user is the service (the definitions')
+    name = f"{request.payload.action}.parameters.json"
+    # A service's user is the service (the generated definitions').
+    stored: RequestEnvelope = await _stored(
+        artifacts, request, "parameters", name, request.receiver_id
     )
-    payload = request.payload.model_copy(update={"parameters": ref.wire()})
-    marked: RequestEnvelope = _marked(request, payload)
-    return marked
+    return stored
 
 
 async def resolve_parameters(artifacts: Artifacts, request: RequestEnvelope) -> RequestEnvelope:
@@ -88,16 +89,11 @@ async def result_by_reference(
     artifacts: Artifacts, request: RequestEnvelope, reply: ResponseEnvelope
 ) -> ResponseEnvelope:
     """``reply`` with its result stored for the requester's user, sent as a reference."""
-    body = orjson.dumps(reply.payload.result)
-    ref = await artifacts.put(
-        body,
-        name=f"{request.payload.action}.result.json",
-        media_type=_JSON,
-        reader=owner_of(request.sender_id),
+    name = f"{request.payload.action}.result.json"
+    stored: ResponseEnvelope = await _stored(
+        artifacts, reply, "result", name, owner_of(request.sender_id)
     )
-    payload = reply.payload.model_copy(update={"result": ref.wire()})
-    marked: ResponseEnvelope = _marked(reply, payload)
-    return marked
+    return stored
 
 
 async def resolve_result(artifacts: Artifacts, reply: ResponseEnvelope) -> ResponseEnvelope:

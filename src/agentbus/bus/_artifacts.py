@@ -194,7 +194,7 @@ class Artifacts:
         )
         if isinstance(source, os.PathLike):
             source = _file_pieces(Path(source))
-        chunks = rechunk(source, getattr(self.store, "chunk_size", _FILE_PIECE))
+        chunks = rechunk(source, self.store.chunk_size)
         ref = await self.store.put(chunks, placement)
         if self._settings.artifact_quota is not None and ref.expires_at is not None:
             self._kept.append((ref.expires_at, ref.size))

@@ -208,6 +208,8 @@ class ArtifactStore(Protocol):
 
     kind: str
     """The reference's ``store``: ``stream``, ``s3``, ``memory``."""
+    chunk_size: int
+    """The size of the chunks ``put`` takes (the last may be shorter)."""
 
     async def put(self, chunks: AsyncIterator[bytes], placement: Placement) -> ArtifactRef:
         """Store the object ``chunks`` make (each of at most the store's chunk size) and

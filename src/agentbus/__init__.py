@@ -8,6 +8,10 @@ from agentbus._config import Settings
 from agentbus._exceptions import (
     AccessRefused,
     AgentBusError,
+    ArtifactCorrupt,
+    ArtifactError,
+    ArtifactExpired,
+    ArtifactMissing,
     BrokerUnavailable,
     BusClosed,
     Cancelled,
@@ -22,6 +26,7 @@ from agentbus._exceptions import (
     PublishFailed,
     QuestionClosed,
     QuestionDeclined,
+    QuotaExceeded,
     RemoteError,
     RequestTimeout,
     SiteUnreachable,
@@ -45,7 +50,7 @@ from agentbus.agents import (
     send_partial,
     skill,
 )
-from agentbus.bus import Bus, Transport, connect
+from agentbus.bus import Artifact, Bus, Transport, connect, put_artifact
 from agentbus.envelopes import (
     Envelope,
     ErrorCode,
@@ -68,6 +73,11 @@ __all__ = [
     "AgentBusError",
     "AgentCard",
     "Aggregate",
+    "Artifact",
+    "ArtifactCorrupt",
+    "ArtifactError",
+    "ArtifactExpired",
+    "ArtifactMissing",
     "BrokerUnavailable",
     "Bus",
     "BusClosed",
@@ -92,6 +102,7 @@ __all__ = [
     "Question",
     "QuestionClosed",
     "QuestionDeclined",
+    "QuotaExceeded",
     "RemoteError",
     "RequestEnvelope",
     "RequestTimeout",
@@ -114,6 +125,7 @@ __all__ = [
     "current_request",
     "decode",
     "encode",
+    "put_artifact",
     "remember",
     "report_progress",
     "report_usage",

@@ -81,6 +81,31 @@ class Settings(BaseSettings):
     question_retention: str = Field(default="7D", pattern=r"^[0-9]+(Y|M|D|h|m|s)$")
     """How long a service keeps the questions its skills asked (its conversation journal's
     ``x-max-age``: ``7D``, ``12h``): the longest an answer may take."""
+    artifact_store: str | None = None
+    """Where artifacts go (docs/artifacts.md). None (the default): the broker's own streams,
+    chunked; ``s3://<bucket>/<prefix>``: an S3-compatible object store (the ``s3`` extra),
+    its endpoint and keys from ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ... ."""
+    artifact_by_reference: bool = True
+    """Send the parameters of a request, or the result of a skill, as an artifact when
+    their envelope would be over ``max_message_size`` (the receiver fetches and checks
+    it); False: such an envelope fails with ``PayloadTooLarge`` as before 1.3."""
+    artifact_chunk_size: int = Field(default=1024 * 1024, ge=4096, le=16 * 1024 * 1024)
+    """Bytes in each chunk of an artifact on the broker's streams (1 MiB: measured best
+    of 64 KiB to 1 MiB, docs/artifacts.md)."""
+    artifact_retention: str = Field(default="7D", pattern=r"^[0-9]+(Y|M|D|h|m|s)$")
+    """How long artifacts are kept (their streams' ``x-max-age``; an S3 reference's
+    ``expires_at``): as long as a plan's record (``7D``) by default."""
+    artifact_max_size: int = Field(default=16 * 1024**3, gt=0)
+    """The largest artifact stored, in bytes (16 GiB): a bigger one fails while written."""
+    artifact_quota: int | None = Field(default=None, gt=0)
+    """Bytes of artifacts one owner (an agent instance) may keep within their retention,
+    counted by its bus as it writes; over it, ``QuotaExceeded``. None: no quota."""
+    artifact_stream_max_bytes: int = Field(default=50 * 1000**3, gt=0)
+    """The broker's own cap on each artifact stream (``x-max-length-bytes``): past it, the
+    oldest artifacts go before their time (and read as expired)."""
+    artifact_read_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a reader waits for the next chunk of an artifact before it gives it up as
+    missing."""
     tracing: bool = False
     """OpenTelemetry spans for sending, handling and plan steps (the ``otel`` extra)."""
     trace_file: str | None = None

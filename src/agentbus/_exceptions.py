@@ -30,6 +30,11 @@ envelope and a caller can act on the code it received::
     ├── RequestTimeout                timeout: no answer within the request's time
     ├── InputRequired                 input_required: the work asks the caller a question
     ├── QuestionClosed                question_closed: an answer to a question not open
+    ├── ArtifactError                 an artifact cannot be stored or read as it should
+    │   ├── ArtifactMissing           artifact_missing: never stored, deleted, or gone
+    │   │   └── ArtifactExpired           past its retention
+    │   ├── ArtifactCorrupt           artifact_corrupt: bytes that fail the size or digest
+    │   └── QuotaExceeded             quota_exceeded: over the owner's quota or size cap
     └── RemoteError                   the other side answered with an error envelope
 
 The codes are the wire error codes of ``agentbus.envelopes.ErrorCode``. The root of the
@@ -55,6 +60,10 @@ if TYPE_CHECKING:
 __all__ = [
     "AccessRefused",
     "AgentBusError",
+    "ArtifactCorrupt",
+    "ArtifactError",
+    "ArtifactExpired",
+    "ArtifactMissing",
     "BrokerUnavailable",
     "BusClosed",
     "Cancelled",
@@ -70,6 +79,7 @@ __all__ = [
     "QuestionClosed",
     "QuestionDeclined",
     "QueueInUse",
+    "QuotaExceeded",
     "RemoteError",
     "RequestTimeout",
     "SiteUnreachable",
@@ -201,6 +211,37 @@ class RequestTimeout(AgentBusError):
     """No answer arrived within the request's timeout."""
 
     code: str = "timeout"
+
+
+class ArtifactError(AgentBusError):
+    """An artifact could not be stored or read as it should (the subclasses say why)."""
+
+    code: str = "processing_failed"
+
+
+class ArtifactMissing(ArtifactError):
+    """The artifact is not where its reference says: never stored, deleted, its stream
+    gone, or nothing came for it in time (``details["reason"]``)."""
+
+    code: str = "artifact_missing"
+
+
+class ArtifactExpired(ArtifactMissing):
+    """The artifact is past its retention: the store no longer has (all of) it."""
+
+
+class ArtifactCorrupt(ArtifactError):
+    """The artifact's bytes do not match its reference's size or SHA-256 digest: none of
+    them is to be trusted (a streaming reader gets this instead of its last chunk)."""
+
+    code: str = "artifact_corrupt"
+
+
+class QuotaExceeded(ArtifactError):
+    """Storing the artifact would take its owner over its quota, or it is over the largest
+    size allowed (``details["limit"]``: ``quota`` or ``max_size``)."""
+
+    code: str = "quota_exceeded"
 
 
 class RemoteError(AgentBusError):

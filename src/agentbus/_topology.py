@@ -71,6 +71,11 @@ class Topology:
         """The stream holding the questions ``service``'s skills asked (docs/conversations.md)."""
         return f"{self.exchange}.service.{service}.conversations"
 
+    def artifact_stream(self, writer: str, reader: str) -> str:
+        """The stream holding the artifacts broker user ``writer`` stored for ``reader``
+        (docs/artifacts.md): those two users alone may read it."""
+        return f"{self.exchange}.artifacts.{writer}.{reader}"
+
     def outbox(self, site: str) -> str:
         """The exchange whose messages the federation link carries to ``site`` (docs/sites.md)."""
         return f"{self.exchange}.outbox.{site}"

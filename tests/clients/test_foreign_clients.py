@@ -10,6 +10,7 @@ through its progress events to the aggregate; a registry event received on broad
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from typing import Any
 
@@ -269,3 +270,28 @@ async def test_a_reply_to_another_request_is_ignored(
     [reply] = run.envelopes
     assert reply["payload"]["result"] == "slept 1s"
     assert reply["metadata"]["correlation_id"] == message_id
+
+
+async def test_the_node_client_reads_an_artifact_by_the_wire_contract(
+    procs: Processes, tmp_path: Any
+) -> None:
+    """Node.js: an agent's 3 MB artifact, read off its stream by amqplib alone, checked."""
+    client_command("node")
+    node = ForeignClient("node", procs.url, procs.exchange)
+    await started(procs, procs.agent("Maker", "maker-1"))
+    bus = await procs.client()
+    made = await bus.request("maker", "make", {"size": 3_000_000, "reader": "node"}, timeout=30)
+    reference = made.result["artifact"]
+    path = tmp_path / "artifact.bin"
+
+    run = await node.run("artifact", orjson.dumps(reference).decode(), str(path))
+
+    assert run.status == 0, run.notes
+    [read] = run.envelopes
+    assert read == {
+        "id": reference["id"],
+        "size": 3_000_000,
+        "sha256": reference["sha256"],
+        "verified": True,
+    }
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == reference["sha256"]

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import structlog
 from pydantic import Field
 
-from agentbus import Agent, ask, report_progress, skill
+from agentbus import Agent, Artifact, ask, put_artifact, report_progress, skill
 from agentbus.agents import current_request
 
 _log = structlog.get_logger("sample_agents")
@@ -123,3 +123,72 @@ class Worker(Agent):
 def _subtask_id() -> Any:
     """The leader's ``subtask_id`` in the metadata of the request being served, if any."""
     return (current_request().metadata.model_extra or {}).get("subtask_id")
+
+
+def _rss_kib(field: str) -> int:
+    # VmRSS: now; VmHWM: the peak since the process started, or since _reset_peak.
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    raise LookupError(field)
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+        clear.write("5")  # resets VmHWM to the RSS of now (Linux 4.0 and later)
+
+
+async def _pseudo_random(size: int, piece: int = 256 * 1024) -> AsyncIterator[bytes]:
+    # Bytes no compression or de-duplication can shrink, made a piece at a time.
+    import hashlib
+
+    block = hashlib.sha256(b"agentbus").digest() * (piece // 32)
+    sent = 0
+    while sent < size:
+        block = hashlib.sha256(block[:32]).digest() + block[32:]
+        chunk = block[: min(piece, size - sent)]
+        sent += len(chunk)
+        yield chunk
+
+
+class Maker(Agent):
+    name = "maker"
+    description = "Makes large artifacts, a piece at a time"
+
+    @skill
+    async def make(self, size: int, reader: str | None = None) -> dict[str, Any]:
+        """Store ``size`` pseudo-random bytes for ``reader``; say the peak RSS meanwhile."""
+        _reset_peak()
+        before = _rss_kib("VmRSS")
+        artifact = await put_artifact(_pseudo_random(size), name="made.bin", reader=reader)
+        return {"artifact": artifact.wire(), "rss_kib": before, "peak_kib": _rss_kib("VmHWM")}
+
+    @skill
+    async def big_list(self, count: int) -> list[str]:
+        """A result far over the envelope's cap: it goes by reference."""
+        return [f"item-{n:08d}" for n in range(count)]
+
+
+class Digester(Agent):
+    name = "digester"
+    description = "Reads artifacts in chunks and hashes them"
+
+    @skill
+    async def digest(self, document: Artifact) -> dict[str, Any]:
+        """Hash ``document`` read in chunks; say the peak RSS meanwhile."""
+        import hashlib
+
+        _reset_peak()
+        before = _rss_kib("VmRSS")
+        digest, size = hashlib.sha256(), 0
+        async for chunk in document.open():
+            digest.update(chunk)
+            size += len(chunk)
+        peak = _rss_kib("VmHWM")
+        return {"sha256": digest.hexdigest(), "size": size, "rss_kib": before, "peak_kib": peak}
+
+    @skill
+    async def count(self, items: list[str]) -> int:
+        """How many items came (parameters far over the cap go by reference)."""
+        return len(items)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import secrets
 import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tls_support import CertificateAuthority
 
 from agentbus import Settings
+from agentbus.definitions import Grant, definitions
 from agentbus.testing.chaos import PrivateBroker
 
 __all__ = ["SecuredTeam"]
@@ -27,6 +31,18 @@ class SecuredTeam:
     ca: CertificateAuthority
     exchange: str
     document: dict[str, Any]
+
+    @classmethod
+    def imported(
+        cls, node: PrivateBroker, ca: CertificateAuthority, folder: Path, grants: list[Grant]
+    ) -> SecuredTeam:
+        """The team of ``grants`` on a fresh exchange, its definitions imported into ``node``."""
+        exchange = f"team-{secrets.token_hex(3)}"
+        document = definitions(grants, exchange=exchange, queue_type="classic")
+        path = folder / "definitions.json"
+        path.write_text(json.dumps(document))
+        node.rabbitmqctl("import_definitions", str(path))
+        return cls(node, ca, exchange, document)
 
     def settings(self, user: str, **extra: Any) -> Settings:
         """Settings of ``user``: the TLS URL, its certificate, this team's exchange."""

@@ -100,3 +100,20 @@ def test_operators_rules_are_appended() -> None:
     extra = {"users": [{"name": "backup", "password_hash": "x", "tags": []}]}
     document = definitions(team_grants(["a"]), extra=extra)
     assert [u["name"] for u in document["users"]] == ["a", "backup"]
+
+
+def test_artifact_streams_are_read_by_their_pair_of_users_alone() -> None:
+    """A user reads (and declares) the artifact streams it stores to or is stored for;
+    a third user reads neither side's, even of a service it calls."""
+    document = definitions(team_grants(["text", "code"], clients={"ops": ["text"]}))
+    by_user = {row["user"]: row for row in document["permissions"]}
+    topology = Topology("agentbus")
+    text_for_ops = topology.artifact_stream("text", "ops")
+    ops_for_text = topology.artifact_stream("ops", "text")
+    for user, stream in (("text", text_for_ops), ("ops", text_for_ops), ("text", ops_for_text)):
+        assert _may(by_user[user]["read"], stream), (user, stream)
+        assert _may(by_user[user]["configure"], stream), (user, stream)
+    assert not _may(by_user["code"]["read"], text_for_ops)
+    assert not _may(by_user["code"]["read"], ops_for_text)
+    assert not _may(by_user["ops"]["read"], topology.artifact_stream("text", "code"))
+    assert not _may(by_user["text"]["read"], topology.artifact_stream("code", "ops"))

@@ -176,7 +176,7 @@ def test_a_common_envelope_never_reaches_the_full_paths(
 @pytest.mark.parametrize(
     "body",
     [
-        {"protocol_version": "1.3"},  # a newer minor: read, by the full path
+        {"protocol_version": "1.4"},  # a newer minor: read, by the full path
         {"protocol_version": 1.1},
         {"message_id": None},  # left out: decode stands in for it
         {"timestamp": None},

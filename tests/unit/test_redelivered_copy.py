@@ -150,7 +150,7 @@ async def test_a_reply_is_encoded_once_for_the_store_and_the_publisher() -> None
     dispatcher, replies, stats = _dispatcher(work)
     first = Delivery(request())
     with (
-        patch("agentbus.bus._serving.encode", wraps=encode) as by_dispatcher,
+        patch("agentbus.bus._by_reference.encode", wraps=encode) as by_dispatcher,
         patch("agentbus.bus._stores._dedup.encode", wraps=encode) as by_store,
     ):
         await dispatcher.on_service_message(first)

@@ -6,14 +6,16 @@
 //                                                  a request whose skill asks: the answers
 //   node client.mjs plan <plan.json | ->                            a plan on the leader
 //   node client.mjs listen <event-name> [count]                     broadcast events
+//   node client.mjs artifact <reference-json> <file>   an artifact's bytes, checked, to a file
 //
 // Every envelope received is printed on stdout as one JSON line; notes go to stderr.
 // Settings: AGENTBUS_URL (amqp://guest:guest@localhost:5672), AGENTBUS_EXCHANGE (agentbus),
 // AGENTBUS_TIMEOUT (seconds a request or plan may take, 30; a plan gets ten times that).
 // Exit status: 0 on success, 1 on a failure or error reply, 2 on a usage or transport error.
 
-import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { createHash, randomUUID } from "node:crypto";
+import { createWriteStream, readFileSync } from "node:fs";
+import { once } from "node:events";
 import amqp from "amqplib";
 
 const URL = process.env.AGENTBUS_URL ?? "amqp://guest:guest@localhost:5672";
@@ -144,6 +146,58 @@ async function listen(name, count) {
   await connection.close();
 }
 
+/**
+ * Read the artifact `reference` names (docs/wire.md, "Artifacts") into `path`.
+ *
+ * Its chunks are messages on the stream of its `location` (`<stream>@<offset>`), from that
+ * offset on: those with its id in `agentbus-artifact` and type `artifact.chunk`, in the
+ * order of `agentbus-seq` (other objects' messages come between them: skipped; a seq
+ * already taken: skipped). Prints `{id, size, sha256, verified}`; the bytes are to be
+ * trusted only when `verified` (their size and SHA-256 are the reference's).
+ */
+async function artifact(reference, path) {
+  const ref = JSON.parse(reference);
+  const at = ref.location.lastIndexOf("@");
+  const [stream, offset] = [ref.location.slice(0, at), Number(ref.location.slice(at + 1))];
+  const connection = await amqp.connect(URL);
+  const channel = await connection.createChannel();
+  await channel.prefetch(8); // a stream is read with a prefetch and acks
+  const file = createWriteStream(path);
+  const digest = createHash("sha256");
+  let [seq, size, first] = [0, 0, true];
+  try {
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("artifact_missing: no chunk came")), TIMEOUT);
+      const done = (error) => { clearTimeout(timer); error ? reject(error) : resolve(); };
+      channel.consume(stream, (message) => {
+        channel.ack(message);
+        const headers = message.properties.headers ?? {};
+        if (first && Number(headers["x-stream-offset"]) > offset) {
+          return done(new Error("artifact_missing: expired, its stream no longer holds it"));
+        }
+        first = false;
+        if (headers["agentbus-artifact"] !== ref.id || message.properties.type !== "artifact.chunk") return;
+        const n = Number(headers["agentbus-seq"]);
+        if (n < seq) return; // sent twice after a lost confirm
+        if (n > seq) return done(new Error(`artifact_corrupt: chunk ${seq} is missing`));
+        digest.update(message.content);
+        file.write(message.content);
+        seq += 1;
+        size += message.content.length;
+        if (size >= ref.size) done();
+      }, { arguments: { "x-stream-offset": offset } }).catch(done);
+    });
+  } finally {
+    file.end();
+    await once(file, "finish");
+    await connection.close();
+  }
+  const sha256 = digest.digest("hex");
+  const verified = size === ref.size && sha256 === ref.sha256;
+  print({ id: ref.id, size, sha256, verified });
+  return verified ? 0 : 1;
+}
+
 /** Run the command line; return the exit status. */
 async function main([command, ...args]) {
   if (command === "request" && args.length >= 2) {
@@ -164,10 +218,14 @@ async function main([command, ...args]) {
     await listen(args[0], Number(args[1] ?? 1));
     return 0;
   }
+  if (command === "artifact" && args.length === 2) {
+    return await artifact(args[0], args[1]);
+  }
   console.error("usage: client.mjs request <receiver> <action> [parameters-json]");
   console.error("       client.mjs converse <receiver> <action> <parameters-json> <answer>...");
   console.error("       client.mjs plan <plan.json | ->");
   console.error("       client.mjs listen <event-name> [count]");
+  console.error("       client.mjs artifact <reference-json> <file>");
   return 2;
 }
 

@@ -38,7 +38,7 @@ from agentbus.agents._heartbeat import (
 from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.agents._traffic import Traffic
-from agentbus.bus import Bus, Transport
+from agentbus.bus import Bus, Transport, artifact_scope
 from agentbus.envelopes import (
     ANSWER_ACTION,
     RequestEnvelope,
@@ -46,7 +46,7 @@ from agentbus.envelopes import (
     is_valid_id,
     utcnow,
 )
-from agentbus.security import default_id
+from agentbus.security import default_id, owner_of
 
 __all__ = ["NOTIFY_START", "NOTIFY_START_AFTER", "Agent", "current_request"]
 
@@ -378,6 +378,8 @@ class Agent:
                     NOTIFY_START_AFTER, self._notify_start, answering
                 )
             token = _current_request.set(conversation.request)
+            # What the skill stores is for whoever reads this answer: its sender's user.
+            artifacts = artifact_scope(self.bus.artifacts, owner_of(answering.sender_id))
             reporter = Reporter(answering, self.id, self._send_progress)
             reporting = reporter.bind()
             talking = conversation.bind()
@@ -395,6 +397,7 @@ class Agent:
             finally:
                 Conversation.unbind(talking)
                 Reporter.unbind(reporting)
+                artifacts.var.reset(artifacts)
                 _current_request.reset(token)
                 self._work.pop(answering.message_id, None)
                 if notice is not None:

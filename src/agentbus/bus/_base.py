@@ -16,6 +16,7 @@ from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus._topology import Topology
 from agentbus._tracing import enable_tracing, tracing_enabled
+from agentbus.bus._artifacts import Artifacts
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._held import HeldAnswers
@@ -28,7 +29,9 @@ from agentbus.bus._routes import EventHandler, RequestHandler, Routes
 from agentbus.bus._sending import Sending
 from agentbus.bus._sites import SiteRouter
 from agentbus.bus._stats import BusState, BusStats
+from agentbus.bus._stores._artifact_store import ArtifactStore
 from agentbus.bus._stores._dedup import DedupStore, SharedDedupStore, is_shared
+from agentbus.bus._stores._s3_artifacts import configured_store
 from agentbus.bus._stores._sqlite_dedup import dedup_store
 from agentbus.envelopes import (
     BROADCAST,
@@ -85,6 +88,7 @@ class BaseBus(Sending, Keeping, BrokerHooks):
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
+        self._artifacts = Artifacts(self._open_artifacts, self.settings, owner=self.agent_id)
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
         self._feeds: list[Feed] = []
@@ -138,6 +142,17 @@ class BaseBus(Sending, Keeping, BrokerHooks):
     ) -> None:
         await self.aclose()
 
+    @property
+    def artifacts(self) -> Artifacts:
+        """This bus's artifacts: store files and large payloads, read them back checked
+        (once the bus is open)."""
+        return self._artifacts
+
+    def _open_artifacts(self) -> ArtifactStore:
+        if not self._can_publish():
+            raise BusClosed(f"{self!r} is not open")
+        return configured_store(self.settings) or self._artifact_store()
+
     def _started(self, publisher: EnvelopePublisher, audit: AuditSink | None = None) -> Dispatcher:
         """Build the dispatcher, with everything it needs, once the broker's publisher is up."""
         self._publisher = publisher
@@ -151,6 +166,7 @@ class BaseBus(Sending, Keeping, BrokerHooks):
             stats=self.stats,
             held=self._held,
             audit=audit,
+            artifacts=self._artifacts if self.settings.artifact_by_reference else None,
         )
         return self._dispatcher
 
@@ -294,6 +310,7 @@ class BaseBus(Sending, Keeping, BrokerHooks):
             finally:
                 self._held.abandon()  # back on their queues with the connection
                 await _close_store(self._dedup)
+                await self._artifacts.aclose()
                 if self.metrics is not None:
                     self.metrics.detach(self)
         _log.debug("bus closed", agent_id=self.agent_id)

@@ -8,6 +8,7 @@ from typing import Any, cast
 from agentbus._config import Settings
 from agentbus._exceptions import EnvelopeError
 from agentbus._logging import bind_delivery_ids, get_logger
+from agentbus.bus._artifacts import Artifacts
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
@@ -225,6 +226,7 @@ def dispatcher_for(
     stats: BusStats,
     held: HeldAnswers,
     audit: AuditSink | None = None,
+    artifacts: Artifacts | None = None,
 ) -> Dispatcher:
     """Build a bus's dispatcher and the steps it hands deliveries to, as ``settings`` say.
 
@@ -260,6 +262,7 @@ def dispatcher_for(
             stats=stats,
             audit=audit,
             max_size=settings.max_message_size,
+            artifacts=artifacts,
         ),
         refusals=Refusals(
             agent_id=agent_id, replier=replier, stats=stats, audit=audit, limit=limit

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol, Self
 
 from agentbus.bus._feed import Feed
+from agentbus.bus._stores._artifact_store import ArtifactStore
 
 __all__ = ["BrokerHooks", "Journal"]
 
@@ -54,6 +55,10 @@ class BrokerHooks(abc.ABC):
     @abc.abstractmethod
     async def _open_journal(self, queue: str, max_age: str) -> Journal:
         """Declare the journal's stream (or find it again) and return it."""
+
+    @abc.abstractmethod
+    def _artifact_store(self) -> ArtifactStore:
+        """The broker's own artifact store (on RabbitMQ, its streams), once connected."""
 
     @abc.abstractmethod
     async def _open_reply_queue(

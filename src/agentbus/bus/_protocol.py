@@ -8,6 +8,7 @@ from typing import Any, Protocol, Self, Unpack, runtime_checkable
 
 from agentbus._config import Settings
 from agentbus._metrics import Metrics
+from agentbus.bus._artifacts import Artifacts
 from agentbus.bus._feed import Feed, FeedHandler
 from agentbus.bus._hooks import Journal
 from agentbus.bus._options import PublishOptions
@@ -53,6 +54,9 @@ class Transport(Protocol):
 
     @property
     def in_flight(self) -> int: ...
+
+    @property
+    def artifacts(self) -> Artifacts: ...
 
     async def open(self) -> Self: ...
 

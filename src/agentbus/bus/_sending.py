@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Unpack
 
 from agentbus._config import Settings
 from agentbus._exceptions import (
     InputRequired,
+    PayloadTooLarge,
     QuestionClosed,
     QuestionDeclined,
     RemoteError,
     RequestTimeout,
 )
 from agentbus._topology import DIRECT_REPLY_TO, Topology
+from agentbus.bus._artifacts import Artifacts
+from agentbus.bus._by_reference import (
+    is_by_reference,
+    parameters_by_reference,
+    resolve_result,
+)
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._protocol import EnvelopePublisher
@@ -57,6 +65,7 @@ class Sending(abc.ABC):
     _requests: Requester
     _sites: SiteRouter
     _publish_slots: asyncio.Semaphore
+    _artifacts: Artifacts
 
     @abc.abstractmethod
     def _require_publisher(self) -> EnvelopePublisher:
@@ -281,16 +290,38 @@ class Sending(abc.ABC):
             # path keeps it in order before the answer.
             direct = publisher.answers_direct and not persistent and on_progress is None
             reply_to = DIRECT_REPLY_TO if direct else self.topology.instance_queue(self.agent_id)
-        return await self._requests.send(
-            None if sent else publisher,
-            envelope,
-            reply_to=reply_to,
-            timeout=timeout,
-            on_progress=on_progress,
-            persistent=persistent,
-            # Naming direct reply-to, it goes on the channel without confirms (Publisher).
-            confirm=reply_to != DIRECT_REPLY_TO,
-        )
+
+        async def send(request: RequestEnvelope) -> ResponseEnvelope:
+            return await self._requests.send(
+                None if sent else publisher,
+                request,
+                reply_to=reply_to,
+                timeout=timeout,
+                on_progress=on_progress,
+                persistent=persistent,
+                # Naming direct reply-to, it goes on the channel without confirms (Publisher).
+                confirm=reply_to != DIRECT_REPLY_TO,
+            )
+
+        return await self._by_reference(envelope, send)
+
+    async def _by_reference(
+        self,
+        envelope: RequestEnvelope,
+        send: Callable[[RequestEnvelope], Awaitable[ResponseEnvelope]],
+    ) -> ResponseEnvelope:
+        """Send ``envelope``; its parameters by reference if it is over the cap, and a
+        result that comes by reference read back (docs/artifacts.md)."""
+        artifacts = self._artifacts if self.settings.artifact_by_reference else None
+        try:
+            reply = await send(envelope)
+        except PayloadTooLarge:
+            if artifacts is None:
+                raise
+            reply = await send(await parameters_by_reference(artifacts, envelope))
+        if artifacts is not None and is_by_reference(reply):
+            reply = await resolve_result(artifacts, reply)
+        return reply
 
     async def send_reply(
         self, reply: ResponseEnvelope | ErrorEnvelope, reply_to: str | None

@@ -10,6 +10,8 @@ from agentbus._exceptions import AgentBusError, BusClosed, ConnectionLost, Envel
 from agentbus._faults import fault_point
 from agentbus._logging import get_logger
 from agentbus._tracing import child_trace, end_span, start_span
+from agentbus.bus._artifacts import Artifacts
+from agentbus.bus._by_reference import encoded_reply, is_by_reference, resolve_parameters
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._replies import Replier, Reply
 from agentbus.bus._routes import RequestHandler, Routes
@@ -22,7 +24,6 @@ from agentbus.envelopes import (
     ErrorEnvelope,
     RequestEnvelope,
     ResponseEnvelope,
-    encode,
     utcnow,
 )
 from agentbus.security import AuditSink, audit_record, envelope_fields
@@ -62,6 +63,7 @@ class Server:
         audit: AuditSink | None,
         max_size: int,
         shared: SharedDedupStore | None = None,
+        artifacts: Artifacts | None = None,
     ) -> None:
         self._agent_id = agent_id
         self._routes = routes
@@ -73,6 +75,7 @@ class Server:
         self._stats = stats
         self._audit = audit
         self._max_size = max_size
+        self._artifacts = artifacts  # parameters and results by reference; None: never
         # Requests running here, by message id; the event (made when a copy waits on the
         # run) is set when the run ends, answered or not.
         self._running: dict[str, asyncio.Event | None] = {}
@@ -168,7 +171,9 @@ class Server:
     ) -> Settle:
         reply_to = message.reply_to
         # Encoded once: the store keeps these bytes and the publisher sends them.
-        reply, body = self._encoded(request, reply)
+        reply, body = await encoded_reply(
+            request, reply, self._max_size, self._agent_id, self._artifacts, self._stats
+        )
         # The work is done: remember its reply before sending it. If the channel closes
         # now (this task is cancelled) the redelivered request is answered with it, not
         # acked without an answer as if the work were still running.
@@ -195,25 +200,6 @@ class Server:
         self._stats.requests_served += 1
         fault_point("bus.answered")  # a test's kill: answered, not yet acked
         return Settle.ACK
-
-    def _encoded(self, request: RequestEnvelope, reply: Reply) -> tuple[Reply, bytes | None]:
-        """Return the reply to send and its bytes; None: not even an error fits the cap."""
-        try:
-            return reply, encode(reply, max_size=self._max_size)
-        except EnvelopeError as exc:
-            # The result cannot be sent (not JSON, or over the size cap): say so instead.
-            # The request was fine, so this is a processing failure, not a bad envelope.
-            self._stats.handler_errors += 1
-            code = exc.code if exc.code == ErrorCode.PAYLOAD_TOO_LARGE else None
-            error = request.error(
-                code or ErrorCode.PROCESSING_FAILED,
-                f"the result cannot be sent: {exc.message}",
-                sender_id=self._agent_id,
-            )
-            try:
-                return error, encode(error, max_size=self._max_size)
-            except EnvelopeError:
-                return error, None
 
     async def _check_in_shared(self, shared: SharedDedupStore, key: str) -> Seen | None:
         """Ask the shared store about a request the window has just taken as running here."""
@@ -344,6 +330,8 @@ class Server:
 
     async def _call(self, handler: RequestHandler, request: RequestEnvelope) -> Reply:
         try:
+            if self._artifacts is not None and is_by_reference(request):
+                request = await resolve_parameters(self._artifacts, request)
             result = await handler(request)
         except _LOST:
             raise  # not an answer: see _serve_once

@@ -8,5 +8,14 @@ bus's private modules.
 from agentbus.bus._base import BaseBus
 from agentbus.bus._delivery import IncomingMessage
 from agentbus.bus._options import publication
+from agentbus.bus._stores._artifact_store import ArtifactStore, Placement, Tally, new_artifact_id
 
-__all__ = ["BaseBus", "IncomingMessage", "publication"]
+__all__ = [
+    "ArtifactStore",
+    "BaseBus",
+    "IncomingMessage",
+    "Placement",
+    "Tally",
+    "new_artifact_id",
+    "publication",
+]

@@ -7,7 +7,9 @@ and, for each user, what the wire contract lets it do and nothing else:
 
 - configure / write / read on the vhost: the exchanges, its own service queue, its own
   instance and feed queues (``<exchange>.instance.<user>-*``), the dead-letter queue it
-  declares; ``amq.default`` for replies to ``reply_to`` queues (write only);
+  declares, the artifact streams it stores to or is stored for
+  (``<exchange>.artifacts.<writer>.<reader>``, itself one of the two); ``amq.default``
+  for replies to ``reply_to`` queues and chunks of artifacts (write only);
 - topic write on the exchange: requests to the services it may call (and their
   instances), the broadcast requests of its role, replies and events to its callers,
   broadcast events;
@@ -368,6 +370,13 @@ def permissions_of(
     queues = [
         rf"{e(topology.exchange)}\.instance\.{own}",
         rf"{e(topology.exchange)}\.feed\.{own}\.[^.]+",
+    ]
+    # The artifact streams it is one of the pair of: what it stored for another user
+    # (<writer>.<reader>), and what others stored for it. No one else reads them.
+    user = e(grant.user)
+    queues += [
+        rf"{e(topology.exchange)}\.artifacts\.{user}\.[^.]+",
+        rf"{e(topology.exchange)}\.artifacts\.[^.]+\.{user}",
     ]
     if grant.service is not None:
         # Its service's queue, and its conversation journal: its alone to read.

@@ -1,6 +1,12 @@
 """The wire format: envelope models, the orjson codec, error codes and JSON Schema."""
 
 from agentbus._exception_base import EnvelopeError, PayloadTooLarge, UnsupportedVersion
+from agentbus.envelopes._artifact import (
+    BY_REFERENCE,
+    ArtifactRef,
+    is_artifact_ref,
+    reads_by_reference,
+)
 from agentbus.envelopes._codec import DEFAULT_MAX_SIZE, decode, encode
 from agentbus.envelopes._codes import (
     BROADCAST,
@@ -44,11 +50,13 @@ __all__ = [
     "ANSWER_ACTION",
     "ANSWER_WITHIN",
     "BROADCAST",
+    "BY_REFERENCE",
     "DEFAULT_MAX_SIZE",
     "ID_PATTERN",
     "PROTOCOL_VERSION",
     "AgentId",
     "AnswerParameters",
+    "ArtifactRef",
     "ContextId",
     "Envelope",
     "EnvelopeError",
@@ -73,9 +81,11 @@ __all__ = [
     "decode",
     "encode",
     "envelope_schema",
+    "is_artifact_ref",
     "is_valid_id",
     "new_message_id",
     "new_question_id",
     "question_origin",
+    "reads_by_reference",
     "utcnow",
 ]

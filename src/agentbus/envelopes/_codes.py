@@ -1,4 +1,4 @@
-"""Enumerations and constants of wire contract 1.2."""
+"""Enumerations and constants of wire contract 1.3."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 from typing import Final
 
 __all__ = [
+    "ARTIFACTS_SINCE",
     "BROADCAST",
     "ID_PATTERN",
     "PROTOCOL_MAJOR",
@@ -19,9 +20,11 @@ __all__ = [
 ]
 
 PROTOCOL_MAJOR: Final = 1
-PROTOCOL_VERSION: Final = "1.2"  # 1.1: rate_limited; 1.2: questions (input_required)
+PROTOCOL_VERSION: Final = "1.3"  # 1.1: rate_limited; 1.2: questions; 1.3: artifacts
 QUESTIONS_SINCE: Final = (1, 2)
 """The first version whose readers take an ``input_required`` response (docs/wire.md)."""
+ARTIFACTS_SINCE: Final = (1, 3)
+"""The first version whose readers take a result sent by reference (docs/wire.md)."""
 BROADCAST: Final = "broadcast"
 ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
 
@@ -73,3 +76,10 @@ class ErrorCode(enum.StrEnum):
     since 1.2)."""
     QUESTION_CLOSED = "question_closed"
     """An answer to a question that is not open: unknown, expired or answered (since 1.2)."""
+    ARTIFACT_MISSING = "artifact_missing"
+    """An artifact named by a message cannot be found: never stored, deleted, or past its
+    retention (``details.reason``: ``missing`` or ``expired``; since 1.3)."""
+    ARTIFACT_CORRUPT = "artifact_corrupt"
+    """An artifact's bytes do not match its size or SHA-256 digest (since 1.3)."""
+    QUOTA_EXCEEDED = "quota_exceeded"
+    """An artifact over its owner's quota or over the largest size allowed (since 1.3)."""

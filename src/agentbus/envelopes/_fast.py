@@ -50,7 +50,7 @@ from agentbus.envelopes._models import (
 
 __all__ = ["COMMON_VERSIONS", "envelope_dict", "validator_for"]
 
-COMMON_VERSIONS: Final = frozenset({"1.0", "1.1", PROTOCOL_VERSION})
+COMMON_VERSIONS: Final = frozenset({"1.0", "1.1", "1.2", PROTOCOL_VERSION})
 """The versions the fast path takes; another ``1.x`` is read by the full path."""
 
 _VALIDATORS: Final[dict[str, SchemaValidator]] = {

@@ -35,8 +35,10 @@ from agentbus.security._tls import certificate_user, login_mechanism
 __all__ = [
     "Admissible",
     "Refusal",
+    "acting_user",
     "connection_user",
     "identity_refusal",
+    "owner_of",
     "publisher_user_id",
     "refusal",
     "sent_by",
@@ -173,6 +175,12 @@ def _addressed_here(
     return receiver == agent_id
 
 
+def owner_of(sender_id: str) -> str:
+    """Return the broker user that ``sender_id`` belongs to (see ``sent_by``)."""
+    owner, dash, suffix = sender_id.rpartition("-")
+    return owner if dash and suffix and owner else sender_id
+
+
 def sent_by(sender_id: str, user: str) -> bool:
     """Tell whether ``sender_id`` belongs to broker user ``user``.
 
@@ -233,6 +241,17 @@ def publisher_user_id(settings: Settings, agent_id: str) -> str | None:
             f"verification is on (verify_sender, or a user other than guest); use {form}"
         )
     return user
+
+
+def acting_user(settings: Settings, agent_id: str) -> str:
+    """Return the broker user a bus with ``settings`` and ``agent_id`` acts as.
+
+    With senders verified, its connection's user; else the user its id would belong to
+    (``owner_of``): what names the artifact streams it writes and reads.
+    """
+    if verifies_sender(settings):
+        return connection_user(settings)
+    return owner_of(agent_id)
 
 
 def default_id(settings: Settings, role: str) -> str:

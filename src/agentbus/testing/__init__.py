@@ -17,6 +17,7 @@ a ledger of what was sent and done, and their opt-in pytest plugin), see
 from typing import TYPE_CHECKING
 
 from agentbus.testing._consumer import ConsumerState, MemoryConsumer, MemoryDelivery
+from agentbus.testing._memory_artifacts import MemoryArtifacts, MemoryArtifactStore
 from agentbus.testing._memory_broker import DEFAULT_EXCHANGE, MemoryBroker
 from agentbus.testing._memory_bus import MemoryBus
 from agentbus.testing._message import DeadLetter, DeadLetterReason, MemoryMessage
@@ -26,6 +27,8 @@ __all__ = [
     "ConsumerState",
     "DeadLetter",
     "DeadLetterReason",
+    "MemoryArtifactStore",
+    "MemoryArtifacts",
     "MemoryBroker",
     "MemoryBus",
     "MemoryConsumer",

@@ -14,6 +14,7 @@ from typing import Final
 from agentbus._exceptions import ConfigurationError, QueueInUse, Unroutable
 from agentbus.bus import topic_matches
 from agentbus.testing._consumer import ConsumerCallback, MemoryConsumer
+from agentbus.testing._memory_artifacts import MemoryArtifacts
 from agentbus.testing._message import DeadLetter, DeadLetterReason, MemoryMessage, Queued
 
 __all__ = ["DEFAULT_EXCHANGE", "MemoryBroker"]
@@ -70,6 +71,8 @@ class MemoryBroker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.journals: dict[str, list[tuple[datetime, bytes]]] = {}
         """Each journal's records (``MemoryJournal``), by name."""
+        self.artifacts = MemoryArtifacts()
+        """The artifacts the buses on this broker stored (what its streams would hold)."""
 
     def __repr__(self) -> str:
         return f"<MemoryBroker queues={len(self._queues)} dead_letters={len(self.dead_letters)}>"

@@ -12,10 +12,11 @@ from agentbus._exceptions import BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
 from agentbus.bus import BusState, Feed, Journal
-from agentbus.bus.internal import BaseBus
+from agentbus.bus.internal import ArtifactStore, BaseBus
 from agentbus.envelopes import utcnow
 from agentbus.security import publisher_user_id
 from agentbus.testing._consumer import MemoryConsumer, MemoryDelivery
+from agentbus.testing._memory_artifacts import MemoryArtifactStore
 from agentbus.testing._memory_broker import MemoryBroker
 from agentbus.testing._memory_journal import MemoryJournal
 from agentbus.testing._publisher import MemoryPublisher
@@ -123,6 +124,11 @@ class MemoryBus(BaseBus):
 
     async def _open_journal(self, queue: str, max_age: str) -> Journal:
         return MemoryJournal(self.broker.journals.setdefault(queue, []), utcnow)
+
+    def _artifact_store(self) -> ArtifactStore:
+        return MemoryArtifactStore(
+            self.broker.artifacts, chunk_size=self.settings.artifact_chunk_size
+        )
 
     async def _open_reply_queue(
         self, queue: str, *, hold: bool, exclusive: bool = False

@@ -29,6 +29,7 @@ from agentbus.bus._rabbitmq._amqp import (
     FeedConsumer,
     scratch_channel,
 )
+from agentbus.bus._rabbitmq._artifact_stream import StreamArtifactStore
 from agentbus.bus._rabbitmq._audit_stream import RabbitAuditStream
 from agentbus.bus._rabbitmq._connection import open_connection
 from agentbus.bus._rabbitmq._dead_letters import DeadLetters
@@ -37,6 +38,7 @@ from agentbus.bus._rabbitmq._journal import StreamJournal
 from agentbus.bus._rabbitmq._presence import heard_from, served_here, unserved
 from agentbus.bus._rabbitmq._publisher import Publisher
 from agentbus.bus._stats import BusState
+from agentbus.bus._stores._artifact_store import ArtifactStore
 from agentbus.bus._stores._dedup import DedupStore, SharedDedupStore
 from agentbus.security import AuditTrail, publisher_user_id
 
@@ -315,6 +317,11 @@ class Bus(BaseBus):
         journal = StreamJournal(self._connection, queue)
         await journal.declare(max_age)
         return journal
+
+    def _artifact_store(self) -> ArtifactStore:
+        assert self._connection is not None
+        user_id = publisher_user_id(self.settings, self.agent_id)
+        return StreamArtifactStore.of(self._connection, self.settings, self._app_id, user_id)
 
     async def _open_reply_queue(
         self, queue: str, *, hold: bool, exclusive: bool = False

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol, Self
 
 from agentbus.bus._feed import Feed
+from agentbus.bus._lease import Lease
 
 __all__ = ["BrokerHooks", "Journal"]
 
@@ -54,6 +55,11 @@ class BrokerHooks(abc.ABC):
     @abc.abstractmethod
     async def _open_journal(self, queue: str, max_age: str) -> Journal:
         """Declare the journal's stream (or find it again) and return it."""
+
+    @abc.abstractmethod
+    async def _open_lease(self, queue: str, lease: Lease) -> None:
+        """Declare the lease's queue (a single active consumer's), put a token in, and
+        consume it: the token's delivery grants ``lease``, its channel's close revokes it."""
 
     @abc.abstractmethod
     async def _open_reply_queue(

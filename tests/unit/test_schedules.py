@@ -1,0 +1,205 @@
+"""Schedules on the in-memory bus: ticks run once across leaders, take-overs, the policies."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import ValidationError
+from tests.waiting import wait_until
+
+from agentbus import Agent, Leader, PlanClient, Settings, current_request, skill
+from agentbus.leader import Schedule
+from agentbus.testing import MemoryBroker, MemoryBus
+
+SETTINGS = Settings(shutdown_grace=0.2)
+
+
+class Recorder(Agent):
+    name = "recorder"
+    runs: list[str] = []
+
+    @skill
+    async def record(self, n: int = 0) -> int:
+        Recorder.runs.append(current_request().message_id)
+        return n
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    Recorder.runs = []
+
+
+def _bus(broker: MemoryBroker, agent_id: str) -> MemoryBus:
+    return MemoryBus(broker, SETTINGS, agent_id=agent_id)
+
+
+def _leader(broker: MemoryBroker, agent_id: str) -> Leader:
+    return Leader(bus=_bus(broker, agent_id), heartbeat_interval=0.2)
+
+
+def _every(name: str, seconds: float = 0.1, **more: Any) -> dict[str, Any]:
+    request = {"service": "recorder", "action": "record"}
+    return {"name": name, "every": seconds, "request": request, "grace": 0.2} | more
+
+
+def _records(broker: MemoryBroker, kind: str) -> list[dict[str, Any]]:
+    journal = broker.journals.get("agentbus.journal.schedules", [])
+    return [
+        record
+        for _, body in journal
+        for record in orjson.loads(body).get("records", ())
+        if record.get("kind") == kind
+    ]
+
+
+def _sent_ticks(broker: MemoryBroker, name: str) -> list[int]:
+    return [r["tick"] for r in _records(broker, "sent") if r["name"] == name]
+
+
+async def test_a_schedule_every_tenth_of_a_second_runs_each_tick_once_in_order() -> None:
+    """Ticks 100 ms apart, each run once (its message id made from the tick), in order."""
+    broker = MemoryBroker()
+    async with (
+        _leader(broker, "leader-1"),
+        Recorder(bus=_bus(broker, "recorder-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        plans = PlanClient(client)
+        added = await plans.add_schedule(_every("fast"))
+        assert added.next_tick is not None
+        await wait_until(lambda: len(Recorder.runs) >= 8, timeout=10)
+        listing = await plans.schedules()
+    ticks = _sent_ticks(broker, "fast")
+    assert ticks == sorted(set(ticks))
+    assert all(b - a == 100 for a, b in itertools.pairwise(ticks))
+    assert all(run.startswith("schedule/fast-") for run in Recorder.runs)
+    assert len(set(Recorder.runs)) == len(Recorder.runs)
+    [state] = listing.schedules
+    assert listing.ticking
+    assert state.runs
+    assert state.last_tick is not None
+
+
+async def test_two_leaders_run_each_tick_once() -> None:
+    """Two leaders: one holds the lease and ticks; no tick is sent twice, none skipped."""
+    broker = MemoryBroker()
+    async with (
+        _leader(broker, "leader-1") as first,
+        _leader(broker, "leader-2") as second,
+        Recorder(bus=_bus(broker, "recorder-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        await PlanClient(client).add_schedule(_every("both"))
+        await wait_until(lambda: len(Recorder.runs) >= 10, timeout=10)
+        assert [first._ticker_().is_ticking, second._ticker_().is_ticking].count(True) == 1
+    ticks = _sent_ticks(broker, "both")
+    assert Counter(ticks).most_common(1)[0][1] == 1
+    assert all(b - a == 100 for a, b in itertools.pairwise(ticks))
+
+
+@pytest.mark.parametrize(("missed", "gap"), [("all", False), ("skip", True), ("once", True)])
+async def test_the_leader_that_takes_over_applies_the_missed_policy(missed: str, gap: bool) -> None:
+    """The ticking leader stops; 0.6 s later another starts: with ``all`` it runs every
+    tick missed meanwhile, with ``skip`` none of those over the 0.2 s grace, with
+    ``once`` the latest of them; no tick runs twice."""
+    broker = MemoryBroker()
+    async with (
+        Recorder(bus=_bus(broker, "recorder-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        async with _leader(broker, "leader-1"):
+            await PlanClient(client).add_schedule(_every("policy", missed=missed))
+            await wait_until(lambda: len(_sent_ticks(broker, "policy")) >= 3, timeout=10)
+        stopped = round(time.time() * 1000)
+        await asyncio.sleep(0.6)  # the outage itself: time with no leader
+        async with _leader(broker, "leader-2"):
+            await wait_until(lambda: max(_sent_ticks(broker, "policy")) > stopped + 800)
+    ticks = _sent_ticks(broker, "policy")
+    assert len(ticks) == len(set(ticks))
+    steps = [b - a for a, b in zip(sorted(ticks), sorted(ticks)[1:], strict=False)]
+    assert (max(steps) > 100) is gap
+    if missed == "once":
+        assert max(steps) < 600  # one catch-up, then those within the grace
+
+
+async def test_a_one_shot_runs_once_and_is_removed() -> None:
+    """``in`` 0.2 s: one run, then the schedule is gone from the list."""
+    broker = MemoryBroker()
+    async with (
+        _leader(broker, "leader-1"),
+        _leader(broker, "leader-2"),
+        Recorder(bus=_bus(broker, "recorder-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        plans = PlanClient(client)
+        request = {"service": "recorder", "action": "record", "parameters": {"n": 7}}
+        await plans.add_schedule({"name": "once", "in": 0.2, "request": request})
+        await wait_until(lambda: len(Recorder.runs) == 1, timeout=10)
+        await wait_until(lambda: bool(_records(broker, "removed")), timeout=10)
+        assert (await plans.schedules()).schedules == []
+    assert len(_sent_ticks(broker, "once")) == 1
+
+
+async def test_a_scheduled_plan_runs_under_an_id_made_of_the_schedule_and_tick() -> None:
+    """Each tick of a plan schedule is a plan whose id is ``<schedule>-<tick>``: its
+    status is looked up by that id; removing the schedule stops the ticks."""
+    broker = MemoryBroker()
+    plan = {"subtasks": [{"id": "a", "skill": "record", "service": "recorder"}]}
+    async with (
+        _leader(broker, "leader-1"),
+        Recorder(bus=_bus(broker, "recorder-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        plans = PlanClient(client)
+        await plans.add_schedule({"name": "nightly", "every": 0.2, "plan": plan})
+        await wait_until(lambda: len(Recorder.runs) >= 2, timeout=10)
+        removed = await plans.remove_schedule("nightly")
+        [state] = list((await plans.schedules()).schedules) or [None]
+        run = _records(broker, "sent")[0]["run"]
+        status = await plans.status(run)
+    assert removed
+    assert state is None
+    assert run.startswith("nightly-")
+    assert status.plan_id == run
+
+
+def test_a_schedule_is_validated() -> None:
+    """Exactly one of every/cron/at/in and of plan/request; a known time zone; valid cron."""
+    request = {"service": "s", "action": "a"}
+    Schedule.model_validate(
+        {"name": "c", "cron": "*/5 * * * *", "tz": "Europe/Paris"} | {"request": request}
+    )
+    for bad in (
+        {"name": "x", "request": request},
+        {"name": "x", "every": 1, "cron": "* * * * *", "request": request},
+        {"name": "x", "every": 1},
+        {"name": "x", "cron": "61 * * * *", "request": request},
+        {"name": "x", "every": 1, "tz": "Mars/Olympus", "request": request},
+    ):
+        with pytest.raises(ValidationError):
+            Schedule.model_validate(bad)
+
+
+def test_cron_ticks_follow_the_time_zone() -> None:
+    """``0 9 * * *`` in Europe/Paris is 08:00 UTC in winter, 07:00 UTC in summer."""
+    schedule = Schedule.model_validate(
+        {
+            "name": "c",
+            "cron": "0 9 * * *",
+            "tz": "Europe/Paris",
+            "request": {"service": "s", "action": "a"},
+        }
+    )
+    winter = datetime(2026, 1, 10, tzinfo=UTC)
+    summer = datetime(2026, 7, 10, tzinfo=UTC)
+    for day, hour in ((winter, 8), (summer, 7)):
+        tick = schedule.next_tick(round(day.timestamp() * 1000), 0)
+        assert tick is not None
+        assert datetime.fromtimestamp(tick / 1000, UTC) == day + timedelta(hours=hour)

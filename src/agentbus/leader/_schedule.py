@@ -141,16 +141,19 @@ class Schedule(BaseModel):
             ticks.append(tick)
             total += 1
         late = now - math.ceil(self.grace * 1000)
-        missed = [t for t in ticks if t < late]
         on_time = [t for t in ticks if t >= late]
-        if self.missed == "skip":
-            kept = []
-        elif self.missed == "once":
-            kept = missed[-1:]
-        else:
-            kept = missed[-self.catch_up :]
+        kept = self._kept([t for t in ticks if t < late])
         through = ticks[-1] if ticks else None
-        return Due(kept + on_time, skipped=total - len(kept) - len(on_time), through=through)
+        skipped = total - len(kept) - len(on_time)
+        return Due(kept + on_time, skipped=skipped, through=through, caught_up=len(kept))
+
+    def _kept(self, missed: list[int]) -> list[int]:
+        # The missed ticks that run, under the policy.
+        if self.missed == "skip":
+            return []
+        if self.missed == "once":
+            return missed[-1:]
+        return missed[-self.catch_up :]
 
     def _ticks(self, after: int, added: int) -> Iterator[int]:
         # The ticks strictly after ``after``, in order.
@@ -174,11 +177,15 @@ class Schedule(BaseModel):
 class Due:
     """The ticks a schedule runs now, and how many missed ones it drops."""
 
-    __slots__ = ("skipped", "through", "ticks")
+    __slots__ = ("caught_up", "skipped", "through", "ticks")
 
-    def __init__(self, ticks: list[int], *, skipped: int, through: int | None = None) -> None:
+    def __init__(
+        self, ticks: list[int], *, skipped: int, through: int | None = None, caught_up: int = 0
+    ) -> None:
         self.ticks = ticks
         self.skipped = skipped
+        self.caught_up = caught_up
+        """How many of ``ticks`` (the first ones) were missed, and run by the policy."""
         self.through = through
         """The latest tick looked at (run or not): the next look starts after it."""
 

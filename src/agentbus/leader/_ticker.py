@@ -24,7 +24,7 @@ from agentbus._logging import get_logger
 from agentbus.bus import Journal, Lease, Transport
 from agentbus.envelopes import RequestEnvelope
 from agentbus.leader._client import TASK_SUBTASK
-from agentbus.leader._schedule import Schedule, tick_label
+from agentbus.leader._schedule import Due, Schedule, tick_label
 from agentbus.leader._schedule_book import Book, Entry, ScheduleWriter, read_book
 
 __all__ = ["LEASE", "SCHEDULE_CHANGED", "SCHEDULE_FIRED", "Ticker", "run_id"]
@@ -143,9 +143,7 @@ class Ticker:
         while True:
             now = _now()
             due = [(entry, entry.due(now)) for entry in list(book.entries.values())]
-            await asyncio.gather(
-                *(self._fire(e, d.ticks, d.skipped) for e, d in due if d.through is not None)
-            )
+            await asyncio.gather(*(self._fire(e, d) for e, d in due if d.through is not None))
             if time.monotonic() > snapshot_at:
                 self._writer.note(book.snapshot())
                 snapshot_at = time.monotonic() + _SNAPSHOT_EVERY
@@ -161,15 +159,16 @@ class Ticker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), max(min(wait, _IDLE), 0))
 
-    async def _fire(self, entry: Entry, ticks: list[int], skipped: int) -> None:
+    async def _fire(self, entry: Entry, due: Due) -> None:
         schedule = entry.schedule
-        if skipped:
-            _log.info("missed ticks skipped", schedule=schedule.name, skipped=skipped)
+        if due.skipped:
+            _log.info("missed ticks skipped", schedule=schedule.name, skipped=due.skipped)
         assert self._lease is not None
-        for tick in ticks:
+        for index, tick in enumerate(due.ticks):
             run = run_id(schedule, tick)
             await self._lease.confirm()
             record = {"kind": "fire", "name": schedule.name, "tick": tick, "run": run}
+            record["caught_up"] = index < due.caught_up
             await self._writer.write(record | {"leader": self._leader_id, "at": time.time()})
             self._book_apply(record | {"leader": self._leader_id})
             await self._send(entry, tick, run)

@@ -57,7 +57,10 @@ class Schedule(BaseModel):
     )
     start: datetime | None = Field(
         default=None,
-        description="With every: the first tick (default: one period after it was added).",
+        description=(
+            "With every: the first tick (default: whole periods from the epoch, the first "
+            "after it was added: every 300 s ticks at :00, :05, :10...)."
+        ),
     )
     cron: str | None = Field(
         default=None,
@@ -159,7 +162,7 @@ class Schedule(BaseModel):
         # The ticks strictly after ``after``, in order.
         if self.every is not None:
             period = max(round(self.every * 1000), 1)
-            first = _ms(self.start) if self.start is not None else added + period
+            first = _ms(self.start) if self.start is not None else (added // period + 1) * period
             tick = first if after < first else first + ((after - first) // period + 1) * period
             while True:
                 yield tick

@@ -8,7 +8,7 @@ from typing import Final
 
 __all__ = ["TOPICS", "Changes"]
 
-TOPICS: Final = ("agents", "plans", "traffic", "dead_letters")
+TOPICS: Final = ("agents", "plans", "schedules", "traffic", "dead_letters")
 
 
 class Changes:

@@ -10,13 +10,15 @@ from agentbus.dashboard._agents import AgentBoard
 from agentbus.dashboard._changes import Changes
 from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
+from agentbus.dashboard._schedules import ScheduleBoard
 from agentbus.dashboard._traffic import TrafficBoard
 
 __all__ = ["Dashboard"]
 
 
 class Dashboard:
-    """Follows a team on an open bus: agents, plans, traffic, dead letters; each a live board."""
+    """Follows a team on an open bus: agents, plans, schedules, traffic, dead letters; each a
+    live board."""
 
     def __init__(
         self,
@@ -35,6 +37,7 @@ class Dashboard:
             traffic=self.traffic,
         )
         self.plans = PlanBoard(bus, on_change=lambda: self.changes.touch("plans"))
+        self.schedules = ScheduleBoard(bus, on_change=lambda: self.changes.touch("schedules"))
         self.dead_letters = DeadLetterBoard(
             dead_letters, on_change=lambda: self.changes.touch("dead_letters")
         )
@@ -45,6 +48,7 @@ class Dashboard:
     async def start(self) -> Self:
         """Start following the team (the bus must be open)."""
         await self.plans.start()
+        await self.schedules.start()
         await self.agents.start()
         await self.dead_letters.start()
         return self
@@ -53,6 +57,7 @@ class Dashboard:
         """Stop following; the bus stays open (its owner closes it)."""
         await self.dead_letters.aclose()
         await self.agents.aclose()
+        await self.schedules.aclose()
         await self.plans.aclose()
 
     async def __aenter__(self) -> Self:
@@ -72,6 +77,8 @@ class Dashboard:
             return self.agents.snapshot()
         if topic == "plans":
             return self.plans.snapshot()
+        if topic == "schedules":
+            return self.schedules.snapshot()
         if topic == "traffic":
             return self.traffic.snapshot()
         if topic == "dead_letters":

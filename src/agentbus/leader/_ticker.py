@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from agentbus._exceptions import AgentBusError
@@ -192,21 +193,13 @@ class Ticker:
             _log.warning("scheduled run not sent", schedule=entry.schedule.name, error=error)
         lag = round(time.time() - tick / 1000, 4)
         self.fired += 1
-        sent: dict[str, Any] = {
-            "kind": "sent",
-            "name": entry.schedule.name,
-            "tick": tick,
-            "run": run,
-        }
-        sent |= {"lag": lag, "error": error}
+        name = entry.schedule.name
+        sent = {"kind": "sent", "name": name, "tick": tick, "run": run, "lag": lag, "error": error}
         self._writer.note(sent)
         self._book_apply(sent)
-        fired: dict[str, Any] = {
-            "name": entry.schedule.name,
-            "tick": tick_label(tick),
-            "run_id": run,
-        }
-        fired |= {"lag": lag, "error": error, "leader": self._leader_id}
+        upcoming = entry.next_tick()
+        fired = {"name": name, "tick": _iso(tick), "run_id": run, "lag": lag, "error": error}
+        fired |= {"leader": self._leader_id, "next": None if upcoming is None else _iso(upcoming)}
         task = asyncio.create_task(self._tell(SCHEDULE_FIRED, fired))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
@@ -243,6 +236,10 @@ class Ticker:
                 "payload": {"action": action, "parameters": parameters},
             }
         )
+
+
+def _iso(tick: int) -> str:
+    return datetime.fromtimestamp(tick / 1000, UTC).isoformat()
 
 
 def _now() -> int:

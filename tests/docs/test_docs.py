@@ -35,7 +35,7 @@ from doc_blocks import ROOT, Block, all_blocks, named
 import agentbus
 from agentbus import Settings
 from agentbus.bus import Topology
-from agentbus.leader import Plan
+from agentbus.leader import Plan, Schedule
 
 pytestmark = pytest.mark.docs
 
@@ -50,6 +50,9 @@ RUNNERS = {
     "essay-team",
     "plan-cli",
     "plan-python",
+    "schedule-example",
+    "schedule-cli",
+    "schedule-python",
 }
 """The doc-test names this module runs; every one marks a block (or the same one on two pages)."""
 SERVICES = ("registry", "leader", "greeter", "outliner", "drafter", "summarizer")
@@ -268,3 +271,32 @@ async def test_essay_team_runs_the_plan_from_the_cli_and_python(shell: Shell) ->
     assert results["outline"]["sections"] == ["What bees are", "How bees work", "Why bees matter"]
     assert results["draft"].startswith("## What bees are\n\n")
     assert results["summary"]["sections"] == 3
+
+
+def test_schedule_example_is_a_valid_schedule() -> None:
+    """Schedules: the page's schedule is one (a cron in Paris, a plan)."""
+    schedule = Schedule.model_validate(json.loads(named("schedule-example").text))
+    assert (schedule.cron, schedule.tz, schedule.plan is not None) == (
+        "30 2 * * *",
+        "Europe/Paris",
+        True,
+    )
+
+
+async def test_schedules_from_the_cli_and_python(shell: Shell, broker_url: str) -> None:
+    """Schedules: added, listed and removed from the CLI as shown; then from Python."""
+
+    async def while_up() -> None:
+        settings = Settings(url=broker_url, exchange=shell.env["AGENTBUS_EXCHANGE"])
+        async with agentbus.connect(settings=settings) as bus:
+            printed = await run_python(named("schedule-python"), agentbus=agentbus, bus=bus)
+        assert printed.splitlines()[0].startswith("greet-bo next at ")
+
+    await shell.run(named("schedule-cli"), before_kill=while_up)
+    listing = next(out.stdout for out in shell.outputs if "NAME" in out.stdout)
+    assert "greet-ann" in listing
+    assert "cron '30 2 * * *' Europe/Paris" in listing
+    assert [out.stdout.strip() for out in shell.outputs[-2:]] == [
+        "greet-ann: removed",
+        "nightly: removed",
+    ]

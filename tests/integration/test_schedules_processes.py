@@ -9,7 +9,9 @@ arrives exactly once: none lost, none twice.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import signal
 from collections import Counter
 from datetime import UTC, datetime
@@ -75,3 +77,51 @@ def _ticking(leaders: list[AgentProcess]) -> AgentProcess:
     holders = [leader for leader in leaders if leader.logged(TAKEN) is not None]
     assert len(holders) == 1, "exactly one leader holds the lease"
     return holders[0]
+
+
+async def test_a_raw_amqp_client_adds_lists_and_removes_a_schedule(
+    procs: Processes, raw_channel: aio_pika.abc.AbstractChannel
+) -> None:
+    """Plain JSON envelopes over plain AMQP (no agentbus): ``schedule_add`` with a cron
+    expression in a time zone, ``schedule_list``, ``schedule_remove``: each answered."""
+    await procs.leader("leader-1").started()
+    exchange = await raw_channel.declare_exchange(
+        procs.exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    replies = await raw_channel.declare_queue(exclusive=True)
+    schedule = {
+        "name": "nightly",
+        "cron": "30 2 * * *",
+        "tz": "Europe/Paris",
+        "request": {"service": "reports", "action": "build", "task": True},
+    }
+    calls = [
+        ("schedule_add", {"schedule": schedule}),
+        ("schedule_list", {}),
+        ("schedule_remove", {"name": "nightly"}),
+    ]
+    results = []
+    async with replies.iterator() as incoming:
+        for n, (action, parameters) in enumerate(calls):
+            envelope = {
+                "protocol_version": "1.2",
+                "message_id": f"raw-{n}",
+                "sender_id": "raw-client",
+                "receiver_id": "leader",
+                "message_type": "request",
+                "payload": {"action": action, "parameters": parameters},
+            }
+            body = json.dumps(envelope).encode()
+            message = aio_pika.Message(body, message_id=f"raw-{n}", reply_to=replies.name)
+            await exchange.publish(message, routing_key="agent.leader.request")
+            async with asyncio.timeout(STARTUP):
+                reply = await anext(incoming)
+                await reply.ack()
+            payload = json.loads(reply.body)["payload"]
+            assert payload["status"] == "success", payload
+            results.append(payload["result"])
+    added, listing, removed = results
+    next_tick = datetime.fromisoformat(added["next_tick"])
+    assert (next_tick.minute, next_tick.second) == (30, 0)  # 02:30 in Paris, in UTC
+    assert [state["name"] for state in listing["schedules"]] == ["nightly"]
+    assert removed == {"name": "nightly", "removed": True}

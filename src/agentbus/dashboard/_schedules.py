@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from agentbus._exceptions import AgentBusError
+from agentbus._exceptions import AccessRefused, AgentBusError
 from agentbus._logging import get_logger
 from agentbus.bus import Feed, Transport
 from agentbus.envelopes import BROADCAST
@@ -97,6 +97,9 @@ class ScheduleBoard:
         while True:
             try:
                 await self.refresh()
+                return
+            except AccessRefused as exc:  # this dashboard's user may not call the leaders
+                _log.warning("schedules not listed", error=str(exc))
                 return
             except AgentBusError as exc:
                 _log.info("no schedule list yet", error=str(exc))

@@ -14,7 +14,8 @@ import pytest
 from pydantic import ValidationError
 from tests.waiting import wait_until
 
-from agentbus import Agent, Leader, PlanClient, Settings, current_request, skill
+from agentbus import Agent, ConnectionLost, Leader, PlanClient, Settings, current_request, skill
+from agentbus.dashboard import Dashboard
 from agentbus.leader import Schedule
 from agentbus.testing import MemoryBroker, MemoryBus
 
@@ -205,3 +206,58 @@ def test_cron_ticks_follow_the_time_zone() -> None:
         tick = schedule.next_tick(round(day.timestamp() * 1000), 0)
         assert tick is not None
         assert datetime.fromtimestamp(tick / 1000, UTC) == day + timedelta(hours=hour)
+
+
+async def test_the_dashboard_lists_schedules_and_their_runs_as_they_come() -> None:
+    """The board asks a leader for the list on a change, and takes each run from
+    ``schedule_fired``: the schedule, its next tick, its runs (newest first); removed: gone."""
+    broker = MemoryBroker()
+    async with (
+        _leader(broker, "leader-1"),
+        Recorder(bus=_bus(broker, "recorder-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+        _bus(broker, "dashboard-1") as board_bus,
+        Dashboard(board_bus) as dashboard,
+    ):
+        plans = PlanClient(client)
+
+        def listed() -> list[dict[str, Any]]:
+            return list(dashboard.snapshot("schedules")["schedules"])
+
+        await plans.add_schedule(_every("shown", 0.2))
+        await wait_until(lambda: bool(listed()) and len(listed()[0]["runs"]) >= 2, timeout=10)
+        [shown] = listed()
+        assert shown["when"] == "every 0.2 s"
+        assert shown["target"] == "request recorder.record"
+        assert shown["next_tick"] is not None
+        assert shown["runs"][0]["tick"] > shown["runs"][1]["tick"]
+        assert dashboard.snapshot("schedules")["ticker"] == "leader-1"
+        await plans.remove_schedule("shown")
+        await wait_until(lambda: not listed(), timeout=10)
+
+
+async def test_a_lease_has_one_holder_and_passes_on_when_its_bus_closes() -> None:
+    """Two buses ask; the first holds it, the second waits; the first's bus closes (as
+    its connection would): the second holds it, and ``confirm`` fails on the first."""
+    broker = MemoryBroker()
+    async with _bus(broker, "a-1") as first, _bus(broker, "b-1") as second:
+        held = await first.lease("turns")
+        waiting = await second.lease("turns")
+        await asyncio.wait_for(held.acquired(), 5)
+        assert not waiting.is_held
+        await held.confirm()
+        await first.aclose()
+        await asyncio.wait_for(waiting.acquired(), 5)
+        with pytest.raises(ConnectionLost):
+            await held.confirm()
+        await waiting.confirm()
+
+
+def test_the_asyncapi_document_has_the_schedule_skills_and_events() -> None:
+    """A team with a leader: its schedule skills are operations, and both events."""
+    from agentbus.cli._asyncapi_document import asyncapi_document
+
+    card = Leader(bus=_bus(MemoryBroker(), "leader-1")).card
+    operations = asyncapi_document([card])["operations"]
+    names = {"leader.schedule_add", "leader.schedule_list", "leader.schedule_remove"}
+    assert names | {"schedule_fired", "schedule_changed"} <= operations.keys()

@@ -64,7 +64,12 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     if len(values) < 2:
         return {"p50": values[0] if values else float("nan"), "p99": float("nan")}
     cuts = statistics.quantiles(values, n=100)
-    return {"p50": round(statistics.median(values) * 1000, 2), "p99": round(cuts[98] * 1000, 2)}
+    p50, p99 = statistics.median(values), cuts[98]
+    return {
+        "p50": round(p50 * 1000, 2),
+        "p99": round(p99 * 1000, 2),
+        "max": round(max(values) * 1000, 2),
+    }
 
 
 async def bench(url: str, minutes: float, logs: Path) -> dict[str, Any]:

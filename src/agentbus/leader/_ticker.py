@@ -37,6 +37,7 @@ SCHEDULE_FIRED: Final = "schedule_fired"
 SCHEDULE_CHANGED: Final = "schedule_changed"
 """The event a schedule added or removed sends, to everyone (the ticking leader too)."""
 _SNAPSHOT_EVERY: Final = 300.0  # s between two snapshots of the schedules in the journal
+_RETRY: Final = 1.0  # s before a leader whose ticking failed asks for the lease again
 _IDLE: Final = 3600.0  # s: the longest wait with nothing due (a change wakes it)
 
 _log = get_logger("agentbus.leader")
@@ -122,13 +123,24 @@ class Ticker:
             finally:
                 for task in (ticking, lost):
                     task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await asyncio.wait({ticking, lost})
                 self._book = None
-            if ticking.done() and not ticking.cancelled() and ticking.exception() is not None:
-                _log.warning("ticking stopped", error=repr(ticking.exception()))
-                await lease.aclose()  # another leader is better placed
-                return
+            failed = None if ticking.cancelled() else ticking.exception()
+            if failed is not None:
+                # Hand the ticking on (another leader may be better placed), and ask again
+                # at the back of the line.
+                _log.warning("ticking stopped", error=repr(failed))
+                await lease.aclose()
+                await asyncio.sleep(_RETRY)
+                lease = self._lease = await self._ask_again()
+
+    async def _ask_again(self) -> Lease:
+        while True:
+            try:
+                return await self._bus.lease(LEASE)
+            except AgentBusError as exc:
+                _log.warning("lease not asked for", error=str(exc))
+                await asyncio.sleep(_RETRY)
 
     async def _tick(self) -> None:
         began = time.monotonic()

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     """Seconds a durable plan whose every step left waits for people's answers runs on
     before it parks: its leader lets it go (no delivery held, so a wait of days is
     nothing to the broker), and the answer resumes it on whichever leader takes it."""
+    schedules: bool = True
+    """Leaders run schedules (``schedule_add``): kept in the journal ``schedules``, each
+    tick run by the one leader holding the lease ``schedules`` (docs/guides/schedules.md)."""
     plan_retention: float = Field(default=3600.0, ge=0)
     """Seconds a leader keeps a plan's aggregate after it ended, for ``plan_status``."""
     question_retention: str = Field(default="7D", pattern=r"^[0-9]+(Y|M|D|h|m|s)$")

@@ -67,6 +67,10 @@ class Topology:
         """The stream holding the journal ``name``."""
         return f"{self.exchange}.journal.{name}"
 
+    def lease_queue(self, name: str) -> str:
+        """The queue of the lease ``name``: a single active consumer and its token."""
+        return f"{self.exchange}.lease.{name}"
+
     def conversations(self, service: str) -> str:
         """The stream holding the questions ``service``'s skills asked (docs/conversations.md)."""
         return f"{self.exchange}.service.{service}.conversations"

@@ -36,7 +36,7 @@ from doc_blocks import ROOT, Block, all_blocks, named
 import agentbus
 from agentbus import Settings
 from agentbus.bus import Topology
-from agentbus.leader import Plan
+from agentbus.leader import Plan, Schedule
 from agentbus.registry import Registry
 
 pytestmark = pytest.mark.docs
@@ -56,6 +56,9 @@ RUNNERS = {
     "sync-questions",
     "sync-script",
     "sync-web-views",
+    "schedule-example",
+    "schedule-cli",
+    "schedule-python",
 }
 """The doc-test names this module runs; every one marks a block (or the same one on two pages)."""
 SERVICES = ("registry", "leader", "greeter", "outliner", "drafter", "summarizer", "clerk")
@@ -375,4 +378,33 @@ async def test_sync_client_answers_questions(broker_url: str, exchange: str) -> 
         "booked 2 nights in Oslo for ann",
         "Book 1 nights in Rome?",
         "booked 1 nights in Rome for bo",
+    ]
+
+
+def test_schedule_example_is_a_valid_schedule() -> None:
+    """Schedules: the page's schedule is one (a cron in Paris, a plan)."""
+    schedule = Schedule.model_validate(json.loads(named("schedule-example").text))
+    assert (schedule.cron, schedule.tz, schedule.plan is not None) == (
+        "30 2 * * *",
+        "Europe/Paris",
+        True,
+    )
+
+
+async def test_schedules_from_the_cli_and_python(shell: Shell, broker_url: str) -> None:
+    """Schedules: added, listed and removed from the CLI as shown; then from Python."""
+
+    async def while_up() -> None:
+        settings = Settings(url=broker_url, exchange=shell.env["AGENTBUS_EXCHANGE"])
+        async with agentbus.connect(settings=settings) as bus:
+            printed = await run_python(named("schedule-python"), agentbus=agentbus, bus=bus)
+        assert printed.splitlines()[0].startswith("greet-bo next at ")
+
+    await shell.run(named("schedule-cli"), before_kill=while_up)
+    listing = next(out.stdout for out in shell.outputs if "NAME" in out.stdout)
+    assert "greet-ann" in listing
+    assert "cron '30 2 * * *' Europe/Paris" in listing
+    assert [out.stdout.strip() for out in shell.outputs[-2:]] == [
+        "greet-ann: removed",
+        "nightly: removed",
     ]

@@ -244,7 +244,7 @@ async def test_a_durable_plan_cancelled_from_the_board_ends_and_is_not_handed_ov
         await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["done"] == 1, 5)
     (view,) = dashboard.plans.snapshot()["plans"]
     assert [s["status"] for s in view["subtasks"]] == ["cancelled"]
-    [journal] = broker.journals.values()
+    journal = broker.journals["agentbus.journal.plans"]
     records = [record for _, body in journal for record in orjson.loads(body)["records"]]
     assert [r["status"] for r in records if r["kind"] == "ended"] == ["failed"]
 

@@ -80,7 +80,7 @@ async def test_a_durable_plan_runs_as_any_and_journals_its_steps() -> None:
         reply = await client.request("leader", "run_plan", {"plan": _chain(3)}, timeout=20)
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert [s["result"] for s in reply.result["subtasks"]] == [1, 2, 3]
-    [journal] = broker.journals.values()
+    journal = broker.journals["agentbus.journal.plans"]
     records = [record for _, body in journal for record in orjson.loads(body)["records"]]
     kinds = Counter(record["kind"] for record in records)
     assert kinds == {"begun": 1, "sent": 3, "settled": 3, "ended": 1}

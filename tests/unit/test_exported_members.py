@@ -84,6 +84,8 @@ def test_top_level_all_is_pinned() -> None:
 
 EXPECTED_LEADER = [
     "PLAN_PROGRESS",
+    "SCHEDULE_CHANGED",
+    "SCHEDULE_FIRED",
     "TASK_SUBTASK",
     "Aggregate",
     "Leader",
@@ -97,6 +99,11 @@ EXPECTED_LEADER = [
     "Progress",
     "ProgressReport",
     "RunState",
+    "Schedule",
+    "ScheduleListing",
+    "ScheduleRun",
+    "ScheduleState",
+    "ScheduledRequest",
     "SkillDirectory",
     "Skip",
     "Stop",

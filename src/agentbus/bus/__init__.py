@@ -10,6 +10,7 @@ from agentbus._topology import Topology, reply_routing_key, routing_key, topic_m
 from agentbus.bus._artifacts import Artifact, Artifacts, artifact_scope, put_artifact
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._hooks import Journal
+from agentbus.bus._lease import Lease, LeaseState
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._protocol import Transport
@@ -49,6 +50,8 @@ __all__ = [
     "FeedStats",
     "Journal",
     "LatencyObserver",
+    "Lease",
+    "LeaseState",
     "ProgressCallback",
     "PublishOptions",
     "QuestionHandler",

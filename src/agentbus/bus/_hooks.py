@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol, Self
 
 from agentbus.bus._feed import Feed
+from agentbus.bus._lease import Lease
 from agentbus.bus._stores._artifact_store import ArtifactStore
 
 __all__ = ["BrokerHooks", "Journal"]
@@ -59,6 +60,11 @@ class BrokerHooks(abc.ABC):
     @abc.abstractmethod
     def _artifact_store(self) -> ArtifactStore:
         """The broker's own artifact store (on RabbitMQ, its streams), once connected."""
+
+    @abc.abstractmethod
+    async def _open_lease(self, queue: str, lease: Lease) -> None:
+        """Declare the lease's queue (a single active consumer's), put a token in, and
+        consume it: the token's delivery grants ``lease``, its channel's close revokes it."""
 
     @abc.abstractmethod
     async def _open_reply_queue(

@@ -1,4 +1,5 @@
-"""What the broker keeps for a bus: journals, conversation journals and durable reply queues."""
+"""What the broker keeps for a bus: journals, conversation journals, durable reply queues
+and leases."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from agentbus._topology import Topology
 from agentbus.bus._dispatch import Dispatcher
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._hooks import Journal
+from agentbus.bus._lease import Lease
 from agentbus.bus._pending import PendingRequests
 from agentbus.envelopes import is_valid_id
 
@@ -47,6 +49,10 @@ class Keeping(abc.ABC):
         self, queue: str, *, hold: bool, exclusive: bool = False
     ) -> Callable[[bool], Awaitable[None]]:
         """Declare a durable reply queue and take its replies."""
+
+    @abc.abstractmethod
+    async def _open_lease(self, queue: str, lease: Lease) -> None:
+        """Declare the lease's queue, put a token in, and wait in line for it."""
 
     async def journal(self, name: str, *, max_age: str = "7D") -> Journal:
         """Open the journal ``name``: an append-only log every process reads back; on
@@ -109,6 +115,23 @@ class Keeping(abc.ABC):
                 self._held.abandon(queue)
 
         return stop_held
+
+    async def lease(self, name: str) -> Lease:
+        """Ask for the lease ``name``: one holder at a time among the buses that ask.
+
+        Returns at once; ``await lease.acquired()`` waits until this bus holds it. It is
+        held until ``lease.aclose()``, or until the connection that holds it goes (then
+        the broker hands it to the next bus in line: on RabbitMQ, a queue's single active
+        consumer and a token message held unacknowledged).
+
+        Raises:
+            ConfigurationError: ``name`` is not a valid id.
+            BusClosed: the bus is not open.
+        """
+        self._require_open()
+        lease = Lease(checked(name, "lease name"))
+        await self._open_lease(self.topology.lease_queue(name), lease)
+        return lease
 
     def release(self, message_id: str) -> bool:
         """Let the held answer to request ``message_id`` leave its reply queue (``hold``).

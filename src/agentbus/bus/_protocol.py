@@ -11,6 +11,7 @@ from agentbus._metrics import Metrics
 from agentbus.bus._artifacts import Artifacts
 from agentbus.bus._feed import Feed, FeedHandler
 from agentbus.bus._hooks import Journal
+from agentbus.bus._lease import Lease
 from agentbus.bus._options import PublishOptions
 from agentbus.bus._pending import ProgressCallback, QuestionHandler
 from agentbus.bus._replies import ReplyPublisher
@@ -146,6 +147,8 @@ class Transport(Protocol):
     async def reply_queue(
         self, name: str, *, expect: Iterable[str] = ..., hold: bool = ..., exclusive: bool = ...
     ) -> Callable[[bool], Awaitable[None]]: ...
+
+    async def lease(self, name: str) -> Lease: ...
 
     def release(self, message_id: str) -> bool: ...
 

@@ -37,7 +37,7 @@ from agentbus.envelopes import (
     ErrorCode,
     Question,
 )
-from agentbus.leader import PLAN_PROGRESS, Progress
+from agentbus.leader import PLAN_PROGRESS, SCHEDULE_CHANGED, SCHEDULE_FIRED, Progress
 
 __all__ = ["ASYNCAPI_VERSION", "asyncapi_document"]
 
@@ -116,6 +116,8 @@ def asyncapi_document(
         builder.service(service, card)
     plans = any("run_plan" in card.skill_names for card in by_service.values())
     builder.events(plans)
+    if any("schedule_add" in card.skill_names for card in by_service.values()):
+        builder.schedule_events()
     services = ", ".join(sorted(by_service)) or "none"
     document: dict[str, Any] = {
         "asyncapi": ASYNCAPI_VERSION,
@@ -331,6 +333,33 @@ class _Builder:
             "summary": "The progress of the client's own plans, in order.",
             "messages": [{"$ref": f"#/channels/{_CLIENT_EVENTS}/messages/{PLAN_PROGRESS}"}],
         }
+
+    def schedule_events(self) -> None:
+        """Add the leaders' schedule news: each tick run, each schedule added or removed."""
+        fired = {
+            "type": "object",
+            "required": ["name", "tick", "run_id"],
+            "properties": {
+                "name": {"type": "string", "description": "The schedule."},
+                "tick": {"type": "string", "format": "date-time"},
+                "run_id": {"type": "string", "description": "The run's plan id, or request id."},
+                "lag": {"type": ["number", "null"], "description": "Seconds, tick to sent."},
+                "error": {"type": ["string", "null"]},
+                "leader": {"type": "string", "description": "The leader that ticks."},
+                "next": {"type": ["string", "null"], "format": "date-time"},
+            },
+        }
+        self._event(SCHEDULE_FIRED, "The ticking leader, for each tick run.", fired)
+        changed = {
+            "type": "object",
+            "required": ["name", "change"],
+            "properties": {
+                "name": {"type": "string"},
+                "change": {"enum": ["added", "removed"]},
+                "record": {"type": "object", "description": "The journal's record of it."},
+            },
+        }
+        self._event(SCHEDULE_CHANGED, "A leader, when a schedule is added or removed.", changed)
 
     def _event(self, name: str, description: str, data: dict[str, Any]) -> None:
         payload = {

@@ -32,10 +32,11 @@ from agentbus.cli._definitions import definitions_command, federation_command
 from agentbus.cli._demo import demo_command
 from agentbus.cli._gateway import gateway, run_a2a
 from agentbus.cli._mcp import mcp, run_mcp
+from agentbus.cli._schedule import schedule as schedule_group
 from agentbus.cli._security import security_options, security_overrides
 from agentbus.cli._serve import leader, registry, run
 from agentbus.envelopes import envelope_schema
-from agentbus.leader import Plan
+from agentbus.leader import Plan, Schedule
 
 __all__ = ["cli", "main"]
 
@@ -47,6 +48,12 @@ _SERVING_COMMANDS = frozenset(
 def plan_schema() -> dict[str, Any]:
     """Return the JSON Schema of a plan."""
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **Plan.model_json_schema()}
+
+
+def schedule_schema() -> dict[str, Any]:
+    """Return the JSON Schema of a schedule (``schedule_add``'s ``schedule``)."""
+    schema = Schedule.model_json_schema(by_alias=True)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": None})
@@ -93,7 +100,9 @@ def cli(
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["envelope", "plan", "asyncapi"]), default="envelope")
+@click.argument(
+    "what", type=click.Choice(["envelope", "plan", "schedule", "asyncapi"]), default="envelope"
+)
 @click.argument("agents", nargs=-1, metavar="[MODULE:CLASS]...")
 @click.option("--registry", "registry_service", default="registry", show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
@@ -102,7 +111,8 @@ def cli(
 def schema(
     ctx: click.Context, what: str, agents: tuple[str, ...], registry_service: str, timeout: float
 ) -> None:
-    """Print the JSON Schema (Draft 2020-12) of WHAT: the envelope (default) or a plan.
+    """Print the JSON Schema (Draft 2020-12) of WHAT: the envelope (default), a plan, or a
+    schedule.
 
     WHAT asyncapi prints the AsyncAPI 3.0 document of a team's wire contract: of the agent
     classes MODULE:CLASS given, or else of the team the registry knows on the broker (--url).
@@ -113,7 +123,8 @@ def schema(
         return
     if agents:
         raise click.UsageError("MODULE:CLASS arguments go with asyncapi only")
-    print_json(envelope_schema() if what == "envelope" else plan_schema())
+    schemas = {"envelope": envelope_schema, "plan": plan_schema, "schedule": schedule_schema}
+    print_json(schemas[what]())
 
 
 @cli.command()
@@ -151,6 +162,7 @@ def demo(
 for _command in (run, registry, leader, plan, agents, request, publish):
     cli.add_command(_command)
 cli.add_command(answer)
+cli.add_command(schedule_group)
 cli.add_command(definitions_command)
 cli.add_command(federation_command)
 cli.add_command(audit_command)

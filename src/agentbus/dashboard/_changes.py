@@ -8,7 +8,7 @@ from typing import Final
 
 __all__ = ["TOPICS", "Changes"]
 
-TOPICS: Final = ("agents", "questions", "plans", "traffic", "dead_letters")
+TOPICS: Final = ("agents", "questions", "plans", "schedules", "traffic", "dead_letters")
 
 
 class Changes:

@@ -11,14 +11,15 @@ from agentbus.dashboard._changes import Changes
 from agentbus.dashboard._dead_letters import DeadLetterBoard
 from agentbus.dashboard._plans import PlanBoard
 from agentbus.dashboard._questions import QuestionBoard
+from agentbus.dashboard._schedules import ScheduleBoard
 from agentbus.dashboard._traffic import TrafficBoard
 
 __all__ = ["Dashboard"]
 
 
 class Dashboard:
-    """Follows a team on an open bus: agents, open questions, plans, traffic, dead letters;
-    each a live board."""
+    """Follows a team on an open bus: agents, open questions, plans, schedules, traffic, dead
+    letters; each a live board."""
 
     def __init__(
         self,
@@ -42,6 +43,7 @@ class Dashboard:
             on_change=lambda: self.changes.touch("plans"),
             on_report=self.questions.take_report,
         )
+        self.schedules = ScheduleBoard(bus, on_change=lambda: self.changes.touch("schedules"))
         self.dead_letters = DeadLetterBoard(
             dead_letters, on_change=lambda: self.changes.touch("dead_letters")
         )
@@ -53,6 +55,7 @@ class Dashboard:
         """Start following the team (the bus must be open)."""
         await self.questions.start()
         await self.plans.start()
+        await self.schedules.start()
         await self.agents.start()
         await self.dead_letters.start()
         return self
@@ -61,6 +64,7 @@ class Dashboard:
         """Stop following; the bus stays open (its owner closes it)."""
         await self.dead_letters.aclose()
         await self.agents.aclose()
+        await self.schedules.aclose()
         await self.plans.aclose()
         await self.questions.aclose()
 
@@ -83,6 +87,8 @@ class Dashboard:
             return self.questions.snapshot()
         if topic == "plans":
             return self.plans.snapshot()
+        if topic == "schedules":
+            return self.schedules.snapshot()
         if topic == "traffic":
             return self.traffic.snapshot()
         if topic == "dead_letters":

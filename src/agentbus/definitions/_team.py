@@ -65,7 +65,8 @@ class Grant:
             registry's ``describe``).
         audits: Whether it may read the audit stream.
         keeps_plans: Whether it keeps plan journals and their durable reply queues (the
-            leader's durable plans: ``<exchange>.journal.*``, ``<exchange>.replies.*``).
+            leader's durable plans: ``<exchange>.journal.*``, ``<exchange>.replies.*``),
+            and the leases the leaders take turns under (schedules: ``<exchange>.lease.*``).
         watches: Whether it watches the whole team, as ``agentbus dashboard`` does: it
             broadcasts ``announce`` (and ``cancel``, its action on plans), asks any
             instance to ``describe`` itself, browses the dead-letter queue, and sends
@@ -388,6 +389,7 @@ def permissions_of(
         queues += [
             rf"{e(topology.exchange)}\.journal\.[^.]+",
             rf"{e(topology.exchange)}\.replies\.[^.]+",
+            rf"{e(topology.exchange)}\.lease\.[^.]+",
         ]
     exchanges = [e(topology.exchange), e(topology.dead_letter_exchange)]
     declared = [*exchanges, e(topology.dead_letter_queue), *queues]

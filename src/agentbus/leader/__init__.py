@@ -1,4 +1,5 @@
-"""The leader: plans of subtasks run over capable agents, with progress and aggregation."""
+"""The leader: plans of subtasks run over capable agents, with progress and aggregation;
+schedules that run plans and requests."""
 
 from agentbus._exceptions import NoCapableAgent
 from agentbus.leader._aggregate import (
@@ -17,10 +18,15 @@ from agentbus.leader._graph import PlanGraph, Skip, Stop
 from agentbus.leader._leader import Leader
 from agentbus.leader._plan import Plan, Subtask, resolve_input
 from agentbus.leader._run import PlanRunner
+from agentbus.leader._schedule import Schedule, ScheduledRequest
+from agentbus.leader._schedule_book import ScheduleListing, ScheduleRun, ScheduleState
 from agentbus.leader._status import PlanState, RunState
+from agentbus.leader._ticker import SCHEDULE_CHANGED, SCHEDULE_FIRED
 
 __all__ = [
     "PLAN_PROGRESS",
+    "SCHEDULE_CHANGED",
+    "SCHEDULE_FIRED",
     "TASK_SUBTASK",
     "Aggregate",
     "Leader",
@@ -34,6 +40,11 @@ __all__ = [
     "Progress",
     "ProgressReport",
     "RunState",
+    "Schedule",
+    "ScheduleListing",
+    "ScheduleRun",
+    "ScheduleState",
+    "ScheduledRequest",
     "SkillDirectory",
     "Skip",
     "Stop",

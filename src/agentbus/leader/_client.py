@@ -14,6 +14,8 @@ from agentbus.bus import QuestionHandler, Transport
 from agentbus.envelopes import EventEnvelope, Question
 from agentbus.leader._aggregate import PLAN_PROGRESS, Aggregate, Progress, ProgressReport
 from agentbus.leader._plan import Plan
+from agentbus.leader._schedule import Schedule
+from agentbus.leader._schedule_book import ScheduleListing, ScheduleState
 from agentbus.leader._status import PlanState
 
 __all__ = ["TASK_SUBTASK", "PlanClient"]
@@ -140,6 +142,36 @@ class PlanClient:
             self._leader, "plan_status", {"plan_id": plan_id}, timeout=timeout
         )
         return PlanState.model_validate(reply.result)
+
+    async def add_schedule(
+        self, schedule: Schedule | dict[str, Any], *, replace: bool = False, timeout: float = 10.0
+    ) -> ScheduleState:
+        """Add a schedule (a plan or a request run every N seconds, on a cron expression,
+        or once): kept by the leaders, each tick run once. ``replace`` one of that name.
+
+        Raises:
+            ValidationError: ``schedule`` is not a valid schedule.
+            RemoteError: the leader refused it (``invalid_parameters``: the name is taken).
+        """
+        schedule = schedule if isinstance(schedule, Schedule) else Schedule.model_validate(schedule)
+        parameters = {
+            "schedule": schedule.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "replace": replace,
+        }
+        reply = await self._bus.request(self._leader, "schedule_add", parameters, timeout=timeout)
+        return ScheduleState.model_validate(reply.result)
+
+    async def schedules(self, *, timeout: float = 10.0) -> ScheduleListing:
+        """Every schedule, with its next tick and its last runs."""
+        reply = await self._bus.request(self._leader, "schedule_list", {}, timeout=timeout)
+        return ScheduleListing.model_validate(reply.result)
+
+    async def remove_schedule(self, name: str, *, timeout: float = 10.0) -> bool:
+        """Remove the schedule ``name``; return whether there was one."""
+        reply = await self._bus.request(
+            self._leader, "schedule_remove", {"name": name}, timeout=timeout
+        )
+        return bool(reply.result.get("removed"))
 
     async def watch(self, plan_id: str, on_progress: ProgressCallback) -> None:
         """Hand every progress event of ``plan_id`` to ``on_progress`` from now on (from

@@ -13,7 +13,7 @@ from agentbus._exceptions import (
     InvalidParameters,
     QuestionClosed,
 )
-from agentbus.agents import AGENT_OFFLINE, Agent, answer_parameters, current_request, skill
+from agentbus.agents import AGENT_OFFLINE, answer_parameters, current_request, skill
 from agentbus.bus import Journal, redelivered, reply_address
 from agentbus.envelopes import (
     EventEnvelope,
@@ -36,6 +36,7 @@ from agentbus.leader._durable import (
 from agentbus.leader._parking import Origin
 from agentbus.leader._plan import Plan
 from agentbus.leader._questions import Given, PlanQuestions
+from agentbus.leader._scheduling import ScheduleSkills
 from agentbus.leader._status import PlanState, RecentPlans
 
 __all__ = ["Leader"]
@@ -43,13 +44,14 @@ __all__ = ["Leader"]
 _SKEW: Final = timedelta(minutes=1)  # read a question's records from this long before it
 
 
-class Leader(Agent):
+class Leader(ScheduleSkills):
     """Runs plans: each subtask goes to an agent offering its skill; results are aggregated.
 
     Progress goes out as ``plan_progress`` events, to the requester and on broadcast.
     ``durable`` (default: the ``durable_plans`` setting): each plan's steps are journaled
     on the broker (a stream shared by the leaders), so a plan whose leader dies goes on
-    under another one, from where it was.
+    under another one, from where it was. The leaders also run the schedules
+    (``schedule_add``), one leader at a time (``ScheduleSkills``).
     """
 
     name = "leader"
@@ -86,6 +88,7 @@ class Leader(Agent):
             park_after=self.settings.plan_park_after,
             ended=self._ended,
         )
+        await self._start_schedules()
 
     @staticmethod
     def plan_of(action: str, parameters: dict[str, Any]) -> dict[str, Any] | None:

@@ -38,10 +38,14 @@ class _Queue:
     pump_scheduled: bool = False
     deleted: bool = False
     exclusive: bool = False
+    single_active: bool = False
     expiry_timer: asyncio.TimerHandle | None = None
     unused_timer: asyncio.TimerHandle | None = None
 
     def ready_consumer(self) -> MemoryConsumer | None:
+        if self.single_active:  # the first consumer alone, until it goes
+            first = self.consumers[0] if self.consumers else None
+            return first if first is not None and first.has_capacity else None
         # Round-robin over the consumers that still have room under their prefetch.
         count = len(self.consumers)
         for step in range(count):
@@ -89,6 +93,7 @@ class MemoryBroker:
         dead_letter: bool = True,
         expires: float | None = None,
         max_length: int | None = None,
+        single_active: bool = False,
     ) -> None:
         """Create queue ``name`` if it does not exist (declaring is idempotent).
 
@@ -98,6 +103,8 @@ class MemoryBroker:
             expires: Delete the queue once it has had no consumer for this many seconds.
             max_length: Keep at most this many messages waiting: the oldest go first
                 (RabbitMQ's ``x-max-length`` with ``x-overflow: drop-head``).
+            single_active: Deliver to the first consumer alone, then to the next once it
+                goes (RabbitMQ's ``x-single-active-consumer``).
 
         Raises:
             ConfigurationError: the queue exists with other arguments.
@@ -105,6 +112,7 @@ class MemoryBroker:
         queue = self._queues.get(name)
         if queue is None:
             queue = self._queues[name] = _Queue(name, dead_letter, expires, max_length)
+            queue.single_active = single_active
         elif (queue.dead_letter, queue.expires, queue.max_length) != (
             dead_letter,
             expires,

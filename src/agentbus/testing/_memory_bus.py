@@ -11,7 +11,7 @@ from agentbus._config import Settings
 from agentbus._exceptions import BusClosed
 from agentbus._logging import get_logger
 from agentbus._metrics import Metrics
-from agentbus.bus import BusState, Feed, Journal
+from agentbus.bus import BusState, Feed, Journal, Lease
 from agentbus.bus.internal import ArtifactStore, BaseBus
 from agentbus.envelopes import utcnow
 from agentbus.security import publisher_user_id
@@ -19,6 +19,7 @@ from agentbus.testing._consumer import MemoryConsumer, MemoryDelivery
 from agentbus.testing._memory_artifacts import MemoryArtifactStore
 from agentbus.testing._memory_broker import MemoryBroker
 from agentbus.testing._memory_journal import MemoryJournal
+from agentbus.testing._memory_lease import MemoryLease
 from agentbus.testing._publisher import MemoryPublisher
 
 __all__ = ["MemoryBus"]
@@ -62,6 +63,7 @@ class MemoryBus(BaseBus):
         self._service_consumers: list[MemoryConsumer] = []
         self._closed_consumers: list[MemoryConsumer] = []
         self._reply_consumers: set[MemoryConsumer] = set()  # of reply queues, as channels
+        self._leases: list[MemoryLease] = []
 
     async def open(self) -> Self:
         """Declare this instance's queue and binding on the broker and start consuming it."""
@@ -130,6 +132,11 @@ class MemoryBus(BaseBus):
             self.broker.artifacts, chunk_size=self.settings.artifact_chunk_size
         )
 
+    async def _open_lease(self, queue: str, lease: Lease) -> None:
+        holder = MemoryLease(self.broker, queue, lease)
+        holder.start()
+        self._leases.append(holder)
+
     async def _open_reply_queue(
         self, queue: str, *, hold: bool, exclusive: bool = False
     ) -> Callable[[bool], Awaitable[None]]:
@@ -185,4 +192,7 @@ class MemoryBus(BaseBus):
             consumer.close()
         self._closed_consumers.clear()
         self._reply_consumers.clear()
+        for lease in self._leases:  # its channel closes: its token goes to the next
+            await lease.close()
+        self._leases.clear()
         _log.debug("bus closed", agent_id=self.agent_id, broker="memory")

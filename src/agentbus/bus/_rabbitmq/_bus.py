@@ -23,6 +23,7 @@ from agentbus._metrics import Metrics
 from agentbus.bus._base import BaseBus
 from agentbus.bus._feed import SHARED_FEED_EXPIRES, Feed
 from agentbus.bus._hooks import Journal
+from agentbus.bus._lease import Lease
 from agentbus.bus._rabbitmq._amqp import (
     DeliveryConsumer,
     DirectReplyTo,
@@ -35,6 +36,7 @@ from agentbus.bus._rabbitmq._connection import open_connection
 from agentbus.bus._rabbitmq._dead_letters import DeadLetters
 from agentbus.bus._rabbitmq._errors import map_transport_errors, through_reconnects
 from agentbus.bus._rabbitmq._journal import StreamJournal
+from agentbus.bus._rabbitmq._lease import open_lease
 from agentbus.bus._rabbitmq._presence import heard_from, served_here, unserved
 from agentbus.bus._rabbitmq._publisher import Publisher
 from agentbus.bus._stats import BusState
@@ -322,6 +324,11 @@ class Bus(BaseBus):
         assert self._connection is not None
         user_id = publisher_user_id(self.settings, self.agent_id)
         return StreamArtifactStore.of(self._connection, self.settings, self._app_id, user_id)
+
+    async def _open_lease(self, queue: str, lease: Lease) -> None:
+        assert self._connection is not None
+        quorum = self.settings.queue_type == "quorum"
+        await open_lease(self._connection, queue, lease, quorum=quorum)
 
     async def _open_reply_queue(
         self, queue: str, *, hold: bool, exclusive: bool = False

@@ -176,6 +176,34 @@ function renderPlan(plan) {
   return el("div", { class: "card", "data-plan-id": plan.plan_id, "data-state": plan.state }, parts);
 }
 
+// ---- schedules -------------------------------------------------------------
+
+function renderSchedules(board) {
+  const root = document.getElementById("schedule-list");
+  document.getElementById("schedules-summary").textContent =
+    `${board.schedules.length} schedules` + (board.ticker ? ` · ticking on ${board.ticker}` : "");
+  if (!board.schedules.length) {
+    root.replaceChildren(el("p", { class: "muted" }, "no schedule known yet"));
+    return;
+  }
+  const rows = board.schedules.map((s) => el(
+    "tr",
+    { "data-schedule": s.name, "data-runs": s.runs.length },
+    cell("schedule", el("strong", {}, s.name)),
+    cell("when", s.when || "–"),
+    cell("runs", s.target || "–"),
+    cell("missed", s.missed || "–"),
+    cell("next tick", s.next_tick || "–"),
+    cell("last runs", s.runs.slice(0, 3).map((r) => el("div", { "data-run-id": r.run_id },
+      r.run_id, r.error ? ` · ${r.error}` : r.lag !== null && r.lag !== undefined
+        ? ` · lag ${latency(r.lag)}` : ""))),
+  ));
+  root.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ...["schedule", "when", "runs", "missed", "next tick", "last runs"]
+      .map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows)));
+}
+
 // ---- traffic ---------------------------------------------------------------
 
 function latency(value) {
@@ -353,6 +381,7 @@ const renderers = {
   agents: renderAgents,
   questions: renderQuestions, // questions.js
   plans: renderPlans,
+  schedules: renderSchedules,
   traffic: renderTraffic,
   dead_letters: renderDeadLetters,
 };

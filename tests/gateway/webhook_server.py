@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from a2a.types import a2a_pb2 as a2a
-from gateway_team import free_port, start_uvicorn, stop_uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from support.ports import free_port
+from support.servers import start_uvicorn, stop_uvicorn
 
 TOKEN = "webhook-token-0123"
 

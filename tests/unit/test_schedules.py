@@ -12,12 +12,12 @@ from typing import Any
 import orjson
 import pytest
 from pydantic import ValidationError
-from tests.waiting import wait_until
 
 from agentbus import Agent, ConnectionLost, Leader, PlanClient, Settings, current_request, skill
 from agentbus.dashboard import Dashboard
 from agentbus.leader import Schedule
 from agentbus.testing import MemoryBroker, MemoryBus
+from support.waiting import wait_until
 
 SETTINGS = Settings(shutdown_grace=0.2)
 

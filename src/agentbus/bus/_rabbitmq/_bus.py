@@ -28,12 +28,11 @@ from agentbus.bus._rabbitmq._amqp import (
     DeliveryConsumer,
     DirectReplyTo,
     FeedConsumer,
-    scratch_channel,
 )
 from agentbus.bus._rabbitmq._artifact_stream import StreamArtifactStore
 from agentbus.bus._rabbitmq._audit_stream import RabbitAuditStream
 from agentbus.bus._rabbitmq._connection import open_connection
-from agentbus.bus._rabbitmq._dead_letters import DeadLetters
+from agentbus.bus._rabbitmq._dead_letters import DeadLetters, declare_dead_letter_queue
 from agentbus.bus._rabbitmq._errors import map_transport_errors, through_reconnects
 from agentbus.bus._rabbitmq._journal import StreamJournal
 from agentbus.bus._rabbitmq._lease import open_lease
@@ -52,7 +51,6 @@ _REPLY_PREFETCH: Final = 512
 _REPLY_QUEUE_EXPIRES: Final = 600.0
 _FEED_WINDOW: Final = 2000  # feed messages delivered and not yet acked, at most
 _RECONNECT_WAIT: Final = 30.0  # s: how long opening a reply queue waits out a reconnect
-_DEAD_LETTER_MAX_LENGTH: Final = 100_000
 _SHUTDOWN_STEP_TIMEOUT: Final = 2.0
 _log = get_logger("agentbus.bus")
 
@@ -283,29 +281,9 @@ class Bus(BaseBus):
         return lambda: _bounded(consumer.aclose())
 
     async def _declare_dead_letter_queue(self) -> None:
-        # On a channel of its own, not restored with the others, and never fatal: on a
-        # cluster a classic queue's home node may be gone, or another bus on this exchange
-        # may have declared it with another type. Either way this bus still (re)connects;
-        # dead letters are kept by the queue as it is, or dropped while its node is down.
         assert self._connection is not None
-        topology = self.topology
-        arguments: dict[str, Any] = {
-            "x-max-length": _DEAD_LETTER_MAX_LENGTH,
-            "x-overflow": "drop-head",
-        }
-        if self.settings.queue_type == "quorum":
-            arguments["x-queue-type"] = "quorum"  # replicated, like the service queues
-        try:
-            async with scratch_channel(self._connection) as channel:
-                queue = await channel.declare_queue(
-                    topology.dead_letter_queue, durable=True, arguments=arguments
-                )
-                await queue.bind(topology.dead_letter_exchange, routing_key="")
-        except (
-            aiormq.exceptions.ChannelPreconditionFailed,
-            aiormq.exceptions.ChannelNotFoundEntity,
-        ) as exc:
-            _log.info("dead-letter queue left as it is", agent_id=self.agent_id, error=str(exc))
+        quorum = self.settings.queue_type == "quorum"
+        await declare_dead_letter_queue(self._connection, self.topology, quorum, self.agent_id)
 
     async def _on_reconnect(self, connection: object) -> None:
         try:

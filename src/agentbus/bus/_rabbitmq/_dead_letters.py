@@ -21,17 +21,19 @@ from typing import Any, Final
 
 import aio_pika
 import aiormq.abc
+import aiormq.exceptions
 import orjson
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 from pydantic import BaseModel
 
 from agentbus._exceptions import Unroutable
+from agentbus._logging import get_logger
 from agentbus._topology import Topology
 from agentbus.bus._poison import ATTEMPT_HEADER
 from agentbus.bus._rabbitmq._amqp import scratch_channel
 from agentbus.bus._rabbitmq._errors import map_transport_errors
 
-__all__ = ["DeadLetter", "DeadLetters", "Settled"]
+__all__ = ["DeadLetter", "DeadLetters", "Settled", "declare_dead_letter_queue"]
 
 MAX_SHOWN_BYTES: Final = 16 * 1024
 """The body shown of one dead letter, at most (pretty-printed); the rest is cut."""
@@ -281,3 +283,31 @@ def _text(value: object) -> str | None:
 def _missing(settled: Settled, wanted: set[str]) -> None:
     for key in sorted(wanted - set(settled.done) - set(settled.failed)):
         settled.failed[key] = "not in the dead-letter queue"
+
+
+_MAX_LENGTH: Final = 100_000
+_log = get_logger("agentbus.bus")
+
+
+async def declare_dead_letter_queue(
+    connection: AbstractRobustConnection, topology: Topology, quorum: bool, agent_id: str
+) -> None:
+    """Declare the dead-letter queue and bind it, on a channel of its own; never fatal."""
+    # Not restored with the bus's channels, and never fatal: on a cluster a classic
+    # queue's home node may be gone, or another bus on this exchange may have declared it
+    # with another type. Either way the bus still (re)connects; dead letters are kept by
+    # the queue as it is, or dropped while its node is down.
+    arguments: dict[str, Any] = {"x-max-length": _MAX_LENGTH, "x-overflow": "drop-head"}
+    if quorum:
+        arguments["x-queue-type"] = "quorum"  # replicated, like the service queues
+    try:
+        async with scratch_channel(connection) as channel:
+            queue = await channel.declare_queue(
+                topology.dead_letter_queue, durable=True, arguments=arguments
+            )
+            await queue.bind(topology.dead_letter_exchange, routing_key="")
+    except (
+        aiormq.exceptions.ChannelPreconditionFailed,
+        aiormq.exceptions.ChannelNotFoundEntity,
+    ) as exc:
+        _log.info("dead-letter queue left as it is", agent_id=agent_id, error=str(exc))

@@ -26,6 +26,7 @@ from agentbus.definitions import definitions, team_grants
 from agentbus.leader import Leader, Plan, PlanClient, PlanStatus
 from agentbus.registry import Registry
 from agentbus.testing.chaos import PrivateBroker
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.security
 
@@ -136,3 +137,62 @@ async def test_a_question_on_generated_permissions_and_its_journal_kept_to_its_s
                 await other.conversations("clerk")
     assert reply.result == "b"
     assert clerk.bus.stats.refused == 0
+
+
+def _online(registry: Registry) -> set[str]:
+    return {record.agent_id for record in registry.table.records() if record.online}
+
+
+async def test_sharing_registries_on_generated_permissions_split_the_beats(
+    tls_node: PrivateBroker, ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """Two ``--share`` registries under the registry's own user (TLS, EXTERNAL): the shared
+    feed and the digests pass the broker's permissions; both list every agent; ops sees an
+    agent that stops go offline; nothing refused anywhere."""
+    grants = team_grants(["registry", "text"], clients={"ops": ["registry"]})
+    team = SecuredTeam.imported(tls_node, ca, tmp_path, grants)
+    registries = [
+        Registry(
+            agent_id=f"registry-{n}",
+            settings=team.settings("registry"),
+            heartbeat_interval=0.5,
+            share=True,
+        )
+        for n in (1, 2)
+    ]
+    texts = [
+        TextAgent(agent_id=f"text-{n}", settings=team.settings("text"), heartbeat_interval=0.5)
+        for n in (1, 2, 3)
+    ]
+    wanted = {"registry-1", "registry-2", "text-1", "text-2", "text-3"}
+    offline: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_offline(event: agentbus.EventEnvelope) -> None:
+        await offline.put(str(event.payload.event_data["agent_id"]))
+
+    async with (
+        registries[0],
+        registries[1],
+        agentbus.Bus(team.settings("ops"), agent_id="ops-1") as client,
+    ):
+        for agent in texts:
+            await agent.start()
+        try:
+            await client.subscribe("broadcast.event.agent_offline", on_offline)
+            for registry in registries:  # each lists all: its own part and the other's digests
+                await wait_until(lambda r=registry: wanted <= _online(r), timeout=WAIT)
+            seen = await _until_listed(client, wanted)
+            await texts[2].stop()
+            async with asyncio.timeout(WAIT):
+                while await offline.get() != "text-3":
+                    pass
+        finally:
+            for agent in texts[:2]:
+                await agent.stop()
+        stats = [await registry.stats() for registry in registries]
+    assert wanted <= seen
+    assert all(s["heartbeats"] > 0 for s in stats), stats  # each took a part off the wire
+    assert sum(s.get("shared", 0) for s in stats) > 0, stats  # and the rest by digest
+    everyone: list[Agent] = [*registries, *texts]
+    for agent in everyone:
+        assert agent.bus.stats.refused == 0, f"{agent.id} refused something"

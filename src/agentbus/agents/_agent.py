@@ -317,6 +317,7 @@ class Agent:
                 persistent=False,
                 ttl=self.heartbeat_interval * _HEARTBEAT_TTL_INTERVALS,
                 mandatory=False,
+                confirm=False,  # the next beat says it again; a lost one is a gap in seq
             )
         except BaseException:
             # Not sent: its number goes to the next beat, unless another took the next

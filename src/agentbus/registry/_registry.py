@@ -397,10 +397,11 @@ class Registry(Agent):
         }
         try:
             async with self._emitting:
-                # An agent coming online is news its listing also has: unconfirmed, it costs
-                # the registry no confirm to track (50,000 agents joining send 50,000). An
-                # offline one goes confirmed: a leader retries the agent's work on it.
-                await self.bus.emit(event_name, data, confirm=event_name != AGENT_ONLINE)
+                # News its listing also has, unconfirmed: a confirm per transition costs the
+                # registry a frame and a wake-up each (50,000 agents joining send 50,000). A
+                # lost agent_offline (only on a reconnect) costs a leader time, not work:
+                # the broker hands the dead agent's requests back, its attempt times out.
+                await self.bus.emit(event_name, data, confirm=False)
         except BusClosed:
             # The registry is stopping: its table goes with it, and so do its news.
             self._log.debug("transition event not sent: the registry is stopping")

@@ -1,7 +1,8 @@
 """The benchmarks' echo servers: agents (``agentbus run _bench_agents:Echo``, PYTHONPATH=bench),
 and the SDKs' own servers with no bus: ``python bench/_bench_agents.py a2a PORT
 [--unwrapped]`` (the a2a-sdk's, JSON-RPC under uvicorn as the gateway serves; ``--unwrapped``:
-its tracing wrappers out) and ``... mcp [--http PORT]`` (the MCP SDK's, one ``echo`` tool).
+its tracing wrappers out) and ``... mcp [--http PORT]`` (the MCP SDK's, one ``echo`` tool);
+``... artifact ROLE SIZE [REF]``: one end of an artifact transfer (``_suite_features``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from agentbus import Agent, skill
+from agentbus import Agent, ask, skill
 
 
 class Echo(Agent):
@@ -28,6 +29,16 @@ class Echo(Agent):
     async def total(self, values: list[int]) -> int:
         """Return the sum of ``values`` (the fan-in step)."""
         return sum(values)
+
+    @skill
+    async def numbers(self, count: int) -> list[int]:
+        """Return ``[0, ..., count - 1]`` (what a mapped step maps over)."""
+        return list(range(count))
+
+    @skill
+    async def asks(self, n: int) -> int:
+        """Ask the caller how much to add to ``n`` (a question's round trip)."""
+        return n + await ask("How much more?", int)
 
 
 class Pinger(Agent):
@@ -110,7 +121,11 @@ def mcp_server(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "a2a":
+    if sys.argv[1] == "artifact":
+        from _suite_features import artifact_end
+
+        artifact_end(sys.argv[2], int(sys.argv[3]), sys.argv[4] if sys.argv[4:] else None)
+    elif sys.argv[1] == "a2a":
         a2a_server(int(sys.argv[2]), "--unwrapped" in sys.argv[3:])
     else:
         mcp_server(sys.argv[2:])

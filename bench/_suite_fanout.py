@@ -4,34 +4,27 @@ A registry, W ``Echo`` workers and a leader (no journal, as its peers keep none)
 W FastStream workers (``_suite_rr.py serve``); the raw and FastStream "leaders" run here.
 Each side in turn: N ``echo`` subtasks, at most ``W x concurrency`` in flight, then a
 ``total`` over all their results; every role's CPU, and the leader's peak RSS growth (VmHWM,
-reset before; this process for the peers). Untimed, the tracemalloc peak of the leader's
-work: Plan + PlanRunner on the in-memory bus for agentbus (``memory_case``), a run for the
-peers.
+reset before; this process for the peers). (The tracemalloc study of the leader's work,
+Plan + PlanRunner on the in-memory bus, is ``git show 239f431:bench/_suite_fanout.py``.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import sys
 import time
-import tracemalloc
 import uuid
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace as Config
 from typing import Any
 
 import _harness as harness
-from _bench_agents import Echo
 from _suite_rr import SCRIPT, FastStreamClient, Names, RawClient
-from agentbus import Agent, AgentBusError, NoCapableAgent, Plan, PlanClient, Settings
+from agentbus import AgentBusError, PlanClient, Settings
 from agentbus.bus import Bus
-from agentbus.envelopes import BROADCAST
-from agentbus.leader import PLAN_PROGRESS, PlanRunner, PlanStatus, ProgressReport, SkillDirectory
-from agentbus.registry import Registry
-from agentbus.testing import MemoryBroker, MemoryBus
+from agentbus.leader import PlanStatus
 
 SIDES = ("agentbus", "aio-pika", "faststream")
 WARMUP = 200
@@ -97,7 +90,6 @@ async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: ha
     pids = {role: fleet.pids(role) for role in ROLES}
     pids |= {"bench": [me], "broker": [pid] if (pid := harness.broker_pid(url)) else []}
     timed: dict[str, dict[str, list[dict[str, Any]]]] = {side: {} for side in SIDES}
-    tracemalloc_peak: dict[str, dict[str, int]] = {side: {} for side in SIDES[1:]}
     settings = Settings(url=url, exchange=names.exchange, **limits)
     bus = Bus(settings, agent_id=f"bench-client-{run}")
     async with bus, contextlib.AsyncExitStack() as stack:
@@ -131,66 +123,7 @@ async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: ha
                     timed[side].setdefault(str(n), []).append(figures)
                     say(f"fan-out N={n} {side} #{k + 1}: {figures['per_s']:.0f} subtasks/s")
                     await asyncio.sleep(0.3)  # let heartbeats and stragglers settle
-        for n in cfg.sizes:  # untimed: the tracemalloc peak of a run
-            for side in SIDES[1:]:
-                gc.collect()
-                tracemalloc.start()
-                await sides[side][0](n)
-                tracemalloc_peak[side][str(n)] = tracemalloc.get_traced_memory()[1]
-                tracemalloc.stop()
-                say(f"fan-out memory N={n} {side}: {tracemalloc_peak[side][str(n)]} B")
-    return {"timed": timed, "tracemalloc": tracemalloc_peak}
-
-
-async def memory_case(n: int, workers: int, concurrency: int, max_parallel: int) -> dict[str, Any]:
-    """Tracemalloc over Plan + PlanRunner, progress sent as the leader's, on the in-memory bus
-    with a registry and W ``Echo`` workers, de-duplication off: what grows is the leader's."""
-    broker, settings = MemoryBroker(), Settings(dedup_size=0, shutdown_grace=1.0)
-    agents: list[Agent] = []
-    for agent_id, cls in [("registry-1", Registry), *((f"echo-{k}", Echo) for k in range(workers))]:
-        bus = await MemoryBus(broker, settings, agent_id=agent_id).open()
-        agents.append(cls(agent_id=agent_id, bus=bus, settings=settings, concurrency=concurrency))
-        await agents[-1].start()
-    bus = await MemoryBus(broker, settings, agent_id="leader-1").open()
-    directory = SkillDirectory(bus)
-    found = 0
-    while found < workers:
-        with contextlib.suppress(NoCapableAgent):
-            found = len(await directory.capable("echo", fresh=True))
-        await asyncio.sleep(0.01)
-    backlog = [0]
-
-    async def progress(batch: list[Any]) -> None:  # what the Leader's sink publishes
-        backlog[0] = max(backlog[0], len(batch))
-        last = batch[-1]
-        report = ProgressReport(plan_id=last.plan_id, done=last.done, total=last.total,
-                                transitions=batch)  # fmt: skip
-        data = report.model_dump(mode="json", exclude_none=True)
-        for receiver in ("submitter", BROADCAST):
-            await bus.emit(PLAN_PROGRESS, data, receiver=receiver, persistent=False,
-                           mandatory=False)  # fmt: skip
-
-    document = plan_document(n, max_parallel)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        plan = Plan.model_validate(document)
-        plan_bytes = tracemalloc.get_traced_memory()[0]
-        aggregate = await PlanRunner(bus, plan, directory=directory, progress=progress).run()
-        retained, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    total = aggregate.subtasks[-1].result
-    if aggregate.status is not PlanStatus.COMPLETED or total != n * (n - 1) // 2:
-        raise RuntimeError(f"memory run: {aggregate.status} {aggregate.error} sum={total}")
-    del aggregate, plan
-    for agent in reversed(agents):
-        await agent.stop()
-        await agent.bus.aclose()
-    await bus.aclose()
-    return {"subtasks": n, "peak_bytes": peak, "peak_per_subtask": peak / n,
-            "plan_bytes": plan_bytes, "retained_bytes": retained,
-            "progress_backlog_max": backlog[0]}  # fmt: skip
+    return {"timed": timed}
 
 
 def run_fanout(url: str, cfg: Config, say: Callable[[str], None]) -> dict[str, Any]:
@@ -201,15 +134,8 @@ def run_fanout(url: str, cfg: Config, say: Callable[[str], None]) -> dict[str, A
         start_fleet(fleet, run, cfg, env)
         limits = {"max_message_size": int(env["AGENTBUS_MAX_MESSAGE_SIZE"])} if capped else {}
         result = asyncio.run(measure(url, run, fleet, cfg, say, limits))
-    memory: dict[str, dict[str, dict[str, Any]]] = {side: {} for side in SIDES}
     summary: dict[str, dict[str, Any]] = {side: {} for side in SIDES}
     for n in cfg.sizes:
-        case = asyncio.run(memory_case(n, cfg.workers, cfg.concurrency, width))
-        memory["agentbus"][str(n)] = case
-        say(f"fan-out memory N={n} agentbus: {case['peak_bytes']} B")
-        for side in SIDES[1:]:
-            peak = result["tracemalloc"][side][str(n)]
-            memory[side][str(n)] = {"peak_bytes": peak, "peak_per_subtask": peak / n}
         for side in SIDES:
             runs = result["timed"][side][str(n)]
             seconds = [row["seconds"] for row in runs]
@@ -218,8 +144,7 @@ def run_fanout(url: str, cfg: Config, say: Callable[[str], None]) -> dict[str, A
                 "seconds": harness.best_median(seconds),
                 "us_per_subtask": harness.best_median(s / n * 1e6 for s in seconds),
                 "rss_peak_delta": harness.best_median(r["rss_peak_delta"] for r in runs)["median"],
-                "tracemalloc_peak": memory[side][str(n)]["peak_bytes"],
             }
-    result |= {"memory": memory, "exchange": f"bench-leader-{run}", "capped": capped}
+    result |= {"exchange": f"bench-leader-{run}", "capped": capped}
     result |= {"params": {**vars(cfg), "max_parallel": width}, "summary": summary}
     return result | {"cap_note": CAP_NOTE if capped else ""}

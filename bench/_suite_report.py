@@ -44,6 +44,14 @@ STUDIES = {  # the sections with a row per variant and a column per figure, by r
     "seams": "Seams: each fast path against the library's public way (µs per call)",
     "dedup": f"The in-process de-duplication window or the Redis store {ECHO}; the store "
     "alone: check-in and completion of a request, sequential, then 64 at once",
+    "questions": "Questions: a plain request and one asked and answered ({rounds} rounds each, "
+    "interleaved); the agent's RSS over {questions:,} of each, its questions left open",
+    "maps": "A step mapped over {items:,} items against a fixed plan of as many steps ({rounds} "
+    "rounds, each on a fresh leader; best rate, least RSS growth per item)",
+    "artifacts": "Artifacts of {sizes} MiB ({chunks} KiB chunks) against the same bytes as "
+    "plain messages on a stream, on a private node",
+    "schedules": "Schedules: every second for {minutes:g} min across two leaders, {killed} "
+    "SIGKILLed and started again; each tick once: {once_each}",
 }  # fmt: skip
 UNITS = {"x": "{:.2f}", "B": "{:,.0f} B", "s": "{:.3f} s", "ms": "{:,.0f} ms",
          "core": "{:.2f} core", "beats/s": "{:,.0f} beats/s"}  # fmt: skip
@@ -160,10 +168,8 @@ def fanout_targets(fan: dict[str, Any]) -> list[dict[str, Any]]:
         (f"fan-out N={top:,}, leader / faststream{suffix}", "agentbus", "faststream", AT_LEAST,
          FANOUT_VS_FASTSTREAM, f"N={top:,}, FastStream's own broker.request"))  # fmt: skip
     growth = [run["rss_peak_delta"] / top for run in fan["timed"]["agentbus"][str(top)]]
-    traced = fan["memory"]["agentbus"][str(top)]["peak_bytes"] / top
     detail = (f"N={top:,}: the `agentbus leader` process's VmHWM over its RSS before the plan, "
-              f"per subtask; rounds {', '.join(_n(g) for g in growth)} B; tracemalloc peak of "
-              f"Plan + PlanRunner {_n(traced)} B/subtask")  # fmt: skip
+              f"per subtask; rounds {', '.join(_n(g) for g in growth)} B")  # fmt: skip
     return [*out, _target(f"leader RSS growth per subtask{suffix}", statistics.median(growth),
                           min(growth), (AT_MOST, RSS_PER_SUBTASK), detail, unit="B",
                           goal_text=f"< {RSS_PER_SUBTASK:,} B")]  # fmt: skip
@@ -323,8 +329,6 @@ def markdown(results: dict[str, Any]) -> str:
         rows = {f"N={n:,} {side}": {
             "µs per subtask": row["us_per_subtask"], "subtasks/s": row["per_s"],
             "plan s": f"{row['seconds']['best']:.3f}",
-            "peak memory (tracemalloc)": f"{row['tracemalloc_peak'] / 1e6:.2f} MB",
-            "B per subtask": row["tracemalloc_peak"] / n,
             "leader RSS peak growth": f"{row['rss_peak_delta'] / 1e6:.1f} MB"}
             for n in p["sizes"] for side, by_n in fan["summary"].items()
             for row in [by_n[str(n)]]}  # fmt: skip
@@ -333,12 +337,10 @@ def markdown(results: dict[str, Any]) -> str:
             f"side x concurrency {p['concurrency']}, at most {p['max_parallel']} in flight, then "
             f"one fan-in over all results; {p['rounds']} rounds, 2 more for N <= 100)", "",
             *grid("N, side", rows), "",
-            "Peak memory: agentbus is the in-memory case (tracemalloc over "
-            "Plan.model_validate + PlanRunner.run on the in-memory bus); aio-pika and faststream "
-            "a tracemalloc-traced run of their in-process leader on the broker. RSS growth: the "
-            "leader process's VmHWM over its RSS before the run (median; this process for "
-            "aio-pika and faststream). faststream: FastStream's own `broker.request`, gathered "
-            "over the same window (its RPC lock lets one request per broker be in flight).",
+            "RSS growth: the leader process's VmHWM over its RSS before the run (median; this "
+            "process for aio-pika and faststream). faststream: FastStream's own "
+            "`broker.request`, gathered over the same window (its RPC lock lets one request "
+            "per broker be in flight).",
             *([f"Message cap: {fan['cap_note']}."] if fan["cap_note"] else []),
         ]  # fmt: skip
     if registry := results.get("registry"):

@@ -1,11 +1,11 @@
 """The envelope codec and the seams, timed in process: suite.py's ``codec`` and ``seams``, and
 the codec's fast path against its full path (``envelopes/_fast.py``).
 
-PYTHONPATH=src .venv/bin/python bench/envelope_paths.py [--alternatives]
+PYTHONPATH=src .venv/bin/python bench/envelope_paths.py
 
 Alone: ``decode``/``encode`` against ``decode_full``/``encode_full`` for a request, a response
-and a 64 KB request; ``--alternatives`` adds the ways of making a request envelope measured
-for the fast path and not taken. Best per-call thread CPU of batches taken in turn (other
+and a 64 KB request (the ways not taken for the fast path: ``--alternatives`` in ``git show
+239f431:bench/envelope_paths.py``). Best per-call thread CPU of batches taken in turn (other
 processes do not count). ``codec``: encode and decode of 1 KB, 64 KB and 1 MB requests beside
 ``orjson`` (p50 µs). ``seams``: each seam onto a library's internals (encode, log ids, AMQP
 properties, the no-ack consumer) against the library's public way; one missing is listed.
@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import gc
 import importlib
-import re
 import statistics
 import time
 import uuid
@@ -32,7 +31,6 @@ import aio_pika
 import orjson
 import structlog
 from pamqp.commands import Basic
-from pydantic import TypeAdapter
 
 import _harness as harness
 from _suite_report import grid
@@ -41,7 +39,6 @@ from agentbus.envelopes import (
     Metadata,
     RequestEnvelope,
     RequestPayload,
-    ResponseEnvelope,
     _codec,
     decode,
     encode,
@@ -100,73 +97,6 @@ def paths() -> dict[str, dict[str, float]]:
         rows[f"encode, {name}"] = row(lambda e=envelope: encode(e),
                                       lambda e=envelope: full_encode(e), "full")  # fmt: skip
     return rows
-
-
-# -- the ways not taken ---------------------------------------------------------------------
-
-_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_MESSAGE_ID = re.compile(r"[\x21-\x7e]{1,255}")
-_TIME = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)Z")
-_set = object.__setattr__
-
-
-def _new(cls: type[Any], values: dict[str, Any], given: set[str]) -> Any:
-    model = cls.__new__(cls)
-    _set(model, "__dict__", values)
-    _set(model, "__pydantic_extra__", {})
-    _set(model, "__pydantic_fields_set__", given)
-    _set(model, "__pydantic_private__", None)
-    return model
-
-
-def hand_built(obj: dict[str, Any]) -> RequestEnvelope | None:
-    """The best case of checking by hand and building the instances: a request, no extras."""
-    metadata, payload = obj["metadata"], obj["payload"]
-    match = _TIME.fullmatch(obj["timestamp"])
-    checked = (
-        len(obj) == 8 and _ID.fullmatch(obj["sender_id"]) and _ID.fullmatch(obj["receiver_id"])
-        and _ID.fullmatch(payload["action"]) and _MESSAGE_ID.fullmatch(obj["message_id"])
-        and match and type(payload.get("parameters")) is dict and metadata.keys() <= {"trace"}
-    )  # fmt: skip
-    if not checked or match is None:
-        return None
-    values = {"correlation_id": None, "deadline": None, "trace": metadata.get("trace")}
-    fields = {key: obj[key] for key in ("protocol_version", "message_id", "sender_id",
-                                        "receiver_id")}  # fmt: skip
-    return _new(RequestEnvelope, fields | {  # type: ignore[no-any-return]
-        "timestamp": datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC),
-        "metadata": _new(Metadata, values, set(metadata)), "message_type": "request",
-        "payload": _new(RequestPayload, dict(payload), set(payload))}, set(obj))  # fmt: skip
-
-
-def alternatives() -> None:
-    request = envelopes()["request"]
-    data = encode(request)
-    obj, payload = orjson.loads(data), orjson.loads(data)["payload"]
-    assert hand_built(obj) == request
-    validator, union = RequestEnvelope.__pydantic_validator__, TypeAdapter(Envelope)
-    ways: dict[str, Callable[[], object]] = {
-        "orjson.loads": lambda: orjson.loads(data),
-        "the model's validator (the fast path's)": lambda: validator.validate_python(obj),
-        "the union's validator (TypeAdapter)": lambda: union.validate_python(obj),
-        "checked and built by hand (best case)": lambda: hand_built(obj),
-        "model_construct of the payload alone": lambda: RequestPayload.model_construct(**payload),
-        "validate_json from the bytes (no loads)": lambda: validator.validate_json(data),
-        "decode (all of it)": lambda: decode(data),
-    }
-    best = best_of(*ways.values(), rounds=200, batch=50)
-    print(f"\nmaking a request envelope ({len(data)} bytes), us per call:")
-    for name, us in zip(ways, best, strict=True):
-        print(f"  {name:42} {us:6.2f}")
-
-    def respond() -> ResponseEnvelope:
-        return request.response({"greeting": "hello ann"}, sender_id="worker-1")
-
-    print(f"  (the response built by request.response(): "
-          f"{best_of(respond, rounds=200, batch=50)[0]:.2f})")  # fmt: skip
-
-
-# -- suite.py's sections --------------------------------------------------------------------
 
 
 def p50_us(call: Callable[[], object], iterations: int) -> dict[str, float]:
@@ -295,10 +225,8 @@ def run_seams(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--alternatives", action="store_true", help="also the ways not taken")
+    parser.parse_args()
     print("\n".join(grid("µs per call", paths())))
-    if parser.parse_args().alternatives:
-        alternatives()
 
 
 if __name__ == "__main__":

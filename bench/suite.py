@@ -7,7 +7,8 @@ Sections run by default: request/response (rr), fan-out and fan-in through the l
 its memory (fanout), the registry under simulated agents (registry), the envelope codec
 (codec) and what starting costs (startup). ``--only`` also takes what a feature costs
 (audit, queue-type, presence, durable, dedup: ``_suite_costs``), the protocol faces (gateway,
-mcp, mcp-workers: ``_suite_faces``) and the seams (``envelope_paths``). ``--sides`` limits
+mcp, mcp-workers: ``_suite_faces``), the features against their baselines (questions, maps,
+artifacts, schedules: ``_suite_features``) and the seams (``envelope_paths``). ``--sides`` limits
 request/response to some sides (``--only rr --sides agent,aio-pika``: the quick check
 against raw); ``--before SRC`` adds to gateway and mcp-workers a server importing agentbus
 from SRC (the code before a change); ``--quick`` runs smaller sizes. The report leads with
@@ -39,6 +40,7 @@ except ImportError:
 
 import _harness as harness
 import _suite_costs as costs
+import _suite_features as features
 from _suite_faces import run_gateway, run_mcp, run_mcp_workers
 from _suite_fanout import run_fanout
 from _suite_report import markdown, targets
@@ -60,6 +62,10 @@ SECTIONS = {
     "gateway": ("gateway", run_gateway, False), "seams": ("seams", run_seams, False),
     "mcp": ("mcp", run_mcp, False), "mcp-workers": ("mcp_workers", run_mcp_workers, False),
     "dedup": ("dedup", costs.run_dedup, False),
+    "questions": ("questions", features.run_questions, False),
+    "maps": ("maps", features.run_maps, False),
+    "artifacts": ("artifacts", features.run_artifacts, False),
+    "schedules": ("schedules", features.run_schedules, False),
 }  # fmt: skip
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson")
 BUS = Config(requests=1500, seconds=4.0, window=128, rounds=2)  # audit, queue-type, presence
@@ -80,6 +86,8 @@ FULL = {
     "gateway": Config(count=300, workers=16, seconds=4.0),
     "mcp": Config(count=300, workers=16, seconds=4.0), "dedup": BUS,
     "mcp-workers": Config(count=300, workers=16, seconds=4.0),
+    "questions": Config(rounds=400, questions=10_000), "maps": Config(items=10_000, rounds=2),
+    "artifacts": Config(sizes=[1, 100, 1024], chunks=[1024]), "schedules": Config(minutes=10.0),
 }  # fmt: skip
 QUICK = FULL | {
     "rr": Config(requests=150, rounds=4, load_rounds=2, seconds=2.0, procs=(1, 4), window=64),
@@ -92,6 +100,8 @@ QUICK = FULL | {
     "gateway": Config(count=100, workers=16, seconds=2.0),
     "mcp": Config(count=100, workers=16, seconds=2.0), "dedup": QUICK_BUS,
     "mcp-workers": Config(count=100, workers=16, seconds=2.0),
+    "questions": Config(rounds=100, questions=2000), "maps": Config(items=2000, rounds=1),
+    "artifacts": Config(sizes=[1, 100], chunks=[1024]), "schedules": Config(minutes=1.0),
 }  # fmt: skip
 
 

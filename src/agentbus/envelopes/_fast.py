@@ -1,16 +1,16 @@
 """The codec's fast path: a common envelope read and written with the least work around it.
 
-What was measured decided its shape (CPU instructions per call of a 338-byte request,
-callgrind, CPython 3.11, pydantic-core 2.x; ``bench/envelope_paths.py --alternatives``
-times the same ways). The model's validator checks and builds the envelope's three
-models in 36k; checking the fields by hand (regexes, ``datetime.fromisoformat``) and
-building the same instances (``__new__`` and their four slots) takes 61k at best, and
-``model_construct`` 21k for the payload alone. pydantic-core is the cheap way to make a
-model here: a hand-built path would be the slow one. A core schema without the UTC
-after-validator saves 2k. ``validate_json`` on the bytes would save ``orjson.loads``
-(12k), but it reads what orjson refuses (``NaN``, ``1e400``), keeps the integers orjson
-reads as floats, and no cheap look at the bytes rules those out. So the models' own
-validator stays the one that makes envelopes, and the fast path is what is around it:
+What was measured decided its shape (CPU instructions per call of a 338-byte request, callgrind,
+CPython 3.11, pydantic-core 2.x; ``bench/envelope_paths.py --alternatives`` at commit 239f431
+times the same ways). The model's validator checks and builds the envelope's three models in
+36k; checking the fields by hand (regexes, ``datetime.fromisoformat``) and building the same
+instances (``__new__`` and their four slots) takes 61k at best, and ``model_construct`` 21k for
+the payload alone. pydantic-core is the cheap way to make a model here: a hand-built path would
+be the slow one. A core schema without the UTC after-validator saves 2k. ``validate_json`` on
+the bytes would save ``orjson.loads`` (12k), but it reads what orjson refuses (``NaN``,
+``1e400``), keeps the integers orjson reads as floats, and no cheap look at the bytes rules
+those out. So the models' own validator stays the one that makes envelopes, and the fast path is
+what is around it:
 
 - decode: an envelope of the current contract with everything there (a known protocol
   version, a known ``message_type``, ``message_id`` and ``timestamp`` present) goes

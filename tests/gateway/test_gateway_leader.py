@@ -10,7 +10,7 @@ from a2a_client import data_of, sdk_client, send, state_name, user_message
 from gateway_agents import Calc, Clerk, Counter, Shouter
 from gateway_team import HEARTBEAT, KEY, Team
 
-from agentbus import Agent
+from agentbus import Agent, skill
 from agentbus.gateway import Gateway
 from agentbus.leader import Leader
 from support.waiting import wait_until
@@ -52,6 +52,54 @@ async def test_a_plan_streams_its_progress_and_ends_with_the_aggregate(team: Tea
     results = {s["id"]: s["result"] for s in aggregate["subtasks"]}
     assert results == {"loud": "AGENTS ON THE BUS", "words": {"words": 4}}
     assert state_name(events[-1].status_update.status.state) == "TASK_STATE_COMPLETED"
+
+
+class Splitter(Agent):
+    name = "splitter"
+
+    @skill
+    async def split(self, text: str) -> list[str]:
+        """The words of ``text``."""
+        return text.split()
+
+
+async def test_a_shaped_plan_shows_its_items_and_skipped_branch_over_a2a(team: Team) -> None:
+    """A step mapped over a list and a branch whose condition fails: the A2A client sees each
+    item's progress under ``<step>[i]``, the branch skipped, and the gathered results."""
+    for agent in (
+        Leader(agent_id="leader-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+        Shouter(agent_id="shouter-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+        Splitter(agent_id="splitter-1", settings=team.settings, heartbeat_interval=HEARTBEAT),
+    ):
+        await team.add(agent)
+    gateway = await team.serve()
+    await wait_until(lambda: {"leader", "shouter", "splitter"} <= set(gateway.directory.cards), 15)
+    plan = {
+        "subtasks": [
+            {"id": "words", "skill": "split", "parameters": {"text": "ant bee"}},
+            {"id": "loud", "skill": "shout", "depends_on": ["words"],
+             "map": {"over": "words", "as": "text"}},
+            {"id": "never", "skill": "shout", "parameters": {"text": "no"},
+             "depends_on": ["words"], "when": {"in": ["cat", {"var": "words"}]}},
+        ]
+    }  # fmt: skip
+    async with sdk_client(f"{team.url}/agents/leader", KEY, streaming=True) as client:
+        events = await send(client, user_message({"plan": plan}, skill="run_plan"))
+    transitions = {
+        (p["subtask_id"], p["transition"])
+        for event in events
+        if event.HasField("status_update") and event.status_update.status.message.parts
+        for p in [data_of(event.status_update.status.message.parts[0]).get("plan_progress")]
+        if p is not None
+    }
+    aggregate = data_of(events[-2].artifact_update.artifact.parts[0])
+    assert {("loud[0]", "succeeded"), ("loud[1]", "succeeded")} <= transitions
+    assert ("never", "skipped") in transitions
+    outcomes = {s["id"]: s for s in aggregate["subtasks"]}
+    assert outcomes["loud"]["result"] == ["ANT", "BEE"]
+    assert outcomes["never"]["status"] == "skipped"
+    assert outcomes["never"]["error"]["code"] == "condition_not_met"
+    assert aggregate["status"] == "completed"
 
 
 async def test_an_invalid_plan_is_a_protocol_error_before_the_leader(team: Team) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import orjson
 import pytest
@@ -20,9 +21,9 @@ from agentbus import (
 )
 from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope
 from agentbus.leader import PlanStatus
-from agentbus.leader._durable import PlanJournal
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
+from agentbus.testing._memory_journal import MemoryJournal
 
 SETTINGS = Settings(shutdown_grace=0.2)
 
@@ -268,21 +269,16 @@ async def test_a_connection_lost_under_a_durable_plan_is_not_its_answer(
     """The journal's first write fails as a reconnect longer than its wait does: the
     run_plan request goes back to the queue and runs again; it is not answered
     ``agent_unavailable``, nor is that error kept by de-duplication as its reply."""
-    begun = PlanJournal.begun
+    append = MemoryJournal.append
     lost: list[str] = []
 
-    async def lost_once(
-        self: PlanJournal,
-        leader: str,
-        plan: dict[str, object] | None,
-        origin: dict[str, object] | None = None,
-    ) -> None:
-        if not lost:
-            lost.append(self.key)
+    async def lost_once(self: MemoryJournal, record: dict[str, Any]) -> None:
+        if not lost and record.get("plan"):  # the plan's first write: begun, its first step
+            lost.append(str(record["plan"]))
             raise ConnectionLost("the connection to the broker was lost: injected")
-        await begun(self, leader, plan, origin)
+        await append(self, record)
 
-    monkeypatch.setattr(PlanJournal, "begun", lost_once)
+    monkeypatch.setattr(MemoryJournal, "append", lost_once)
     broker = MemoryBroker()
     async with (
         Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),

@@ -100,9 +100,14 @@ class Conductor:
         self._journal = journal
         self._park_after = park_after
         self._ended = ended
+        self._releasing: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<Conductor runners={len(self.runners)} durable={self._journal is not None}>"
+
+    async def aclose(self) -> None:
+        """Wait until the queues of the plans that ended here are gone."""
+        await asyncio.gather(*self._releasing, return_exceptions=True)
 
     async def run(self, plan: Plan, origin: Origin, *, redelivered: bool | None) -> Aggregate:
         """Run ``plan`` for the request ``origin`` to its end and return the aggregate.
@@ -122,16 +127,13 @@ class Conductor:
         if restored is not None and restored.origin is not None:
             origin = Origin.from_record(restored.origin)  # as it began, under its first leader
         stop = await self._hold(journal, restored, origin)
-        try:
-            await journal.begun(
-                self._leader_id,
-                plan.model_dump(mode="json") if restored is None else None,
-                origin.record(),
-            )
-        except BaseException:
-            # Not begun here: the plan's queue, and its answers, stay for whoever goes on.
-            await stop(False)
-            raise
+        # Begun here: written with the first step's record (nothing is sent before the
+        # journal has both), or alone when the plan ends first.
+        journal.begin(
+            self._leader_id,
+            plan.model_dump(mode="json") if restored is None else None,
+            origin.record(),
+        )
         if restored is not None:
             _log.info(
                 "plan taken over",
@@ -163,7 +165,7 @@ class Conductor:
                     f"plan {asker.plan_id!r} is no longer in the leaders' journal",
                     details={"question_id": question_id, "reason": "unknown"},
                 )
-            await journal.begun(self._leader_id, None)
+            await journal.begin(self._leader_id, None)
         except BaseException:
             await stop(False)
             raise
@@ -265,10 +267,12 @@ class Conductor:
     ) -> Aggregate:
         self.runners.add(runner)
         kept = False  # the plan's queue stays: another leader goes on, or an answer will
+        ended = False
         try:
             aggregate = await runner.run()
             if journal is not None:
                 await journal.ended(aggregate.status.value)
+            ended = True
         except PlanParked as parked:
             assert journal is not None
             kept = True
@@ -289,11 +293,31 @@ class Conductor:
             raise
         finally:
             self.runners.discard(runner)
-            if stop is not None:  # the plan's queue goes once its plan has ended
-                handed = runner.cancellation is Cancellation.HANDED_OVER
-                await stop(not (handed or kept))
+            if stop is not None:
+                await self._let_go(stop, runner, ended=ended, kept=kept)
         self._ended(aggregate)
         return aggregate
+
+    async def _let_go(
+        self,
+        stop: Callable[[bool], Awaitable[None]],
+        runner: PlanRunner,
+        *,
+        ended: bool,
+        kept: bool,
+    ) -> None:
+        if not ended:  # the queue stays if another leader goes on, or an answer will come
+            await stop(not (kept or runner.cancellation is Cancellation.HANDED_OVER))
+            return
+
+        # Ended (journaled): the plan's queue goes off the answer's way; nothing the answer
+        # needs waits on it (a cancel, a delete, a close).
+        async def release() -> None:
+            await stop(True)
+
+        task = asyncio.create_task(release())
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     async def _tell(self, origin: Origin, result: Any, status: ResponseStatus) -> None:
         reply = origin.reply(self._leader_id, result, status)

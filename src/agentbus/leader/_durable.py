@@ -135,15 +135,16 @@ class PlanJournal:
                 restored = _apply(restored, record)
         return restored
 
-    async def begun(
+    def begin(
         self, leader: str, plan: dict[str, Any] | None, origin: dict[str, Any] | None = None
-    ) -> None:
+    ) -> asyncio.Future[None]:
         """Record that ``leader`` runs the plan (the plan itself, and who asked for it and
-        where its answer goes, the first time)."""
+        where its answer goes, the first time); the future is done once written. Records
+        added meanwhile go with it."""
         record: dict[str, Any] = {"kind": "begun", "leader": leader, "at": time.time()}
         if plan is not None:
             record |= {"plan_id": plan["id"], "plan": plan, "origin": origin}
-        await self._add(record)
+        return self._add(record)
 
     async def expanded(self, subtask_id: str, fragment: dict[str, Any]) -> None:
         """Record the fragment ``subtask_id`` returned, before it runs: a leader taking the
@@ -213,9 +214,12 @@ class PlanJournal:
             try:
                 await self._journal.append({"plan": self.key, "records": batch})
             except BaseException as exc:
-                if not written.done():
-                    written.set_exception(exc)
-                    written.exception()  # retrieved: settled() does not await its batch
+                # Not written: nor is what waits for the next batch (it came after).
+                waiting, self._batch, self._batch_written = self._batch_written, [], None
+                for future in (written, waiting):
+                    if future is not None and not future.done():
+                        future.set_exception(exc)
+                        future.exception()  # retrieved: settled() does not await its batch
                 raise
             if not written.done():
                 written.set_result(None)

@@ -74,6 +74,11 @@ class Leader(ScheduleSkills):
     def _delivery_limit(self) -> int | None:
         return self.settings.plan_delivery_limit
 
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        if self._conductor is not None:
+            await self._conductor.aclose()
+
     async def on_start(self) -> None:
         await self.bus.subscribe(f"broadcast.event.{AGENT_OFFLINE}", self._on_offline)
         if self._durable:

@@ -38,6 +38,7 @@ from agentbus.bus._rabbitmq._journal import StreamJournal
 from agentbus.bus._rabbitmq._lease import open_lease
 from agentbus.bus._rabbitmq._presence import heard_from, served_here, unserved
 from agentbus.bus._rabbitmq._publisher import Publisher
+from agentbus.bus._rabbitmq._spare import SpareChannel
 from agentbus.bus._stats import BusState
 from agentbus.bus._stores._artifact_store import ArtifactStore
 from agentbus.bus._stores._dedup import DedupStore, SharedDedupStore
@@ -106,6 +107,7 @@ class Bus(BaseBus):
         self._audit: AuditTrail | None = None
         self._instance_queue: AbstractQueue | None = None
         self._service_consumers: list[DeliveryConsumer] = []
+        self._spare = SpareChannel(partial(self._channel, prefetch=_REPLY_PREFETCH))
 
     async def open(self) -> Self:
         """Connect, declare the topology and start consuming the instance queue.
@@ -321,7 +323,7 @@ class Bus(BaseBus):
 
         async def open_() -> tuple[AbstractRobustChannel, AbstractQueue, DeliveryConsumer]:
             with map_transport_errors():
-                channel = await self._channel(prefetch=_REPLY_PREFETCH)
+                channel = await self._spare.take()
                 try:
                     declared = await channel.declare_queue(queue, durable=True, arguments=arguments)
                     consumer = DeliveryConsumer(channel, queue, take, exclusive=exclusive)
@@ -365,6 +367,7 @@ class Bus(BaseBus):
         return set()
 
     async def _close_transport(self) -> None:
+        self._spare.cancel()
         if self._audit is not None:
             await self._audit.aclose()
         if self._connection is not None:

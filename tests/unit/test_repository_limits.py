@@ -43,6 +43,17 @@ def test_no_tracked_file_is_over_the_cap() -> None:
     assert "pyproject.toml" in sizes  # the listing is the repository's
 
 
+def test_test_modules_have_unique_names() -> None:
+    """No two test modules share a file name: the tiers have no ``__init__.py``, so pytest
+    imports each module by its bare name, and a second one fails the whole run's collection."""
+    seen: dict[str, list[str]] = {}
+    for module in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(module.name, []).append(str(module.relative_to(ROOT)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, f"rename one of each pair: {twice}"
+    assert "test_repository_limits.py" in seen  # the walk found this module
+
+
 def test_the_sdist_holds_the_sources_and_nothing_large(tmp_path: Path) -> None:
     """The sdist hatchling builds: the package, tests, docs; no file over the cap, no
     wheel, no node_modules, no caches."""

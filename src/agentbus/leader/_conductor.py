@@ -42,10 +42,12 @@ from agentbus.leader._aggregate import (
     Progress,
     ProgressReport,
 )
+from agentbus.leader._askers import Asker
 from agentbus.leader._directory import SkillDirectory
-from agentbus.leader._durable import Asker, PlanJournal, Restored, plan_key
+from agentbus.leader._durable import PlanJournal, Restored, plan_key
 from agentbus.leader._parking import Origin, PlanParked
 from agentbus.leader._plan import Plan
+from agentbus.leader._plan_queues import PlanQueues, Stop
 from agentbus.leader._progress import ProgressSink
 from agentbus.leader._questions import Given, PlanAsking, PlanQuestions
 from agentbus.leader._run import PlanRunner
@@ -101,12 +103,14 @@ class Conductor:
         self._park_after = park_after
         self._ended = ended
         self._releasing: set[asyncio.Task[None]] = set()
+        self._queues = PlanQueues(bus)
 
     def __repr__(self) -> str:
         return f"<Conductor runners={len(self.runners)} durable={self._journal is not None}>"
 
     async def aclose(self) -> None:
         """Wait until the queues of the plans that ended here are gone."""
+        await self._queues.aclose()
         await asyncio.gather(*self._releasing, return_exceptions=True)
 
     async def run(self, plan: Plan, origin: Origin, *, redelivered: bool | None) -> Aggregate:
@@ -126,7 +130,11 @@ class Conductor:
         restored = None if redelivered is False else await journal.restore(began)
         if restored is not None and restored.origin is not None:
             origin = Origin.from_record(restored.origin)  # as it began, under its first leader
-        stop = await self._hold(journal, restored, origin)
+        if redelivered is False:  # its first delivery: nobody else runs it, nothing was sent
+            journal.queue, stop = await self._queues.take()
+        else:
+            journal.queue = restored.queue if restored and restored.queue else journal.queue
+            stop = await self._hold(journal, restored, origin)
         # Begun here: written with the first step's record (nothing is sent before the
         # journal has both), or alone when the plan ends first.
         journal.begin(
@@ -150,9 +158,9 @@ class Conductor:
         the plan here and run it to its end (or its next park), its final answer to its
         origin; or, when another leader runs it now, hand the answer to that one."""
         assert self._journal is not None
-        journal = PlanJournal(self._journal, asker.key)
+        journal = PlanJournal(self._journal, asker.key, asker.queue)
         try:
-            stop = await self._bus.reply_queue(journal.reply_queue, hold=True, exclusive=True)
+            stop = await self._bus.reply_queue(journal.queue, hold=True, exclusive=True)
         except QueueInUse:
             return await self.forward(asker, question_id, given)
         try:
@@ -223,7 +231,7 @@ class Conductor:
     ) -> PlanRunner:
         takeover = None
         if journal is not None:
-            reply_to = Topology(self._bus.settings.exchange).reply_queue(journal.reply_queue)
+            reply_to = Topology(self._bus.settings.exchange).reply_queue(journal.queue)
             takeover = TakeOver(
                 self._bus, journal, restored=restored, reply_to=reply_to, began=origin.began
             )
@@ -249,7 +257,7 @@ class Conductor:
             try:
                 # Held: an answer leaves the queue once the journal has what came of it.
                 return await self._bus.reply_queue(
-                    journal.reply_queue, expect=expect, hold=True, exclusive=True
+                    journal.queue, expect=expect, hold=True, exclusive=True
                 )
             except QueueInUse:
                 if loop.time() > deadline:
@@ -263,7 +271,7 @@ class Conductor:
         runner: PlanRunner,
         origin: Origin,
         journal: PlanJournal | None,
-        stop: Callable[[bool], Awaitable[None]] | None,
+        stop: Stop | None,
     ) -> Aggregate:
         self.runners.add(runner)
         kept = False  # the plan's queue stays: another leader goes on, or an answer will
@@ -300,7 +308,7 @@ class Conductor:
 
     async def _let_go(
         self,
-        stop: Callable[[bool], Awaitable[None]],
+        stop: Stop,
         runner: PlanRunner,
         *,
         ended: bool,

@@ -28,11 +28,9 @@ from agentbus.leader._status import PlanState
 
 __all__ = [
     "JOURNAL",
-    "Asker",
     "PlanJournal",
     "Restored",
     "Sent",
-    "find_asker",
     "journaled_state",
     "lookup",
     "plan_key",
@@ -66,6 +64,8 @@ class Restored:
     leader: str
     plan: dict[str, Any] | None = None
     begun_at: float | None = None
+    queue: str | None = None
+    """The plan's reply queue, as its begun record names it."""
     settled: dict[str, dict[str, Any]] = field(default_factory=dict)
     in_flight: dict[str, Sent] = field(default_factory=dict)
     asking: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -84,17 +84,15 @@ class PlanJournal:
     """One plan's records in the leaders' journal, in order. Records made while a write
     is out go together in the next one: one confirmed append per batch, not per record."""
 
-    def __init__(self, journal: Journal, key: str) -> None:
+    def __init__(self, journal: Journal, key: str, queue: str | None = None) -> None:
         self.key = key
+        self.queue = queue or f"plan-{key}"
+        """The plan's reply queue (``Transport.reply_queue``): its begun and asked records
+        name it; a journal from before names none, and its queue is named after its key."""
         self._journal = journal
         self._batch: list[dict[str, Any]] = []
         self._batch_written: asyncio.Future[None] | None = None
         self._writer: asyncio.Task[None] | None = None
-
-    @property
-    def reply_queue(self) -> str:
-        """The name of the plan's reply queue (``Transport.reply_queue``)."""
-        return f"plan-{self.key}"
 
     def message_id(self, subtask_id: str, attempt: int) -> str:
         """The request id of an attempt: the same whichever leader sends it."""
@@ -116,7 +114,7 @@ class PlanJournal:
         the agent's question ``asked``; None for an approval step), and when the plan
         began (to read it back from); return once written."""
         record = {"kind": "asked", "subtask": subtask_id, "question": question, "asked": asked}
-        await self._add(record | {"began": began})
+        await self._add(record | {"began": began, "queue": self.queue})
 
     async def answered(self, subtask_id: str, question_id: str, answer: dict[str, Any]) -> None:
         """Record the answer a step's question got (``value`` or ``declined``, ``by``);
@@ -142,6 +140,7 @@ class PlanJournal:
         where its answer goes, the first time); the future is done once written. Records
         added meanwhile go with it."""
         record: dict[str, Any] = {"kind": "begun", "leader": leader, "at": time.time()}
+        record["queue"] = self.queue
         if plan is not None:
             record |= {"plan_id": plan["id"], "plan": plan, "origin": origin}
         return self._add(record)
@@ -225,60 +224,6 @@ class PlanJournal:
                 written.set_result(None)
 
 
-@dataclass(slots=True)
-class Asker:
-    """Where a plan's question stands, as the journal has it since the question."""
-
-    plan_id: str
-    leader: str
-    """The leader that runs the plan now: the one that asked, or one that took it over."""
-    key: str = ""
-    """The plan's key in the journal."""
-    subtask_id: str = ""
-    began: float | None = None
-    """When the plan began (its first record's time), to read it back from."""
-    answered: bool = False
-    parked: bool = False
-    ended: bool = False
-
-
-async def find_asker(journal: Journal, question_id: str, since: datetime) -> Asker | None:
-    """The plan that asked ``question_id`` (read from ``since``, the question's time)."""
-    found: Asker | None = None
-    key = None
-    for entry in await journal.read(since):
-        records = entry.get("records", ())
-        if found is None:
-            for record in records:
-                question = record.get("question") if record.get("kind") == "asked" else None
-                if question is not None and question.get("question_id") == question_id:
-                    key = str(entry.get("plan"))
-                    found = Asker(
-                        str(question.get("plan_id")),
-                        str(question.get("asker")),
-                        key=key,
-                        subtask_id=str(record.get("subtask")),
-                        began=record.get("began"),
-                    )
-            continue
-        if entry.get("plan") == key:
-            _note(found, question_id, records)
-    return found
-
-
-def _note(found: Asker, question_id: str, records: list[dict[str, Any]]) -> None:
-    for record in records:
-        kind = record.get("kind")
-        if kind == "begun":
-            found.leader, found.parked = str(record.get("leader")), False
-        elif kind == "parked":
-            found.parked = True
-        elif kind == "ended":
-            found.ended = True
-        elif kind == "answered" and record.get("question_id") == question_id:
-            found.answered = True
-
-
 async def lookup(journal: Journal, plan_id: str, since: datetime) -> Restored | None:
     """The latest run of the plan ``plan_id`` that the journal holds since ``since``."""
     runs: dict[str, Restored | None] = {}
@@ -301,6 +246,7 @@ def _apply(restored: Restored | None, record: dict[str, Any]) -> Restored | None
     if kind == "begun":
         restored = restored or Restored(leader="")
         restored.leader = str(record.get("leader"))
+        restored.queue = record.get("queue") or restored.queue
         restored.parked = False
         if "plan" in record:
             restored.plan, restored.begun_at = record["plan"], record.get("at")

@@ -24,15 +24,10 @@ from agentbus.envelopes import (
 from agentbus.leader._aggregate import (
     Aggregate,
 )
+from agentbus.leader._askers import Asker, find_asker
 from agentbus.leader._conductor import RESUME_PLAN, Conductor
 from agentbus.leader._directory import SkillDirectory
-from agentbus.leader._durable import (
-    JOURNAL,
-    Asker,
-    find_asker,
-    journaled_state,
-    lookup,
-)
+from agentbus.leader._durable import JOURNAL, journaled_state, lookup
 from agentbus.leader._parking import Origin
 from agentbus.leader._plan import Plan
 from agentbus.leader._questions import Given, PlanQuestions

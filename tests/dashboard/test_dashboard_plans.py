@@ -102,6 +102,43 @@ async def test_plan_subtasks_change_state_live(
     await shot(page, screens, "3-traffic")
 
 
+async def test_a_mapped_step_lists_its_items_under_it_and_a_failed_condition_skips(
+    procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
+) -> None:
+    """A step mapped over 25 numbers: its row says how the items stand, 20 of them follow it,
+    marked as items; a branch whose condition fails shows skipped; the plan completes."""
+    client = await team(procs, "numbers")
+    page = await browser.new_page(viewport=DESKTOP)
+    await page.goto(dashboard.url)
+    plan = {
+        "id": "shaped-plan",
+        "subtasks": [
+            {"id": "nums", "skill": "numbers", "parameters": {"n": 25}},
+            {"id": "sq", "skill": "square", "depends_on": ["nums"],
+             "map": {"over": "nums", "as": "n"}},
+            {"id": "never", "skill": "square", "parameters": {"n": 1}, "depends_on": ["nums"],
+             "when": {"in": [99, {"var": "nums"}]}},
+        ],
+    }  # fmt: skip
+    aggregate: Aggregate = await PlanClient(client).run(plan, timeout=PLAN_TIMEOUT)
+    assert aggregate.status.value == "completed"
+    await page.wait_for_selector('[data-plan-id="shaped-plan"][data-state="finished"]')
+    await page.wait_for_selector(subtask("shaped-plan", "never", "skipped"))
+    card = page.locator('[data-plan-id="shaped-plan"]')
+    step = await card.locator('tr[data-subtask-id="sq"]').inner_text()
+    assert "25 items: 25 succeeded, 20 listed" in step
+    items = await card.locator('tr[data-kind="item"]').evaluate_all(
+        "rows => rows.map(row => row.dataset.subtaskId)"
+    )
+    assert items == [f"sq[{i}]" for i in range(20)]
+    ids = await card.locator("tr[data-subtask-id]").evaluate_all(
+        "rows => rows.map(row => row.dataset.subtaskId)"
+    )
+    assert ids.index("sq") + 1 == ids.index("sq[0]")  # the items follow their step
+    assert "completed" in await card.inner_text()  # 2 ran, 1 skipped on its condition
+    await shot(page, screens, "1-shaped-plan")
+
+
 async def test_cancel_is_refused_without_the_token_and_stops_the_plan_with_it(
     procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
 ) -> None:

@@ -40,6 +40,15 @@ class Squarer(Agent):
         await asyncio.Event().wait()
         return "never"
 
+    @skill
+    async def count(self, n: int) -> list[int]:
+        return list(range(n))
+
+    @skill
+    async def plan_two(self) -> dict[str, Any]:
+        squares = [{"id": name, "skill": "square", "parameters": {"n": 2}} for name in "xy"]
+        return {"subtasks": squares}
+
 
 Start = Callable[[type[Agent], str], Awaitable[Agent]]
 
@@ -89,7 +98,7 @@ async def test_agents_are_listed_by_service_and_a_departed_service_shows_gone(
     await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
     row = rows(dashboard)["squarer-1"]
     assert (row["status"], row["capacity"], row["version"]) == ("ready", 8, "2.1.0")
-    assert row["skills"] == ["square", "hang", "halfway"]
+    assert row["skills"] == ["square", "hang", "halfway", "count", "plan_two"]
     group = service(dashboard, "squarer")
     assert group is not None
     assert (group["live"], group["gone"]) == (1, False)
@@ -136,6 +145,43 @@ async def test_plans_are_followed_and_cancelled_from_the_board(
     cancelled = next(p for p in dashboard.plans.snapshot()["plans"] if p["plan_id"] == "p2")
     assert [s["status"] for s in cancelled["subtasks"]] == ["cancelled"]
     assert cancelled["subtasks"][0]["error"]["message"] == "the plan was cancelled by request"
+
+
+async def test_a_shaped_plan_shows_items_under_their_step_and_fragments_under_theirs(
+    team: tuple[Dashboard, Start],
+) -> None:
+    """A step mapped over 30 numbers: its row sums its items up and 20 of them follow it; a
+    fragment's steps follow the step that planned them; a branch whose condition fails shows
+    skipped; the plan counts (and completes on) its own steps, not its items."""
+    dashboard, start = team
+    await start(Squarer, "squarer-1")
+    await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
+    plan = {
+        "id": "shaped",
+        "subtasks": [
+            {"id": "nums", "skill": "count", "parameters": {"n": 30}},
+            {"id": "sq", "skill": "square", "depends_on": ["nums"],
+             "map": {"over": "nums", "as": "n"}},
+            {"id": "f", "skill": "plan_two", "fragment": True},
+            {"id": "never", "skill": "square", "parameters": {"n": 1}, "depends_on": ["nums"],
+             "when": {"in": [99, {"var": "nums"}]}},
+        ],
+    }  # fmt: skip
+    aggregate = await PlanClient(dashboard.bus).run(plan, timeout=10)
+    assert aggregate.status.value == "completed"
+    await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["state"] == "finished", 5)
+    view = dashboard.plans.snapshot()["plans"][0]
+
+    assert view["aggregate"]["status"] == "completed"
+    assert view["counts"] == {"succeeded": 3, "skipped": 1, "pending": 0}
+    ids = [row["id"] for row in view["subtasks"]]
+    assert ids == ["nums", "sq", *(f"sq[{i}]" for i in range(20)), "f", "f/x", "f/y", "never"]
+    by_id = {row["id"]: row for row in view["subtasks"]}
+    assert by_id["sq"]["items"] == {"total": 30, "counts": {"succeeded": 30}, "shown": 20}
+    assert view["aggregate"]["attempts"] == 1 + 30 + 1 + 2  # nums, the items, f, f/x and f/y
+    assert (by_id["sq[7]"]["parent"], by_id["sq[7]"]["kind"]) == ("sq", "item")
+    assert (by_id["f/y"]["parent"], by_id["f/y"]["kind"]) == ("f", "fragment")
+    assert (by_id["never"]["kind"], by_id["never"]["status"]) == ("step", "skipped")
 
 
 async def test_a_skills_progress_keeps_its_subtask_running_with_the_fraction(

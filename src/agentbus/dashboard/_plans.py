@@ -12,6 +12,7 @@ every 100 ms at most), so they are good to a tenth of a second."""
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,6 +40,11 @@ _GOING_ON: Final = {
     "answered": "running",
     "retrying": "retrying",
 }
+_NOT_MET: Final = "condition_not_met"
+# A mapped step's items on the board: how many are listed, and which come first.
+_ITEMS_SHOWN: Final = 20
+_ITEM_FIRST: Final = {"failed": 0, "input_required": 1, "retrying": 2, "running": 3}
+_ITEM: Final = re.compile(r"(?P<step>.+)\[(?P<index>\d+)\]")
 _TERMINAL: Final = frozenset(
     {SubtaskStatus.SUCCEEDED, SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.CANCELLED}
 )
@@ -97,8 +103,9 @@ class _Plan:
         return self.done >= self.total
 
     def view(self) -> dict[str, Any]:
-        counts = collections.Counter(subtask.status for subtask in self.subtasks.values())
-        counts["pending"] += self.total - len(self.subtasks)
+        steps = [s for s in self.subtasks.values() if _parent_of(s.id) is None]
+        counts = collections.Counter(subtask.status for subtask in steps)
+        counts["pending"] += max(self.total - len(steps), 0)
         view: dict[str, Any] = {
             "plan_id": self.plan_id,
             "leader": self.leader,
@@ -110,16 +117,21 @@ class _Plan:
             "cancellable": self.request_id is not None and not self.finished,
             "cancel_requested": self.cancel_requested,
             "counts": dict(counts),
-            "subtasks": [subtask.view() for subtask in self.subtasks.values()],
+            "subtasks": _nested(list(self.subtasks.values())),
             "aggregate": None,
         }
         if self.finished:
-            view["aggregate"] = self._aggregate(counts)
+            view["aggregate"] = self._aggregate(steps)
         return view
 
-    def _aggregate(self, counts: collections.Counter[str]) -> dict[str, Any]:
-        succeeded = counts[SubtaskStatus.SUCCEEDED.value]
-        if succeeded == self.total:
+    def _aggregate(self, steps: list[_Subtask]) -> dict[str, Any]:
+        # A step whose condition did not hold is as complete as one that ran (as the leader says).
+        succeeded = sum(
+            step.status == SubtaskStatus.SUCCEEDED.value
+            or (step.error or {}).get("code") == _NOT_MET
+            for step in steps
+        )
+        if succeeded >= self.total:
             status = "completed"
         elif succeeded == 0:
             status = "failed"
@@ -132,9 +144,14 @@ class _Plan:
         return {
             "status": status,
             "wall_time": wall,
-            "attempts": sum(subtask.attempts for subtask in self.subtasks.values()),
+            "attempts": self._attempts(),
             "agents_used": agents,
         }
+
+    def _attempts(self) -> int:
+        # A mapped step's own count is its items' (their attempts are counted one by one).
+        mapped = {p[0] for s in self.subtasks if (p := _parent_of(s)) and p[1] == "item"}
+        return sum(s.attempts for s in self.subtasks.values() if s.id not in mapped)
 
 
 class PlanBoard:
@@ -276,6 +293,56 @@ def _apply(
     subtask.ended_at = at
     if transition in _TERMINAL and subtask.started_at is None:
         subtask.started_at = at  # skipped (or cancelled before it started): no time spent
+
+
+def _parent_of(subtask_id: str) -> tuple[str, str] | None:
+    """``(parent, kind)``: a mapped step's item ``s[3]`` is under ``s`` (``item``), a fragment's
+    step ``s/t`` under ``s`` (``fragment``); a step of the plan itself has none."""
+    item = _ITEM.fullmatch(subtask_id)
+    if item is not None:
+        return item["step"], "item"
+    step, slash, _ = subtask_id.rpartition("/")
+    return (step, "fragment") if slash and step else None
+
+
+def _nested(subtasks: list[_Subtask]) -> list[dict[str, Any]]:
+    """The rows in plan order, each step's items and fragment steps right under it; a mapped
+    step says how its items stand and lists at most ``_ITEMS_SHOWN`` of them (the ones that
+    need a look first: failed, asking, running), so a map over 10,000 items stays a page."""
+    rows = {subtask.id: subtask.view() | {"parent": None, "kind": "step"} for subtask in subtasks}
+    children: dict[str | None, list[str]] = collections.defaultdict(list)
+    items: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for subtask_id, row in rows.items():
+        parent = _parent_of(subtask_id)
+        if parent is not None and parent[0] in rows:
+            row["parent"], row["kind"] = parent
+        if row["kind"] == "item":
+            items[row["parent"]].append(row)
+        else:
+            children[row["parent"]].append(subtask_id)
+    for step, its in items.items():
+        rows[step]["items"] = {
+            "total": len(its),
+            "counts": dict(collections.Counter(row["status"] for row in its)),
+            "shown": min(len(its), _ITEMS_SHOWN),
+        }
+        its.sort(key=_item_order)
+    ordered: list[dict[str, Any]] = []
+
+    def place(parent: str | None) -> None:
+        for subtask_id in children[parent]:
+            ordered.append(rows[subtask_id])
+            ordered.extend(items.get(subtask_id, [])[:_ITEMS_SHOWN])
+            place(subtask_id)
+
+    place(None)
+    return ordered
+
+
+def _item_order(row: dict[str, Any]) -> tuple[int, int]:
+    item = _ITEM.fullmatch(row["id"])
+    index = int(item["index"]) if item is not None else 0
+    return _ITEM_FIRST.get(row["status"], len(_ITEM_FIRST)), index
 
 
 def _outlined(item: object) -> _Subtask | None:

@@ -155,8 +155,9 @@ function renderPlan(plan) {
   const rows = plan.subtasks.map((s) =>
     el(
       "tr",
-      { "data-subtask-id": s.id, "data-status": s.status },
-      cell("subtask", el("strong", {}, s.id)),
+      { "data-subtask-id": s.id, "data-status": s.status, "data-kind": s.kind,
+        class: s.parent ? "child" : "" },
+      cell("subtask", s.parent ? "↳ " : "", el("strong", {}, s.id)),
       cell("skill", s.skill),
       cell("status", pill(s.status),
         s.status === "running" && s.fraction !== null ? ` ${Math.round(100 * s.fraction)}%` : ""),
@@ -166,6 +167,7 @@ function renderPlan(plan) {
         : s.started_at ? el("span", { class: "age", "data-at": s.started_at }, ago(s.started_at)) : "–"),
       cell("note", s.error ? `${s.error.code}: ${s.error.message}`
         : [s.status === "pending" && s.depends_on.length ? `after ${s.depends_on.join(", ")}` : null,
+          s.items ? itemsNote(s.items) : null,
           s.message, s.chunks ? `${s.chunks} partial results` : null].filter(Boolean).join(" · ")),
     ),
   );
@@ -174,6 +176,13 @@ function renderPlan(plan) {
       .map((h) => el("th", {}, h)))),
     el("tbody", {}, rows)));
   return el("div", { class: "card", "data-plan-id": plan.plan_id, "data-state": plan.state }, parts);
+}
+
+// A mapped step's items: how they stand, and how many of them the rows below list.
+function itemsNote(items) {
+  const counts = Object.entries(items.counts).map(([name, n]) => `${n} ${name}`).join(", ");
+  const shown = items.shown < items.total ? `, ${items.shown} listed` : "";
+  return `${items.total} items: ${counts}${shown}`;
 }
 
 // ---- schedules -------------------------------------------------------------

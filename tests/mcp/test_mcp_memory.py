@@ -250,3 +250,35 @@ async def test_run_plan_is_a_tool_whose_progress_is_the_plans(memory: Memory, er
         "first (steps): succeeded [1/2]",
     ]
     assert heard[-1] == "then (steps): succeeded [2/2]"
+
+
+@ERAS
+async def test_a_shaped_plans_items_and_skipped_branch_are_its_progress(
+    memory: Memory, era: str
+) -> None:
+    """A step mapped over a result: each item's transitions are told under ``<step>[i]``; a
+    branch whose condition fails is told skipped; the gathered results are the step's."""
+    heard: list[str] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        heard.append(str(message))
+
+    plan = {
+        "subtasks": [
+            {"id": "first", "skill": "steps", "parameters": {"words": ["ant", "bee"]}},
+            {"id": "each", "skill": "echo", "depends_on": ["first"],
+             "map": {"over": "first", "as": "text"}},
+            {"id": "never", "skill": "echo", "parameters": {"text": "no"},
+             "depends_on": ["first"], "when": {"in": ["CAT", {"var": "first"}]}},
+        ]
+    }  # fmt: skip
+    async with memory.client(era) as client:
+        result = await client.call_tool("run_plan", {"plan": plan}, progress_callback=progress)
+    assert result.structured_content is not None
+    assert result.structured_content["status"] == "completed"
+    outcomes = {s["id"]: s for s in result.structured_content["subtasks"]}
+    assert outcomes["each"]["result"] == ["ANT", "BEE"]
+    assert outcomes["never"]["status"] == "skipped"
+    told = {said.rsplit(" [", 1)[0] for said in heard}
+    assert {"each[0] (echo): succeeded", "each[1] (echo): succeeded"} <= told
+    assert "never (echo): skipped" in told

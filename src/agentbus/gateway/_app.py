@@ -46,6 +46,7 @@ from agentbus.bus import Bus
 from agentbus.gateway._cards import REST_PREFIX, a2a_card
 from agentbus.gateway._checks import checked_jsonrpc, checked_rest
 from agentbus.gateway._executor import BusExecutor
+from agentbus.gateway._files import Files
 from agentbus.gateway._follow import PlanProgress
 from agentbus.gateway._handler import GatewayHandler
 from agentbus.gateway._peers import PeerCancels
@@ -99,6 +100,7 @@ class Gateway(Face):
             self.open_tasks,
             timeout=gateway.request_timeout,
             follow=PlanProgress(self.plans, leader=gateway.leader),
+            files=Files(None if gateway.file_private_hosts else validate_push_notification_url),
         )
         self.store: TaskStore | VersionedTaskStore
         self._shared: _Shared | None = None

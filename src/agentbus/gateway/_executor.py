@@ -49,6 +49,7 @@ from agentbus.envelopes import (
     ResponseEnvelope,
     utcnow,
 )
+from agentbus.gateway._files import Files, result_files
 from agentbus.gateway._follow import Chunk, Follow, Unfollowed, Update
 from agentbus.gateway._parts import BusCall, result_parts
 from agentbus.gateway._questions import (
@@ -101,8 +102,10 @@ class BusExecutor(AgentExecutor):
         *,
         timeout: float,
         follow: Follow | None = None,
+        files: Files | None = None,
     ) -> None:
         self._callers = callers
+        self._files = files or Files(None)
         self._open = open_tasks
         self._timeout = timeout
         self._follow: Follow = follow or Unfollowed()
@@ -151,6 +154,7 @@ class BusExecutor(AgentExecutor):
             bus = await self._callers.bus(context.call_context.user.user_name)
             if question is None:
                 call = self._follow.prepare(state[CALL_KEY], task_id)
+                call = await self._files.store(bus, call)
                 envelope = self._envelope(bus, call, task_id, context_id)
             else:
                 call = BusCall(question.service, question.action, {})
@@ -166,7 +170,8 @@ class BusExecutor(AgentExecutor):
             artifact = a2a.Artifact(
                 artifact_id=str(uuid.uuid4()),
                 name=call.skill,
-                parts=result_parts(reply.payload.result),
+                parts=await result_files(bus, reply.payload.result)
+                or result_parts(reply.payload.result),
             )
             artifact.metadata.update({PARTIAL_KEY: False})
             await telling.end(a2a.TaskState.TASK_STATE_COMPLETED, artifact=artifact)

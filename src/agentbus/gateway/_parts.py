@@ -9,9 +9,10 @@ skill's JSON Schema before anything is sent on the bus.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from a2a.helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
@@ -23,10 +24,21 @@ from jsonschema.exceptions import SchemaError
 
 from agentbus.agents import AgentCard, SkillCard
 
-__all__ = ["SKILL_KEY", "BusCall", "bus_call", "from_json", "result_parts"]
+__all__ = [
+    "PARAMETER_KEY",
+    "SKILL_KEY",
+    "BusCall",
+    "artifact_parameters",
+    "bus_call",
+    "from_json",
+    "result_parts",
+]
 
 SKILL_KEY = "skill"
 """Message metadata key naming the skill to call."""
+PARAMETER_KEY: Final = "parameter"
+"""File part metadata key naming the skill parameter the file fills."""
+_ARTIFACT_REF: Final = "#/$defs/Artifact"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,8 @@ class BusCall:
     service: str
     skill: str
     parameters: dict[str, Any]
+    files: dict[str, a2a.Part] = field(default_factory=dict)
+    """File parts by the parameter each fills, stored as artifacts before the call is sent."""
 
 
 def bus_call(card: AgentCard, message: a2a.Message) -> BusCall:
@@ -47,6 +61,7 @@ def bus_call(card: AgentCard, message: a2a.Message) -> BusCall:
     skill = _choose_skill(card, message)
     data = [from_json(item) for item in get_data_parts(message.parts)]
     texts = get_text_parts(message.parts)
+    files = _assign(skill, _file_parts(message.parts))
     if len(data) > 1:
         raise InvalidParamsError(message="send one data part: the skill's parameters")
     if data:
@@ -55,12 +70,64 @@ def bus_call(card: AgentCard, message: a2a.Message) -> BusCall:
             raise _schema_error(skill, "the data part must be a JSON object of parameters")
     elif texts:
         parameters = {_text_parameter(skill): "\n".join(texts)}
-    elif _required(skill):
-        raise _schema_error(skill, "the message has no data or text part")
+    elif _required(skill) - files.keys():
+        raise _schema_error(skill, "the message has no data, text or file part")
     else:
         parameters = {}
-    _check(skill, parameters)
-    return BusCall(card.name, skill.name, parameters)
+    _check(skill, parameters, files.keys())
+    return BusCall(card.name, skill.name, parameters, files)
+
+
+def _file_parts(parts: Any) -> list[a2a.Part]:
+    """The parts of a message that are files: bytes or a URL."""
+    return [part for part in parts if part.WhichOneof("content") in ("raw", "url")]
+
+
+def artifact_parameters(skill: SkillCard) -> list[str]:
+    """The names of ``skill``'s parameters typed ``Artifact`` (or ``Artifact | None``)."""
+    properties: dict[str, Any] = skill.parameters.get("properties", {})
+    return [name for name, spec in properties.items() if _is_artifact(spec)]
+
+
+def _is_artifact(spec: Any) -> bool:
+    if not isinstance(spec, dict):
+        return False
+    if spec.get("$ref") == _ARTIFACT_REF:
+        return True
+    return any(_is_artifact(option) for option in spec.get("anyOf", ()))
+
+
+def _assign(skill: SkillCard, files: list[a2a.Part]) -> dict[str, a2a.Part]:
+    """Which parameter each file fills.
+
+    Raises:
+        InvalidParamsError: the skill takes no file, or not as many, or a named one is
+            not an artifact parameter.
+    """
+    wanted = artifact_parameters(skill)
+    filled: dict[str, a2a.Part] = {}
+    unnamed = []
+    for part in files:
+        named = part.metadata.fields.get(PARAMETER_KEY) if part.HasField("metadata") else None
+        if named is None:
+            unnamed.append(part)
+        elif named.string_value in wanted:
+            filled[named.string_value] = part
+        else:
+            raise _refused(skill, f"{named.string_value!r} is not one of its file parameters")
+    free = [name for name in wanted if name not in filled]
+    if len(unnamed) > len(free):
+        takes = ", ".join(wanted) or "none"
+        raise _refused(skill, f"{len(files)} files for its file parameters ({takes})")
+    filled.update(zip(free, unnamed, strict=False))
+    return filled
+
+
+def _refused(skill: SkillCard, reason: str) -> InvalidParamsError:
+    return InvalidParamsError(
+        message=f"files for {skill.name!r} do not fit its schema: {reason}",
+        data={"skill": skill.name, "schema": skill.parameters},
+    )
 
 
 def _wanted_skill(message: a2a.Message) -> Any:
@@ -107,14 +174,17 @@ def _text_parameter(skill: SkillCard) -> str:
     )
 
 
-def _required(skill: SkillCard) -> bool:
-    return bool(skill.parameters.get("required"))
+def _required(skill: SkillCard) -> set[str]:
+    return set(skill.parameters.get("required", ()))
 
 
-def _check(skill: SkillCard, parameters: dict[str, Any]) -> None:
+def _check(skill: SkillCard, parameters: dict[str, Any], files: Collection[str] = ()) -> None:
     if not skill.parameters:
         return
-    validator = _validator(orjson.dumps(skill.parameters, option=orjson.OPT_SORT_KEYS))
+    schema = skill.parameters
+    if files:  # filled once the files are stored
+        schema = schema | {"required": sorted(_required(skill) - set(files))}
+    validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
     if validator is None:
         return
     error = next(iter(validator.iter_errors(parameters)), None)

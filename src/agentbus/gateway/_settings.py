@@ -48,6 +48,9 @@ class GatewaySettings(HttpSettings):
     """Tries of each push notification to a webhook, the first included."""
     push_backoff: float = Field(default=1.0, gt=0)
     """Seconds before a push notification's second try; each pause after doubles, to 60 s."""
+    file_private_hosts: bool = False
+    """Fetch a message's file parts from URLs at loopback, private or link-local addresses
+    (refused by default, as webhooks are). For local use and tests."""
     push_private_hosts: bool = False
     """Take webhooks at loopback, private or link-local addresses (refused by default: a
     caller would make the gateway reach inside its network). For local use and tests."""

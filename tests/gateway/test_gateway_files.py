@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentbus import Agent, Artifact, put_artifact, skill
+from agentbus.gateway import RemoteA2AAgent
 from support.ports import free_port
 from support.servers import start_uvicorn, stop_uvicorn
 from support.waiting import wait_until
@@ -127,3 +128,29 @@ async def test_a_file_for_a_skill_without_file_parameters_is_a_protocol_error(
     async with sdk_client(url, KEY) as client:
         with pytest.raises(InvalidParamsError, match="files for 'produce' do not fit its schema"):
             await send(client, file_message(part, "produce"))
+
+
+async def test_run_a2a_passes_files_both_ways(team: Team) -> None:
+    """``run-a2a`` in front of the gateway's scanner: an artifact parameter goes to the A2A
+    agent as a file part, a file part it returns comes back as an artifact for the caller."""
+    url = await scanner_team(team)
+    remote = await RemoteA2AAgent.from_url(
+        url, service="far-scanner", key=KEY, settings=team.settings, heartbeat_interval=HEARTBEAT
+    )
+    await team.add(remote)
+    sent = payload(3 * MB, b"far")
+    document = await team.client.artifacts.put(sent, name="far.bin", reader="far-scanner")
+    reply = await team.client.request(
+        "far-scanner", "digest", {"document": document.wire()}, timeout=30
+    )
+    assert reply.result == {
+        "sha256": hashlib.sha256(sent).hexdigest(),
+        "size": 3 * MB,
+        "name": "far.bin",
+    }
+
+    reply = await team.client.request("far-scanner", "produce", {"size": 2 * MB}, timeout=30)
+    report = Artifact.model_validate(reply.result)
+    assert (report.name, report.size) == ("report.bin", 2 * MB)
+    back = await report.read(via=team.client.artifacts)
+    assert hashlib.sha256(back).digest() == hashlib.sha256(payload(2 * MB, b"report")).digest()

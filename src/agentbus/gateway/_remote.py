@@ -10,7 +10,10 @@ artifacts are the result (an artifact of text parts, as streamed in chunks, is o
 artifacts marked ``agentbus.partial: true`` are left out), a failed or rejected task an
 error envelope (its code when the status message carries one), and a bus ``cancel``
 cancels the A2A task. A task that waits for input asks its question on the bus
-(``_remote_asking``), and the answer goes back on the same task.
+(``_remote_asking``), and the answer goes back on the same task. Files go both ways: a
+parameter that is an artifact is sent as a file part (its bytes, read and checked, named by
+``metadata.parameter``), and a file part of the answer (bytes, or a URL fetched as it is
+stored) becomes an artifact stored for the caller, its reference in the result.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -34,10 +38,11 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError, Cancelled, QuestionDeclined
 from agentbus._http import SchemaSkill
 from agentbus.agents import Agent, SkillMark, ask, remember, report_progress, send_partial
+from agentbus.bus import Artifact, put_artifact
 from agentbus.envelopes import ErrorCode
 from agentbus.gateway._cards import skill_schemas
 from agentbus.gateway._executor import PARTIAL_KEY
-from agentbus.gateway._parts import SKILL_KEY, from_json
+from agentbus.gateway._parts import PARAMETER_KEY, SKILL_KEY, from_json
 from agentbus.gateway._questions import WAITING
 from agentbus.gateway._remote_asking import Asks, answer_message, answer_type, asks
 
@@ -150,9 +155,7 @@ class RemoteA2AAgent(Agent):
         answer goes back as a message on that task, and so on until it ends. Each turn's
         outcome is remembered: the answer that runs the skill again sends only what is new.
         """
-        turn = await remember(
-            f"{_TURN}0", functools.partial(self._turn, _message(skill, parameters))
-        )
+        turn = await remember(f"{_TURN}0", functools.partial(self._first, skill, parameters))
         turns = 0
         while "result" not in turn:
             question: Asks = turn["asks"]
@@ -166,6 +169,9 @@ class RemoteA2AAgent(Agent):
             message = answer_message(question, answer)
             turn = await remember(f"{_TURN}{turns}", functools.partial(self._turn, message))
         return turn["result"]
+
+    async def _first(self, skill: str, parameters: dict[str, Any]) -> dict[str, Any]:
+        return await self._turn(await _message(skill, parameters))
 
     async def _turn(self, message: a2a.Message) -> dict[str, Any]:
         # One message to the A2A agent, until its task ends or asks: {"result": ...} or
@@ -205,16 +211,48 @@ class RemoteA2AAgent(Agent):
                     remote.name(event.artifact_update.task_id)
                     artifact = event.artifact_update.artifact
                     if _partial(artifact) is not False:  # not marked as the whole result
-                        await send_partial(_result(list(artifact.parts)))
+                        await send_partial(await self._stored(_result(list(artifact.parts))))
                 elif kind == "message":
-                    return {"result": _result(list(event.message.parts))}
+                    return {"result": await self._stored(_result(list(event.message.parts)))}
             if task is None or task.status.state not in _TURN_ENDS:
                 task = await self._client.get_task(a2a.GetTaskRequest(id=remote.id))
         except (A2AError, A2AClientError, httpx.HTTPError) as exc:
             raise AgentBusError(
                 f"the A2A agent at {self.url} failed: {exc}", code=ErrorCode.AGENT_UNAVAILABLE
             ) from exc
-        return _outcome(task)
+        outcome = _outcome(task)
+        if "result" in outcome:
+            outcome["result"] = await self._stored(outcome["result"])
+        return outcome
+
+    async def _stored(self, value: Any) -> Any:
+        # A file part of the A2A agent's answer, stored as an artifact for the caller (its
+        # reference in its place); a file by URL is fetched as it is stored.
+        if isinstance(value, list):
+            return [await self._stored(item) for item in value]
+        if not isinstance(value, a2a.Part):
+            return value
+        assert self._http is not None
+        source = value.raw if value.WhichOneof("content") == "raw" else self._fetch(value.url)
+        try:
+            stored = await put_artifact(
+                source,
+                name=value.filename or "file",
+                media_type=value.media_type or "application/octet-stream",
+            )
+        except httpx.HTTPError as exc:
+            raise AgentBusError(
+                f"the A2A agent's file at {value.url} was not fetched: {exc}",
+                code=ErrorCode.AGENT_UNAVAILABLE,
+            ) from exc
+        return stored.wire()
+
+    async def _fetch(self, url: str) -> AsyncIterator[bytes]:
+        assert self._http is not None
+        async with self._http.stream("GET", url) as response:
+            response.raise_for_status()
+            async for chunk in response.aiter_bytes():
+                yield chunk
 
     async def _progress(self, status: a2a.TaskStatus) -> None:
         # A working update's text is progress (parts of the result come as artifact chunks).
@@ -265,14 +303,30 @@ class _RemoteSkill(SchemaSkill):
         return await agent.forward(self.name, arguments)
 
 
-def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:
-    if set(parameters) == {"text"} and isinstance(parameters["text"], str):
-        parts = [new_text_part(parameters["text"])]
-    else:
-        parts = [new_data_part(parameters)]
+async def _message(skill: str, parameters: dict[str, Any]) -> a2a.Message:
+    # A parameter that is an artifact goes as a file part (its bytes, read and checked, and
+    # its name in the part's metadata), as the gateway takes files; the rest as before.
+    files = {name: value for name, value in parameters.items() if _is_artifact(value)}
+    rest = {name: value for name, value in parameters.items() if name not in files}
+    parts = []
+    if set(rest) == {"text"} and isinstance(rest["text"], str):
+        parts.append(new_text_part(rest["text"]))
+    elif rest or not files:
+        parts.append(new_data_part(rest))
+    for name, value in files.items():
+        artifact = Artifact.model_validate(value)
+        part = a2a.Part(
+            raw=await artifact.read(), filename=artifact.name, media_type=artifact.media_type
+        )
+        part.metadata.update({PARAMETER_KEY: name})
+        parts.append(part)
     message = new_message(parts, role=a2a.Role.ROLE_USER)
     message.metadata.update({SKILL_KEY: skill})
     return message
+
+
+def _is_artifact(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("kind") == "artifact"
 
 
 def _outcome(task: a2a.Task) -> dict[str, Any]:
@@ -317,14 +371,20 @@ def _partial(artifact: a2a.Artifact) -> bool | None:
 
 
 def _result(parts: list[a2a.Part]) -> Any:
-    values = [
-        part.text if part.HasField("text") else from_json(MessageToDict(part.data))
-        for part in parts
-        if part.HasField("text") or part.HasField("data")
-    ]
+    # Text and data parts as their values; a file part as itself, for ``_stored`` to store.
+    values = [_value(part) for part in parts if part.WhichOneof("content") is not None]
     if len(values) == 1:
         return values[0]
     return values
+
+
+def _value(part: a2a.Part) -> Any:
+    content = part.WhichOneof("content")
+    if content == "text":
+        return part.text
+    if content == "data":
+        return from_json(MessageToDict(part.data))
+    return part
 
 
 def _auth(key: str | None) -> dict[str, str]:

@@ -8,6 +8,7 @@ same server in front of agents on RabbitMQ.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_agents import Scribe, Shouter
 
-from agentbus import Settings
+from agentbus import Agent, Artifact, Settings, put_artifact, skill
 from agentbus.leader import Leader
 from agentbus.mcp import ERROR_META, UPDATE_META, McpSettings, TeamServer
 from agentbus.registry import Registry
@@ -106,6 +107,41 @@ async def test_a_call_is_a_bus_request_with_a_structured_result(memory: Memory, 
     assert echo.structured_content == {"result": "as it came"}
     assert echo.content[0] == types.TextContent(type="text", text="as it came")
     assert memory.scribe.senders == ["mcp-1", "mcp-1"]
+
+
+class Filer(Agent):
+    name = "filer"
+
+    @skill
+    async def report(self, size: int) -> Artifact:
+        """``size`` bytes of a report, stored for the caller."""
+        return await put_artifact(bytes(range(256)) * (size // 256), name="report.bin")
+
+
+@ERAS
+async def test_an_artifact_result_is_an_embedded_resource_up_to_the_cap(
+    memory: Memory, era: str
+) -> None:
+    """A tool returning an artifact: its bytes embedded as a blob resource, its reference the
+    structured content; one over ``max_embedded_size`` (16 MiB) is named, not embedded."""
+    await memory.stack.enter_async_context(
+        Filer(bus=memory.bus("filer-1"), heartbeat_interval=BEAT)
+    )
+    await wait_until(lambda: "filer__report" in memory.server.tools)
+    async with memory.client(era) as client:
+        small = await client.call_tool("filer__report", {"size": 100 * 1024})
+        large = await client.call_tool("filer__report", {"size": 17 * 1024 * 1024})
+    assert not small.is_error
+    (embedded,) = [part for part in small.content if isinstance(part, types.EmbeddedResource)]
+    assert isinstance(embedded.resource, types.BlobResourceContents)
+    assert base64.b64decode(embedded.resource.blob) == bytes(range(256)) * 400
+    assert embedded.resource.mime_type == "application/octet-stream"
+    assert small.structured_content is not None
+    reference = small.structured_content  # an object result: the reference itself
+    assert embedded.resource.uri == f"agentbus://artifacts/{reference['id']}"
+    assert reference["size"] == 100 * 1024
+    assert not [part for part in large.content if isinstance(part, types.EmbeddedResource)]
+    assert "is over 16777216 bytes: not embedded" in large.content[-1].text
 
 
 @ERAS

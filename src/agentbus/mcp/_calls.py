@@ -41,6 +41,7 @@ from agentbus.envelopes import (
 )
 from agentbus.leader import Leader, Progress
 from agentbus.mcp._elicit import Elicitor, PlanQuestions, Reply
+from agentbus.mcp._files import embed_files
 from agentbus.mcp._notify import Notifier
 from agentbus.mcp._tools import Route, Tool, tool_error, tool_result
 
@@ -71,9 +72,10 @@ class _Flight:
 class Calls:
     """Runs tool calls as bus requests; ``aclose`` cancels those still running on the bus."""
 
-    def __init__(self, plans: PlanWatch, *, timeout: float) -> None:
+    def __init__(self, plans: PlanWatch, *, timeout: float, max_embedded_size: int) -> None:
         self._plans = plans
         self._timeout = timeout
+        self._max_embedded = max_embedded_size
         self._flights: dict[str, _Flight] = {}
         self._cancels: set[asyncio.Task[None]] = set()
 
@@ -119,7 +121,10 @@ class Calls:
             if isinstance(reply, types.CallToolResult):
                 outcome = reply  # a plan's question the client cannot be asked
             else:
-                outcome = tool_result(route, reply.payload.result)
+                result = reply.payload.result
+                outcome = await embed_files(
+                    bus, result, tool_result(route, result), self._max_embedded
+                )
         except InputRequired as asked:
             outcome = asked.question
         except AgentBusError as exc:

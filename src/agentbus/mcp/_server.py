@@ -87,7 +87,11 @@ class TeamServer(Face):
         self.plans = plans or PlanWatch()
         self.changes = Changes()
         self.tools: dict[str, Tool] = {}
-        self._calls = Calls(self.plans, timeout=self.config.request_timeout)
+        self._calls = Calls(
+            self.plans,
+            timeout=self.config.request_timeout,
+            max_embedded_size=self.config.max_embedded_size,
+        )
         self._publishing: set[asyncio.Task[None]] = set()
         self.server = _ChangingServer(
             "agentbus",

@@ -29,3 +29,6 @@ class McpSettings(HttpSettings):
     """The port to listen on (Streamable HTTP)."""
     path: str = "/mcp"
     """Where the Streamable HTTP endpoint is served."""
+    max_embedded_size: int = Field(default=16 * 1024 * 1024, ge=0)
+    """The largest artifact a tool result embeds (its bytes, base64 in the result); a larger
+    one is named in the text, its reference in the structured content."""

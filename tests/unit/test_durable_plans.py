@@ -88,6 +88,25 @@ async def test_a_durable_plan_runs_as_any_and_journals_its_steps() -> None:
     assert not [q for q in broker.queues if ".replies.plan-" in q]  # deleted at the end
 
 
+async def test_a_one_step_plan_is_two_journal_writes() -> None:
+    """Its begun goes with its step's sent (nothing is sent before both are in), its step's
+    settled with its ended (the answer leaves once both are in): two confirmed appends."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        reply = await client.request("leader", "run_plan", {"plan": _chain(1)}, timeout=20)
+    assert reply.result["status"] == PlanStatus.COMPLETED.value
+    writes = [
+        [record["kind"] for record in orjson.loads(body)["records"]]
+        for _, body in broker.journals["agentbus.journal.plans"]
+    ]
+    assert writes == [["begun", "sent"], ["settled", "ended"]]
+
+
 async def test_a_plan_whose_leader_goes_mid_step_is_finished_by_another_once() -> None:
     """Leader 1 goes while step 2 runs; leader 2 takes the redelivered plan from the
     journal: steps 0-1 not run again, step 2's answer taken, 3-4 run; one aggregate."""

@@ -135,12 +135,13 @@ class Conductor:
         else:
             journal.queue = restored.queue if restored and restored.queue else journal.queue
             stop = await self._hold(journal, restored, origin)
-        # Begun here: written with the first step's record (nothing is sent before the
-        # journal has both), or alone when the plan ends first.
+        # Begun here. The first time, written with the first step's record (nothing is sent
+        # before the journal has both); a take-over's at once (it may send nothing for long).
         journal.begin(
             self._leader_id,
             plan.model_dump(mode="json") if restored is None else None,
             origin.record(),
+            with_next=restored is None,
         )
         if restored is not None:
             _log.info(

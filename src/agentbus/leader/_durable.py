@@ -93,6 +93,7 @@ class PlanJournal:
         self._batch: list[dict[str, Any]] = []
         self._batch_written: asyncio.Future[None] | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._broken: BaseException | None = None  # a write failed: nothing after it goes
 
     def message_id(self, subtask_id: str, attempt: int) -> str:
         """The request id of an attempt: the same whichever leader sends it."""
@@ -134,16 +135,22 @@ class PlanJournal:
         return restored
 
     def begin(
-        self, leader: str, plan: dict[str, Any] | None, origin: dict[str, Any] | None = None
+        self,
+        leader: str,
+        plan: dict[str, Any] | None,
+        origin: dict[str, Any] | None = None,
+        *,
+        with_next: bool = False,
     ) -> asyncio.Future[None]:
         """Record that ``leader`` runs the plan (the plan itself, and who asked for it and
         where its answer goes, the first time); the future is done once written. Records
-        added meanwhile go with it."""
+        added meanwhile go with it; ``with_next``: it waits for the next record (or a
+        ``flush``) to go with, rather than being written at once."""
         record: dict[str, Any] = {"kind": "begun", "leader": leader, "at": time.time()}
         record["queue"] = self.queue
         if plan is not None:
             record |= {"plan_id": plan["id"], "plan": plan, "origin": origin}
-        return self._add(record)
+        return self._add(record, write=not with_next)
 
     async def expanded(self, subtask_id: str, fragment: dict[str, Any]) -> None:
         """Record the fragment ``subtask_id`` returned, before it runs: a leader taking the
@@ -173,9 +180,11 @@ class PlanJournal:
             }
         )
 
-    def settled(self, record: SubtaskRecord) -> None:
-        """Record a subtask's end (written with the next batch; ``flush`` waits for it)."""
-        self._add(
+    def settled(self, record: SubtaskRecord, *, last: bool = False) -> asyncio.Future[None]:
+        """Record a subtask's end, written with the next batch (the future is done then;
+        ``flush`` waits for it too). ``last``: the plan's last step, whose end is written with
+        the plan's (``ended``), not at once."""
+        return self._add(
             {
                 "kind": "settled",
                 "subtask": record.id,
@@ -188,22 +197,36 @@ class PlanJournal:
                 "ended": record.ended,
                 "usage": record.usage,
                 "items": record.items,
-            }
+            },
+            write=not last,
         )
 
     async def flush(self) -> None:
-        """Wait until every record so far is in the journal."""
+        """Write what waits to go with the next record, and wait until every record so far
+        is in the journal."""
+        self._start()
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
+        if self._broken is not None:
+            raise self._broken
 
-    def _add(self, record: dict[str, Any]) -> asyncio.Future[None]:
+    def _add(self, record: dict[str, Any], *, write: bool = True) -> asyncio.Future[None]:
+        if self._broken is not None:  # a record after one that is not in: not written either
+            refused = asyncio.get_running_loop().create_future()
+            refused.set_exception(self._broken)
+            refused.exception()  # retrieved: settled() does not await its batch
+            return refused
         if self._batch_written is None:
             self._batch_written = asyncio.get_running_loop().create_future()
         self._batch.append(record)
         written = self._batch_written
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write())
+        if write:
+            self._start()
         return written
+
+    def _start(self) -> None:
+        if self._batch and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.create_task(self._write())
 
     async def _write(self) -> None:
         while self._batch:
@@ -213,7 +236,10 @@ class PlanJournal:
             try:
                 await self._journal.append({"plan": self.key, "records": batch})
             except BaseException as exc:
-                # Not written: nor is what waits for the next batch (it came after).
+                # Not written: nor is what waits for the next batch, nor anything later (it
+                # came after): a leader taking the plan over goes on from what is in.
+                if isinstance(exc, Exception):
+                    self._broken = exc
                 waiting, self._batch, self._batch_written = self._batch_written, [], None
                 for future in (written, waiting):
                     if future is not None and not future.done():

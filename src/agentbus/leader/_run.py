@@ -171,7 +171,9 @@ class PlanRunner:
                 raise
             finally:
                 self._conversing.stop_parking()
-        if self._takeover is not None:
+        if self._takeover is not None and self._nesting.depth > 0:
+            # A fragment's steps are in the journal before its step ends; the plan's last
+            # ones go with its end (``ended``, ``parked``), one write for both.
             await self._takeover.flush()
         if self.state is RunState.PARKED:
             raise PlanParked(self.parked)
@@ -341,7 +343,8 @@ class PlanRunner:
         record.ended = time.time()
         self._done += 1
         if self._takeover is not None:
-            self._takeover.settled(record)
+            last = self._done == len(self._by_id) and self._nesting.depth == 0
+            self._takeover.settled(record, last=last)
         self._emit(record, record.status.value, agent_id=agent_id, error=error)
 
     def _fragment(self, plan: Plan, prefix: str) -> Awaitable[Aggregate]:

@@ -124,14 +124,14 @@ class TakeOver:
             self._release(subtask_id)  # the last attempt's answer: the journal has what followed
         return message_id
 
-    def settled(self, record: SubtaskRecord) -> None:
-        """Journal a subtask's end (``flush`` waits for it); its answer leaves the reply
-        queue once the journal has it."""
+    def settled(self, record: SubtaskRecord, *, last: bool = False) -> None:
+        """Journal a subtask's end (``flush`` waits for it; the plan's ``last`` step's goes
+        with the plan's end); its answer leaves the reply queue once the journal has it."""
         # The worst moment to die: the answer is in, its end not journaled yet.
         fault_point("leader.settling")
-        self.journal.settled(record)
+        written = self.journal.settled(record, last=last)
         if record.id in self._answered:
-            task = asyncio.create_task(self._release_when_journaled(record.id))
+            task = asyncio.create_task(self._release_when_journaled(record.id, written))
             self._releasing.add(task)
             task.add_done_callback(self._releasing.discard)
 
@@ -176,9 +176,9 @@ class TakeOver:
         if message_id is not None:
             self._bus.release(message_id)
 
-    async def _release_when_journaled(self, subtask_id: str) -> None:
+    async def _release_when_journaled(self, subtask_id: str, written: asyncio.Future[None]) -> None:
         try:
-            await self.journal.flush()
+            await asyncio.shield(written)
         except AgentBusError as exc:
             # Not journaled: the answer stays on the queue, for the leader that goes on.
             _log.info("answer kept on the reply queue", subtask_id=subtask_id, error=str(exc))
@@ -193,7 +193,7 @@ class TakeOver:
         now sends no ``cancel`` (``is_handed_over``).
         """
         self.is_handed_over = True
-        for task in tasks:
+        for task in [*tasks, *self._releasing]:  # an answer not released stays for the next
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -69,16 +69,21 @@ def _bus(broker: MemoryBroker, agent_id: str) -> MemoryBus:
     return MemoryBus(broker, SETTINGS, agent_id=agent_id)
 
 
-async def test_a_durable_plan_runs_as_any_and_journals_its_steps() -> None:
-    """Same aggregate as without the journal; the journal holds begun, sent and settled."""
-    broker = MemoryBroker()
+async def _run_durably(broker: MemoryBroker, plan: dict[str, object]) -> ResponseEnvelope:
+    """A registry, a durable leader and a steps agent run ``plan`` for a client."""
     async with (
         Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
         Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
         Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
         _bus(broker, "client-1") as client,
     ):
-        reply = await client.request("leader", "run_plan", {"plan": _chain(3)}, timeout=20)
+        return await client.request("leader", "run_plan", {"plan": plan}, timeout=20)
+
+
+async def test_a_durable_plan_runs_as_any_and_journals_its_steps() -> None:
+    """Same aggregate as without the journal; the journal holds begun, sent and settled."""
+    broker = MemoryBroker()
+    reply = await _run_durably(broker, _chain(3))
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert [s["result"] for s in reply.result["subtasks"]] == [1, 2, 3]
     journal = broker.journals["agentbus.journal.plans"]
@@ -92,13 +97,7 @@ async def test_a_one_step_plan_is_two_journal_writes() -> None:
     """Its begun goes with its step's sent (nothing is sent before both are in), its step's
     settled with its ended (the answer leaves once both are in): two confirmed appends."""
     broker = MemoryBroker()
-    async with (
-        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
-        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
-        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
-        _bus(broker, "client-1") as client,
-    ):
-        reply = await client.request("leader", "run_plan", {"plan": _chain(1)}, timeout=20)
+    reply = await _run_durably(broker, _chain(1))
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     writes = [
         [record["kind"] for record in orjson.loads(body)["records"]]
@@ -299,13 +298,7 @@ async def test_a_connection_lost_under_a_durable_plan_is_not_its_answer(
 
     monkeypatch.setattr(MemoryJournal, "append", lost_once)
     broker = MemoryBroker()
-    async with (
-        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
-        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
-        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
-        _bus(broker, "client-1") as client,
-    ):
-        reply = await client.request("leader", "run_plan", {"plan": _chain(3)}, timeout=20)
+    reply = await _run_durably(broker, _chain(3))
     assert lost, "the loss was injected"
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert sorted(Steps.runs.values()) == [1] * 3

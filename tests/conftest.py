@@ -17,7 +17,7 @@ from support.required import is_required, missing
 # tests/chaos. Here, not in tests/chaos/conftest.py: pytest honours ``pytest_plugins``
 # only in the conftest files it loads at startup, and a plain ``pytest`` loads
 # tests/chaos/conftest.py later, during collection.
-pytest_plugins = ["agentbus.testing.chaos.pytest_plugin"]
+pytest_plugins = ["agentbus.testing.chaos.pytest_plugin", "support.tiers"]
 
 
 def _reachable(url: str) -> bool:

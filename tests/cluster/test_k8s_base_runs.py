@@ -161,7 +161,8 @@ async def test_the_base_runs_on_a_three_node_cluster(
     await operators.apply(secrets)
     data = tmp_path / "data"  # the volume files and code serve
     shutil.copytree(ROOT / "src" / "agentbus" / "bus", data, ignore=shutil.ignore_patterns("*.pyc"))
-    paths = sorted(p.name for p in data.glob("*.py"))
+    # list_files lists **/*.py by default: every module, under its folder
+    paths = sorted(p.relative_to(data).as_posix() for p in data.glob("**/*.py"))
     async with ServiceProxy([node.port for node in private_cluster.nodes]) as service:
         address = f"127.0.0.1:{service.port}"
 

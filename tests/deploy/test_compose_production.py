@@ -254,13 +254,26 @@ async def _gateway_serves_the_team(operator: Operator, port: int, workdir: Path)
         aggregate = task["artifacts"][0]["parts"][0]["data"]
         assert aggregate["status"] == "completed"
         assert aggregate["subtasks"][0]["agents"][0].startswith("text-")
-        # The HTTP caller is the operator on the bus: the broker applies its permissions.
-        refused = await asyncio.to_thread(
+        # The HTTP caller is the operator on the bus, a dashboard user, which may send
+        # every service a request (the answers to its questions: the broker tells requests
+        # apart by service, not action). A user that may not is refused by the broker:
+        # files, which calls nothing.
+        called = await asyncio.to_thread(
             _post, f"{base}/agents/text/", _rpc("keywords", {"text": "a b a"})
         )
-        status = refused["result"]["task"]["status"]
-        assert status["state"] == "TASK_STATE_FAILED"
-        assert "ACCESS_REFUSED" in status["message"]["parts"][0]["text"]
+        assert called["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", called
+        certs = Path(operator.env["AGENTBUS_TLS_CA_FILE"]).parent
+        as_files = cli_env(
+            operator.url,
+            AGENTBUS_TLS_CA_FILE=str(certs / "ca.pem"),
+            AGENTBUS_TLS_CERT_FILE=str(certs / "files.pem"),
+            AGENTBUS_TLS_KEY_FILE=str(certs / "files.key"),
+        )
+        refused = await asyncio.to_thread(
+            cli, as_files, "request", "text", "keywords", "-p", '{"text": "a b a"}'
+        )
+        assert refused.returncode != 0, refused.stdout
+        assert "access_refused" in refused.stderr.lower(), refused.stderr
     finally:
         operator.stop(gateway, "gateway")
 

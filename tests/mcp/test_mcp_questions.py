@@ -267,7 +267,7 @@ async def test_a_stateless_endpoint_asks_2026_clients_and_tells_2025_ones(
     fill = desk.fill(accept({"answer": "Eve"}))
     async with server:
         await wait_until(lambda: "clerk__polite" in server.tools)
-        uvicorn, serving = await start_uvicorn(app, port)
+        uvicorn, serving = await start_uvicorn(app, port, lifespan="on")
         try:
             url = f"http://127.0.0.1:{port}/mcp"
             async with Client(url, mode=era, elicitation_callback=fill) as client:

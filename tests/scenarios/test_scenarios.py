@@ -136,14 +136,15 @@ async def test_progress_replies_reach_the_callback_before_the_answer(
 
 
 async def test_oversized_messages_are_refused_on_both_sides(transport: TransportFactory) -> None:
-    """An oversized request raises PayloadTooLarge unsent; an oversized result is an error reply."""
+    """Without passing by reference (``artifact_by_reference`` off): an oversized request
+    raises PayloadTooLarge unsent; an oversized result is an error reply."""
 
     async def bloated(request: RequestEnvelope) -> str:
         return "x" * 4096
 
-    server = await transport(max_message_size=2048)
+    server = await transport(max_message_size=2048, artifact_by_reference=False)
     await server.serve(bloated, service="bloated")
-    client = await transport(max_message_size=2048)
+    client = await transport(max_message_size=2048, artifact_by_reference=False)
 
     with pytest.raises(PayloadTooLarge):
         await client.request("bloated", "in", {"pad": "x" * 4096}, timeout=10)

@@ -16,6 +16,19 @@ async def test_aio_pika_still_says_a_connection_without_transport_was_not_opened
         connection.channel()
 
 
+def test_aiormq_still_says_a_closed_connection_is_closed() -> None:
+    """The seam: aiormq's ``channel()`` on a closed connection raises ``<...> closed``, which
+    a robust connection's channel meets just after a loss: a ConnectionLost, tried again."""
+    import inspect
+
+    import aiormq
+
+    assert '"%r closed" % self' in inspect.getsource(aiormq.Connection.channel)
+    closed = RuntimeError('<Connection: "amqp://guest:******@127.0.0.1:5672/" at 0x7f> closed')
+    with pytest.raises(ConnectionLost, match="was lost"), map_transport_errors():
+        raise closed
+
+
 async def test_an_operation_that_meets_a_reconnect_is_tried_again() -> None:
     calls = 0
 

@@ -36,6 +36,7 @@ _READY_TIMEOUT: Final = 60.0
 _BUILTIN: Final = "agentbus.agents.builtin"
 _SERVICES: Final = ("registry", "leader", "files", "code", "text", "report")
 _PLAN_JOURNAL: Final = "plans"  # the leaders' journal, <exchange>.journal.plans
+_SCHEDULES: Final = "schedules"  # the leaders' schedule journal and ticking lease
 
 
 def _free(port: int) -> bool:
@@ -156,12 +157,13 @@ async def _broker(url: str, say: Callable[[str], None]) -> str | None:
 
 async def _remove_topology(settings: Settings, agent_ids: list[str]) -> None:
     # The demo's exchange is its own: leave nothing of it on the broker, its streams
-    # included (the leaders' journal; the audit trail and a service's conversations where
+    # included (the leaders' journals and lease; the audit trail and a service's conversations where
     # they are kept). Plans' reply queues and feeds go by themselves (at their plan's end,
     # x-expires, exclusive). tests/integration/test_demo.py lists what is left.
     topology = Topology(settings.exchange)
     queues = [topology.dead_letter_queue, topology.audit_stream]
     queues.append(topology.journal_queue(_PLAN_JOURNAL))
+    queues += [topology.journal_queue(_SCHEDULES), topology.lease_queue(_SCHEDULES)]
     for service in _SERVICES:
         queues += [
             topology.service_queue(service),

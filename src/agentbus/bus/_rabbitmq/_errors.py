@@ -34,6 +34,12 @@ NOT_OPENED: Final = "Connection was not opened"
 connection has no transport, between a loss and its reconnect: the one library message this
 module reads. tests/unit/test_transport_errors.py fails when aio-pika changes it."""
 
+CLOSED: Final = " closed"
+"""How aiormq's ``Connection.channel()`` ends the ``RuntimeError`` it raises on a closed
+connection (``<Connection: ...> closed``), which a robust connection still holds in the
+moment after a loss: read as a ``ConnectionLost``; tests/unit/test_transport_errors.py fails
+when aiormq changes it."""
+
 IN_EXCLUSIVE_USE: Final = "in exclusive use"
 """RabbitMQ's ACCESS_REFUSED text when a queue's exclusive consumer stands in the way."""
 NO_LOCAL_REPLICA: Final = "does not have a replica on the local node"
@@ -72,6 +78,8 @@ def translate(exc: BaseException) -> AgentBusError | None:
             return TransportError(f"AMQP error: {exc!r}")
         case RuntimeError() if str(exc) == NOT_OPENED:
             return ConnectionLost(f"the connection to the broker is reconnecting: {exc}")
+        case RuntimeError() if str(exc).startswith("<Connection") and str(exc).endswith(CLOSED):
+            return ConnectionLost(f"the connection to the broker was lost: {exc}")
     return None
 
 

@@ -1,10 +1,11 @@
 """The tiers of the test suite, side by side: how pytest-xdist shares them, what each took.
 
 A tier is a folder under ``tests/`` (``unit``, ``chaos``, ``cluster`` ...). Under
-``--dist loadgroup`` (what ``./scripts/test`` runs), a tier that starts something costly
-once per session (private RabbitMQ nodes, a cluster, container images, a Redis) runs whole
-on one worker, so it starts it once; ``integration`` and ``docs`` go module by module (their
-fixtures are module-wide at most) and ``unit`` test by test.
+``--dist loadgroup`` (what ``./scripts/test`` runs; ``pytest_xdist_make_scheduler`` below),
+a tier that starts something costly once per session (private RabbitMQ nodes, a cluster,
+container images, a Redis) runs whole on one worker, so it starts it once; ``integration``
+and ``docs`` go module by module (their fixtures are module-wide at most) and ``unit`` test
+by test.
 
 At the end of every run, the terminal summary has a table of the tiers: how many tests,
 how they ended, the seconds their tests took (setup, call and teardown; ``busy``) and the
@@ -19,10 +20,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-_TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[1]
 
 # Tiers whose tests go to the workers one by one, or one module at a time.
 _BY_TEST = frozenset({"unit"})
@@ -35,7 +37,7 @@ _RANK = ("failed", "error", "passed", "xfailed", "skipped")
 def tier_of(path: Path) -> str:
     """The tier a test module belongs to: its first folder under ``tests/``."""
     try:
-        parts = path.resolve().relative_to(_TESTS).parts
+        parts = path.resolve().relative_to(TESTS).parts
     except ValueError:
         return "other"
     return parts[0] if len(parts) > 1 else "top"
@@ -121,13 +123,31 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(TierTable(), "agentbus-tier-table")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put each test in its xdist group: its tier's, its module's, or none (``unit``)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        tier = tier_of(item.path)
-        if tier in _BY_TEST:
-            continue
-        group = f"{tier}/{item.path.name}" if tier in _BY_MODULE else tier
-        item.add_marker(pytest.mark.xdist_group(group))
+def scope_of(nodeid: str) -> str:
+    """The work unit a test goes to a worker in: its tier, its module, or itself."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) < 3 or parts[0] != "tests":
+        return path
+    tier = parts[1]
+    if tier in _BY_TEST:
+        return nodeid
+    return path if tier in _BY_MODULE else f"tests/{tier}"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``, share the tests out in the tiers' work units (``scope_of``).
+
+    xdist's own grouping (``xdist_group`` marks) renames each test's node id, which pytest
+    9.2 no longer lets a plugin do; this scheduler reads the ids as they are, through
+    ``LoadScopeScheduling._split_scope``, the override xdist's own schedulers use
+    (tests/unit/test_tiers.py fails when it goes)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return TierScheduling(config, log)

@@ -123,6 +123,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(TierTable(), "agentbus-tier-table")
 
 
+# The order the tiers go to the workers in, the longest first (each worker takes two units
+# to start with, then the next as it runs low): what ./scripts/test's table measures.
+_LONGEST_FIRST = (
+    "cluster", "deploy", "chaos", "gateway", "security", "sites", "integration", "mcp",
+    "dashboard", "release", "clients", "dedup", "scenarios", "docs", "unit",
+)  # fmt: skip
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist's workers under ``--dist loadgroup``: the longest tiers first."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    rank = {tier: n for n, tier in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(tier_of(item.path), len(rank)))
+
+
 def scope_of(nodeid: str) -> str:
     """The work unit a test goes to a worker in: its tier, its module, or itself."""
     path = nodeid.split("::", 1)[0]
@@ -145,6 +162,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # the collection's order: the longest tiers first
 
     class TierScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -4,7 +4,9 @@ A schedule ticking every second sends a request to ``tickrec``; a raw AMQP queue
 to that service's routing key takes every copy sent (de-duplication would hide a second
 copy from a served handler: this sees it). Midway the leader holding the lease is killed
 with SIGKILL; the other takes the ticking over. Every tick from the first to the last
-arrives exactly once: none lost, none twice.
+arrives, none lost, and once, but for the one the killed leader sent as it died, which the
+survivor may send again under the same message id (the journal has it fired, not yet
+noted as sent): the receivers' de-duplication takes that copy for what it is.
 """
 
 from __future__ import annotations
@@ -47,9 +49,13 @@ async def test_a_schedule_every_second_runs_each_tick_once_through_a_kill_9(
     queue = await raw_channel.declare_queue(exclusive=True)
     await queue.bind(exchange, routing_key="agent.tickrec.request")
     got: list[str] = []
+    senders: dict[str, list[str]] = {}
 
     async def take(message: aio_pika.abc.AbstractIncomingMessage) -> None:
         got.append(str(message.message_id))
+        senders.setdefault(str(message.message_id), []).append(
+            json.loads(message.body)["sender_id"]
+        )
         await message.ack()
 
     await queue.consume(take)
@@ -65,11 +71,15 @@ async def test_a_schedule_every_second_runs_each_tick_once_through_a_kill_9(
     await within(SECONDS / 2 + 15, lambda: len(got) >= killed_at + SECONDS // 2, "the rest")
     assert await plans.remove_schedule("ticks", timeout=STARTUP)
     counts = Counter(got)
-    assert counts.most_common(1)[0][1] == 1, f"sent twice: {counts.most_common(3)}"
+    survivor = next(leader for leader in leaders if leader is not ticking)
+    again = {message_id: senders[message_id] for message_id, n in counts.items() if n > 1}
+    # At most the tick in flight at the kill, sent by the dead leader, then by the survivor.
+    assert len(again) <= 1, f"sent twice: {again}"
+    for sent_by in again.values():
+        assert sent_by == [ticking.agent_id, survivor.agent_id], f"sent twice: {again}"
     ticks = sorted(_tick(message_id) for message_id in counts)
     steps = {(b - a).total_seconds() for a, b in itertools.pairwise(ticks)}
     assert steps == {1.0}, f"ticks missed: steps {sorted(steps)}"
-    survivor = next(leader for leader in leaders if leader is not ticking)
     assert survivor.logged(TAKEN) is not None
 
 

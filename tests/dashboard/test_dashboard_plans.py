@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 from dashboard_support import DESKTOP, Browser, DashboardProcess, shot, team
-from processes import SLACK, Processes, within
+from processes import SLACK, Processes, poll, within
 
+from agentbus import Artifact
 from agentbus._exceptions import RemoteError
 from agentbus.leader import Aggregate, PlanClient
 
@@ -186,3 +187,49 @@ async def test_cancel_is_refused_without_the_token_and_stops_the_plan_with_it(
     assert caught.value.code == "cancelled"
     await within(SLACK, lambda: worker.logged("hang cancelled") is not None, "hang cancelled")
     await shot(page, screens, "2-plan-cancelled")
+
+
+_DOWNLOAD_DIGEST = """
+async (href) => {
+  const got = await fetch(href);
+  const bytes = await got.arrayBuffer();
+  const digest = await crypto.subtle.digest("SHA-256", bytes);
+  const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return { status: got.status, size: bytes.byteLength, sha256: hex,
+           disposition: got.headers.get("content-disposition") };
+}
+"""
+
+
+async def test_a_plans_file_is_listed_on_its_card_and_downloads_whole(
+    procs: Processes, dashboard: DashboardProcess, browser: Browser, screens: Path
+) -> None:
+    """A step returns a 3 MB artifact: the plan's card lists the file with its size and step;
+    its link downloads it through the dashboard process, and the browser's SHA-256 of the
+    bytes is the reference's."""
+    maker = procs.agent("Maker", "maker-1")
+    client = await team(procs, "square")
+    await maker.started()
+
+    async def known() -> bool | None:
+        reply = await client.request("registry", "find_skill", {"skill": "make"}, timeout=5)
+        return True if reply.result else None
+
+    await poll(known, 10, "the registry to know the maker")
+    page = await browser.new_page(viewport=DESKTOP)
+    await page.goto(dashboard.url)
+    plan = {"id": "file-plan", "subtasks": [
+        {"id": "made", "skill": "make", "parameters": {"size": 3_000_000}}]}  # fmt: skip
+    aggregate: Aggregate = await PlanClient(client).run(plan, timeout=PLAN_TIMEOUT)
+    assert aggregate.status.value == "completed"
+    made = Artifact.model_validate(aggregate.subtask("made").result["artifact"])
+    item = page.locator(f'[data-plan-id="file-plan"] li[data-artifact-id="{made.id}"]')
+    await item.wait_for(timeout=10_000)
+    text = await item.inner_text()
+    for shown in ("made.bin", "2.9 MiB", "from made"):
+        assert shown in text, text
+    await shot(page, screens, "1-plan-files")
+    href = await item.locator("a").get_attribute("href")
+    got = await page.evaluate(_DOWNLOAD_DIGEST, href)
+    assert (got["status"], got["size"], got["sha256"]) == (200, 3_000_000, made.sha256)
+    assert got["disposition"].startswith("attachment;")

@@ -9,11 +9,12 @@ from datetime import timedelta
 import aio_pika
 import pytest
 from helpers import BusFactory, force_close
-from processes import Processes
+from processes import Processes, poll
 
 from agentbus import Artifact, ArtifactCorrupt, ArtifactExpired, ArtifactMissing
-from agentbus.bus import Topology
+from agentbus.bus import Bus, Topology
 from agentbus.envelopes import utcnow
+from agentbus.leader import PlanClient
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +46,44 @@ async def test_a_100_mb_artifact_passes_between_two_agent_processes_with_flat_rs
     for end in (made.result, read.result):
         grew = end["peak_kib"] - end["rss_kib"]
         assert grew < RSS_BOUND_KIB, f"peak RSS grew {grew} KiB for 100 MB: {end}"
+
+
+async def test_a_plan_passes_one_steps_artifact_to_the_next_as_a_reference(
+    procs: Processes,
+) -> None:
+    """A plan whose second step reads the file its first returned: the leader hands the
+    reference on (the plan's record holds the reference, not the bytes), the reader gets
+    the object whole, and the progress names it for the dashboard."""
+    started = [procs.registry("registry-1"), procs.leader("leader-1")]
+    started += [procs.agent("Maker", "maker-1"), procs.agent("Digester", "digester-1")]
+    for process in started:
+        await process.started()
+    client = await procs.client()
+    for skill_name in ("make", "digest"):
+        await poll(lambda s=skill_name: _known(client, s), 10, f"the registry to know {skill_name}")
+    plan = {
+        "id": "files-plan",
+        "subtasks": [
+            {"id": "made", "skill": "make", "parameters": {"size": 5 * MB}},
+            {
+                "id": "dug",
+                "skill": "digest",
+                "depends_on": ["made"],
+                "inputs": {"document": "made.artifact"},
+            },
+        ],
+    }
+    aggregate = await PlanClient(client).run(plan, timeout=60)
+    assert aggregate.status.value == "completed", aggregate.error
+    made = Artifact.model_validate(aggregate.subtask("made").result["artifact"])
+    dug = aggregate.subtask("dug").result
+    assert (dug["size"], dug["sha256"]) == (5 * MB, made.sha256)
+    assert made.location.startswith(f"{procs.exchange}.artifacts.maker.leader@")
+
+
+async def _known(client: Bus, skill_name: str) -> bool | None:
+    reply = await client.request("registry", "find_skill", {"skill": skill_name}, timeout=5)
+    return True if reply.result else None
 
 
 async def test_results_and_parameters_over_the_cap_go_by_reference(procs: Processes) -> None:

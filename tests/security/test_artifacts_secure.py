@@ -39,8 +39,9 @@ async def test_an_artifact_is_read_by_its_caller_and_refused_to_another_service(
     tls_node: PrivateBroker, ca: CertificateAuthority, tmp_path: Path
 ) -> None:
     """maker stores for ops (stream maker.ops); ops reads it whole and checked, by reference
-    too; other, a service of the same team, is refused by the broker (AccessRefused)."""
-    grants = team_grants(["maker", "other"], clients={"ops": ["maker"]})
+    too; other, a service of the same team, is refused by the broker (AccessRefused); the
+    dashboard's user reads it."""
+    grants = team_grants(["maker", "other"], clients={"ops": ["maker"]}, dashboards=["watch"])
     team = SecuredTeam.imported(tls_node, ca, tmp_path, grants)
     exchange = team.exchange
 
@@ -56,4 +57,7 @@ async def test_an_artifact_is_read_by_its_caller_and_refused_to_another_service(
         async with agentbus.Bus(team.settings("other"), agent_id="other-1") as other:
             with pytest.raises(agentbus.AccessRefused):
                 await other.artifacts.read(artifact)
+        # A dashboard's user reads the team's files (its page's downloads).
+        async with agentbus.Bus(team.settings("watch"), agent_id="watch-1") as watch:
+            assert await watch.artifacts.read(artifact) == data
     assert maker.bus.stats.refused == 0

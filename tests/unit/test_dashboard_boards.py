@@ -6,15 +6,18 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
+import httpx
 import orjson
 import pytest
 
-from agentbus import Agent, RemoteError, Settings, skill
+from agentbus import Agent, Artifact, RemoteError, Settings, put_artifact, skill
 from agentbus.agents import report_progress
 from agentbus.agents._traffic import LATENCY_BUCKETS, Traffic
 from agentbus.bus import DeadLetter, DeadLetters
 from agentbus.dashboard import Changes, Dashboard, DeadLetterBoard, TrafficBoard
+from agentbus.dashboard._settings import DashboardSettings
 from agentbus.dashboard._traffic import quantile
+from agentbus.dashboard.app import create_app
 from agentbus.leader import Leader, PlanClient
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
@@ -43,6 +46,10 @@ class Squarer(Agent):
     @skill
     async def count(self, n: int) -> list[int]:
         return list(range(n))
+
+    @skill
+    async def report(self, lines: int) -> Artifact:
+        return await put_artifact(b"line\n" * lines, name="report <1>.txt", media_type="text/html")
 
     @skill
     async def plan_two(self) -> dict[str, Any]:
@@ -98,7 +105,7 @@ async def test_agents_are_listed_by_service_and_a_departed_service_shows_gone(
     await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
     row = rows(dashboard)["squarer-1"]
     assert (row["status"], row["capacity"], row["version"]) == ("ready", 8, "2.1.0")
-    assert row["skills"] == ["square", "hang", "halfway", "count", "plan_two"]
+    assert row["skills"] == ["square", "hang", "halfway", "count", "report", "plan_two"]
     group = service(dashboard, "squarer")
     assert group is not None
     assert (group["live"], group["gone"]) == (1, False)
@@ -145,6 +152,44 @@ async def test_plans_are_followed_and_cancelled_from_the_board(
     cancelled = next(p for p in dashboard.plans.snapshot()["plans"] if p["plan_id"] == "p2")
     assert [s["status"] for s in cancelled["subtasks"]] == ["cancelled"]
     assert cancelled["subtasks"][0]["error"]["message"] == "the plan was cancelled by request"
+
+
+async def test_a_plans_files_are_listed_and_downloaded_checked_as_attachments(
+    team: tuple[Dashboard, Start],
+) -> None:
+    """A step that returns an artifact: its card lists the file; the download is its bytes,
+    as an attachment in a sandbox whatever its media type; an unknown id is a 404 and an
+    object gone from the store a 404 with the reason, before any byte."""
+    dashboard, start = team
+    await start(Squarer, "squarer-1")
+    await wait_until(lambda: "squarer-1" in rows(dashboard), timeout=5)
+    step = {"id": "r", "skill": "report", "parameters": {"lines": 50_000}}
+    aggregate = await PlanClient(dashboard.bus).run({"id": "files", "subtasks": [step]}, timeout=10)
+    made = Artifact.model_validate(aggregate.subtask("r").result)
+    await wait_until(lambda: dashboard.plans.snapshot()["plans"][0]["artifacts"], timeout=5)
+    [listed] = dashboard.plans.snapshot()["plans"][0]["artifacts"]
+    assert listed["step"] == "r"
+    assert (listed["id"], listed["name"], listed["size"]) == (made.id, made.name, 250_000)
+    assert "location" not in listed
+
+    app = create_app(lambda: dashboard, DashboardSettings())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        got = await http.get(f"/api/plans/files/artifacts/{made.id}")
+        assert got.status_code == 200
+        assert got.content == b"line\n" * 50_000
+        assert got.headers["content-type"] == "application/octet-stream"
+        assert got.headers["content-disposition"] == (
+            "attachment; filename*=UTF-8''report%20%3C1%3E.txt"
+        )
+        assert got.headers["content-security-policy"] == "sandbox"
+        assert got.headers["x-artifact-sha256"] == made.sha256
+        unknown = await http.get(f"/api/plans/files/artifacts/{'0' * 32}")
+        assert unknown.status_code == 404
+        assert await dashboard.bus.artifacts.delete(made)
+        gone = await http.get(f"/api/plans/files/artifacts/{made.id}")
+        assert gone.status_code == 404
+        assert "error" in gone.json()
 
 
 async def test_a_shaped_plan_shows_items_under_their_step_and_fragments_under_theirs(

@@ -31,8 +31,8 @@ def _rows(document: dict[str, object], key: str) -> dict[str, dict[str, str]]:
 
 
 def test_a_dashboard_user_watches_the_team_and_answers_its_questions() -> None:
-    """announce, cancel, describe any instance, browse dead letters, send answers to every
-    service of the team (the leader's too); nothing more."""
+    """announce, cancel, describe any instance, browse dead letters, read the team's
+    artifacts, send answers to every service of the team (the leader's too); nothing more."""
     team = ["registry", "leader", "text"]
     watching = definitions(team_grants(team, clients={"ops": ["leader"]}, dashboards=["ops"]))
     plain = definitions(team_grants(team, clients={"ops": ["leader"]}))
@@ -52,8 +52,14 @@ def test_a_dashboard_user_watches_the_team_and_answers_its_questions() -> None:
     read = _rows(watching, "permissions")["ops"]["read"]
     assert _may(read, topology.dead_letter_queue)
     assert not _may(read, topology.service_queue("text"))
+    # The files plans return, downloaded from the page: any pair's artifact stream.
+    assert _may(read, "agentbus.artifacts.text.leader")
+    assert not _may(read, "agentbus.artifacts.text")
     # Without the role: none of it.
-    assert not _may(_rows(plain, "permissions")["ops"]["read"], topology.dead_letter_queue)
+    plain_read = _rows(plain, "permissions")["ops"]["read"]
+    assert not _may(plain_read, topology.dead_letter_queue)
+    assert not _may(plain_read, "agentbus.artifacts.text.leader")
+    assert _may(plain_read, "agentbus.artifacts.text.ops"), "what is stored for it"
     plain_ops = _rows(plain, "topic_permissions")["ops"]
     assert not _may(plain_ops["write"], "broadcast.request.announce")
     assert not _may(plain_ops["write"], "agent.text-1f2e.request")

@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from agentbus._exceptions import UsageError
 from agentbus.bus import Feed, Transport
-from agentbus.envelopes import BROADCAST, RequestEnvelope, RequestPayload, utcnow
+from agentbus.dashboard._files import PlanFiles
+from agentbus.envelopes import BROADCAST, ArtifactRef, RequestEnvelope, RequestPayload, utcnow
 from agentbus.leader import PLAN_PROGRESS, ProgressReport, SubtaskStatus
 
 __all__ = ["PlanBoard"]
@@ -97,6 +98,7 @@ class _Plan:
     last_seen: datetime | None = None
     cancel_requested: bool = False
     subtasks: dict[str, _Subtask] = field(default_factory=dict)
+    files: PlanFiles = field(default_factory=PlanFiles)
 
     @property
     def finished(self) -> bool:
@@ -118,6 +120,8 @@ class _Plan:
             "cancel_requested": self.cancel_requested,
             "counts": dict(counts),
             "subtasks": _nested(list(self.subtasks.values())),
+            "artifacts": self.files.view(),
+            "artifacts_left_out": self.files.left_out,
             "aggregate": None,
         }
         if self.finished:
@@ -194,6 +198,11 @@ class PlanBoard:
         )
         return {"plans": [plan.view() for plan in plans]}
 
+    def artifact(self, plan_id: str, artifact_id: str) -> ArtifactRef | None:
+        """The reference of an artifact a step of ``plan_id`` returned, if one did."""
+        plan = self._plans.get(plan_id)
+        return None if plan is None else plan.files.get(artifact_id)
+
     async def cancel(self, plan_id: str) -> dict[str, Any]:
         """Ask the plan's leader to stop it: a broadcast ``cancel`` of its ``run_plan`` request.
 
@@ -255,6 +264,8 @@ class PlanBoard:
             _apply(subtask, progress.transition, progress.agent_id, progress.error, at)
             if progress.detail is not None:
                 _note(subtask, progress.transition, progress.detail)
+                if progress.transition == SubtaskStatus.SUCCEEDED.value:
+                    plan.files.take(progress.subtask_id, progress.detail)
             subtask.attempts = max(subtask.attempts, progress.attempt)
         self._on_change()
 

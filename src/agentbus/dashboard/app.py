@@ -27,6 +27,7 @@ from agentbus._logging import get_logger
 from agentbus.dashboard._access import REALM, Access, ReadGate, login_routes
 from agentbus.dashboard._changes import TOPICS
 from agentbus.dashboard._dashboard import Dashboard
+from agentbus.dashboard._files import download
 from agentbus.dashboard._http import HEADERS, JSON, STATIC, error
 from agentbus.dashboard._settings import DashboardSettings
 
@@ -118,6 +119,15 @@ def create_app(
         _log.info("plan cancel sent", plan_id=plan_id, request_id=answer["request_id"])
         return answer
 
+    async def artifact(request: Request) -> Response:
+        dashboard = get_dashboard()
+        plan_id, artifact_id = request.path_params["plan_id"], request.path_params["artifact_id"]
+        ref = dashboard.plans.artifact(plan_id, artifact_id)
+        if ref is None:
+            return error(404, f"plan {plan_id!r} returned no artifact {artifact_id!r} seen here")
+        _log.info("artifact download", plan_id=plan_id, artifact=artifact_id, by=_by(request))
+        return await download(dashboard.bus, ref)
+
     async def dead_letters(request: Request) -> Response:
         # Looking is read-only: every message goes back to the queue (see DeadLetters).
         dashboard = get_dashboard()
@@ -165,6 +175,7 @@ def create_app(
         Route("/api/state", state),
         Route("/api/events", events),
         Route("/api/plans/{plan_id}/cancel", guarded(cancel_plan), methods=["POST"]),
+        Route("/api/plans/{plan_id}/artifacts/{artifact_id}", artifact),
         Route("/api/questions/{question_id}/answer", guarded(answer_question), methods=["POST"]),
         Route("/api/dead-letters", dead_letters),
         Route("/api/dead-letters/replay", guarded(replay), methods=["POST"]),

@@ -69,7 +69,8 @@ class Grant:
             and the leases the leaders take turns under (schedules: ``<exchange>.lease.*``).
         watches: Whether it watches the whole team, as ``agentbus dashboard`` does: it
             broadcasts ``announce`` (and ``cancel``, its action on plans), asks any
-            instance to ``describe`` itself, browses the dead-letter queue, and sends
+            instance to ``describe`` itself, browses the dead-letter queue, reads the
+            team's artifact streams (the files plans return, downloaded), and sends
             ``answer_question`` to any service (the leader too): a person answers the
             team's questions from the page. The broker tells requests apart by service,
             not by action: it may send any request to the team's services.
@@ -397,7 +398,9 @@ def permissions_of(
     if grant.audits:
         readable.append(e(topology.audit_stream))
     if grant.watches:
+        # The dead letters it browses, and the files the team's plans return (a download).
         readable.append(e(topology.dead_letter_queue))
+        readable.append(rf"{e(topology.exchange)}\.artifacts\.[^.]+\.[^.]+")
     return {
         "user": grant.user,
         "vhost": vhost,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import itertools
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Final
 
 from agentbus._logging import get_logger
+from agentbus.envelopes import is_artifact_ref
 from agentbus.leader._aggregate import Progress
 from agentbus.leader._attempt import SubtaskError
 from agentbus.leader._record import SubtaskRecord
@@ -20,6 +22,7 @@ ProgressSink = Callable[[list[Progress]], Awaitable[None]]
 
 _INTERVAL: Final = 0.1
 _BATCH: Final = 256
+_ARTIFACTS_TOLD: Final = 20  # references a succeeded transition names at most
 
 _log = get_logger("agentbus.leader")
 
@@ -76,6 +79,8 @@ class ProgressStream:
         """Queue one transition of a subtask."""
         if self._sink is None:
             return
+        if transition == "succeeded" and detail is None:
+            detail = _artifacts(record.result)
         # One validation of a plain dict: cheaper than model_construct's Python loop.
         self._pending.append(
             Progress.model_validate(
@@ -113,3 +118,17 @@ class ProgressStream:
                     )
             if closing and not self._pending:
                 return
+
+
+def _artifacts(result: Any) -> dict[str, Any] | None:
+    """``{"artifacts": [...]}``: the references a result is, holds in a list, or holds as a
+    field (no deeper: this runs for every step), for those who watch the plan."""
+    found: Iterable[Any]
+    if isinstance(result, dict):
+        found = [result] if is_artifact_ref(result) else result.values()
+    elif isinstance(result, list):
+        found = result
+    else:
+        return None
+    refs = [value for value in itertools.islice(found, _ARTIFACTS_TOLD) if is_artifact_ref(value)]
+    return {"artifacts": refs} if refs else None

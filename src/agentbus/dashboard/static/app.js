@@ -175,7 +175,29 @@ function renderPlan(plan) {
     el("thead", {}, el("tr", {}, ...["subtask", "skill", "status", "agent", "attempts", "time", "note"]
       .map((h) => el("th", {}, h)))),
     el("tbody", {}, rows)));
+  if (plan.artifacts && plan.artifacts.length) parts.push(renderFiles(plan));
   return el("div", { class: "card", "data-plan-id": plan.plan_id, "data-state": plan.state }, parts);
+}
+
+// The files a plan's steps returned: each a download through the dashboard (checked there).
+function renderFiles(plan) {
+  const base = `/api/plans/${encodeURIComponent(plan.plan_id)}/artifacts/`;
+  const items = plan.artifacts.map((a) =>
+    el("li", { "data-artifact-id": a.id },
+      el("a", { href: base + encodeURIComponent(a.id), download: a.name }, a.name),
+      el("span", { class: "muted" }, ` ${bytes(a.size)} · ${a.media_type} · from ${a.step}`)));
+  const more = plan.artifacts_left_out
+    ? el("li", { class: "muted" }, `${plan.artifacts_left_out} more not listed`) : null;
+  return el("div", { class: "files" },
+    el("h4", {}, `Files (${plan.artifacts.length + (plan.artifacts_left_out || 0)})`),
+    el("ul", {}, items, more));
+}
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return i ? `${n.toFixed(1)} ${units[i]}` : `${n} B`;
 }
 
 // A mapped step's items: how they stand, and how many of them the rows below list.

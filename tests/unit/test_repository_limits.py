@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CAP = 512 * 1024  # bytes, any one file
 ALLOWED: dict[str, str] = {}  # path -> why it may be larger than CAP
 BENCH_CAP = 3000  # lines of bench/**/*.py: the benchmarks' budget
-BENCH_NOW = 3633  # where bench/ stands: it may shrink, never grow, until it is in its cap
+BENCH_NOW = 3308  # where bench/ stands: it may shrink, never grow, until it is in its cap
 
 
 def _tracked() -> list[str]:

@@ -27,7 +27,7 @@ from agentbus._logging import get_logger
 from agentbus.dashboard._access import REALM, Access, ReadGate, login_routes
 from agentbus.dashboard._changes import TOPICS
 from agentbus.dashboard._dashboard import Dashboard
-from agentbus.dashboard._files import download
+from agentbus.dashboard._download import download
 from agentbus.dashboard._http import HEADERS, JSON, STATIC, error
 from agentbus.dashboard._settings import DashboardSettings
 

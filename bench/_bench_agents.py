@@ -1,8 +1,9 @@
 """The benchmarks' echo servers: agents (``agentbus run _bench_agents:Echo``, PYTHONPATH=bench),
-and the SDKs' own servers with no bus: ``python bench/_bench_agents.py a2a PORT
-[--unwrapped]`` (the a2a-sdk's, JSON-RPC under uvicorn as the gateway serves; ``--unwrapped``:
-its tracing wrappers out) and ``... mcp [--http PORT]`` (the MCP SDK's, one ``echo`` tool);
-``... artifact ROLE SIZE [REF]``: one end of an artifact transfer (``_suite_features``).
+a ``Bus.serve`` handler (``echo``), and the SDKs' own servers with no bus: ``python
+bench/_bench_agents.py a2a PORT [--unwrapped]`` (the a2a-sdk's, JSON-RPC under uvicorn as the
+gateway serves; ``--unwrapped``: its tracing wrappers out) and ``... mcp [--http PORT]`` (the
+MCP SDK's, one ``echo`` tool); ``... artifact ROLE SIZE [REF]``: one end of an artifact
+transfer (``_suite_features``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from agentbus import Agent, ask, skill
+from agentbus import Agent, RequestEnvelope, ask, skill
+
+
+async def echo(request: RequestEnvelope) -> Any:
+    """A ``Bus.serve`` handler that answers with the request's parameters."""
+    return request.payload.parameters
 
 
 class Echo(Agent):

@@ -1,15 +1,13 @@
 """The one harness every benchmark starts its processes and reads its figures through:
 ``Fleet`` (processes stopped, queues and exchanges deleted when the block ends, also on
 Ctrl-C), /proc readings (CPU, RSS, whose socket), timing (sequential calls, a window in
-flight, variants interleaved, percentiles, best and median), the command line and logging.
+flight, variants interleaved, percentiles, best and median) and logging.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import selectors
@@ -20,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 import aio_pika
 import structlog
 
+from agentbus import AgentBusError
 from agentbus.bus import Topology
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -116,15 +116,32 @@ class Fleet:
             if proc.readline(READY_TIMEOUT) != "ready":
                 raise RuntimeError(f"{proc.name} did not say ready")
 
-    def topology(self, exchange: str, services: Iterable[str] = (),
-                 agents: Iterable[str] = ()) -> Topology:  # fmt: skip
-        """Delete ``exchange``, its dead-letter pair, and these service and instance queues."""
+    def topology(self, exchange: str, services: Iterable[str] = (), agents: Iterable[str] = (),
+                 leaders: bool = False) -> Topology:  # fmt: skip
+        """Delete ``exchange``, its dead-letter pair, these service and instance queues and, with
+        ``leaders``, what leaders declare: the journals of plans and schedules, the lease."""
         topology = Topology(exchange)
         self.queues += [topology.service_queue(service) for service in services]
         self.queues += [topology.instance_queue(agent_id) for agent_id in agents]
         self.queues.append(topology.dead_letter_queue)
+        if leaders:
+            self.queues += [topology.journal_queue("plans"), topology.journal_queue("schedules"),
+                            topology.lease_queue("schedules")]  # fmt: skip
         self.exchanges += [exchange, topology.dead_letter_exchange]
         return topology
+
+    def agentbus(self, exchange: str, *args: str, role: str | None = None, name: str | None = None,
+                 log: str = "warning", **options: Any) -> Proc:  # fmt: skip
+        """``agentbus ARGS`` on ``exchange``; role ``args[0]`` (the command), name ``args[-1]``
+        (its ``--id``) unless given; ``options`` go to ``spawn``."""
+        argv = [*agentbus_cli(self.url or "", exchange, log), *args]
+        return self.spawn(role or args[0], name or args[-1], argv, **options)
+
+    def retire(self, proc: Proc) -> None:
+        """Stop ``proc`` before the fleet ends (its exit is not a failure)."""
+        stop([proc])
+        self.procs.remove(proc)
+        proc.log.close()
 
     def pids(self, role: str) -> list[int]:
         return [proc.pid for proc in self.procs if proc.role == role]
@@ -213,10 +230,24 @@ def stop_event() -> asyncio.Event:
     return stop
 
 
-def agentbus_cli(url: str, exchange: str) -> list[str]:
-    """The venv's ``agentbus`` console script, on ``exchange``, logging warnings only."""
+def agentbus_cli(url: str, exchange: str, log: str = "warning") -> list[str]:
+    """The venv's ``agentbus`` console script, on ``exchange``, logging at ``log``."""
     script = str(Path(sys.executable).with_name("agentbus"))
-    return [script, "--url", url, "--exchange", exchange, "--log-level", "warning"]
+    return [script, "--url", url, "--exchange", exchange, "--log-level", log]
+
+
+def exchange_name(kind: str) -> str:
+    """A throwaway exchange's name, ``bench-KIND-`` and 8 hex digits."""
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+async def answers(bus: Any, service: str) -> bool:
+    """Whether ``service`` answers a ``ping`` on ``bus`` within 2 s: a readiness poll."""
+    try:
+        await bus.request(service, "ping", timeout=2)
+    except AgentBusError:
+        return False
+    return True
 
 
 def free_port() -> int:
@@ -408,20 +439,7 @@ def best_median(values: Iterable[float], best: Callable[..., float] = min) -> di
     return {"best": best(values), "median": statistics.median(values)}
 
 
-def parser(doc: str | None) -> argparse.ArgumentParser:
-    """An argument parser with ``--url`` (default ``AGENTBUS_URL``)."""
-    out = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
-    url = os.environ.get("AGENTBUS_URL", "amqp://guest:guest@localhost:5672/")
-    out.add_argument("--url", default=url)
-    return out
-
-
 def quiet_logging() -> None:
     """Warnings and worse only, from structlog and logging: a benchmark prints figures."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     logging.basicConfig(level=logging.WARNING)
-
-
-def write_json(path: Path | None, data: Any) -> None:
-    if path is not None:
-        path.write_text(json.dumps(data, indent=2, default=str) + "\n")

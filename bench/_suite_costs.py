@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 
 import _harness as harness
 import agentbus
-from _bench_agents import Echo
+from _bench_agents import Echo, echo
 from agentbus import AgentBusError, Leader, PlanClient, RequestEnvelope, Settings
 from agentbus.bus import DedupWindow, RedisDedupStore
 from agentbus.envelopes import RequestPayload, encode
@@ -63,11 +63,10 @@ def import_seconds() -> tuple[float, list[tuple[int, str]]]:
 
 def ready_seconds(fleet: harness.Fleet, exchange: str, agent_id: str) -> float:
     """Seconds from spawning ``agentbus run`` to its "agent started" log line."""
-    assert fleet.url is not None
-    argv = [*harness.agentbus_cli(fleet.url, exchange)[:-2], "--log-format", "json", "run",
-            "examples.greeter:Greeter", "--id", agent_id]  # fmt: skip
     start = time.perf_counter()
-    proc = fleet.spawn("agent", agent_id, argv, pipes=True, stderr=subprocess.STDOUT, cwd=ROOT)
+    proc = fleet.agentbus(exchange, "--log-format", "json", "run", "examples.greeter:Greeter",
+                          "--id", agent_id, role="agent", log="info", pipes=True,
+                          stderr=subprocess.STDOUT, cwd=ROOT)  # fmt: skip
     while '"agent started"' not in proc.readline(60):
         pass
     seconds = time.perf_counter() - start
@@ -78,7 +77,7 @@ def ready_seconds(fleet: harness.Fleet, exchange: str, agent_id: str) -> float:
 def run_startup(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     imports = [import_seconds() for _ in range(cfg.runs)]
     deps = python("-c", DEPENDENCIES)[1].stdout.split()
-    exchange = f"bench-startup-{uuid.uuid4().hex[:8]}"
+    exchange = harness.exchange_name("startup")
     ids = [f"greeter-{n}" for n in range(cfg.runs)]
     with harness.Fleet(url) as fleet:
         fleet.topology(exchange, ("greeter",), ids)
@@ -87,10 +86,6 @@ def run_startup(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
             "deps_import_s": [python("-c", f"import {', '.join(deps)}")[0]
                               for _ in range(cfg.runs)],
             "heaviest": imports[-1][1], "ready_s": ready}  # fmt: skip
-
-
-async def echo(request: RequestEnvelope) -> Any:
-    return request.payload.parameters
 
 
 async def bus_echo(fleet: harness.Fleet, exchange: str, cfg: Config, **update: Any) -> dict:
@@ -112,7 +107,7 @@ async def bus_echo(fleet: harness.Fleet, exchange: str, cfg: Config, **update: A
 
 def bus_variants(url: str, cfg: Config, say: harness.Say, field: str, values: dict) -> dict:
     """``bus_echo`` with ``field`` at each of ``values``, an exchange each, interleaved."""
-    base = f"bench-{field.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+    base = harness.exchange_name(field.replace("_", "-"))
     with harness.Fleet(url) as fleet:
         variants: dict[str, Variant] = {}
         for k, (name, value) in enumerate(values.items()):
@@ -146,7 +141,7 @@ def run_presence(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     checks = {"presence check 0.5 s": 0.5, "presence check off": 0.0}
     result = bus_variants(url, cfg, say, "presence_check", checks)
     for side, after in checks.items():
-        exchange = f"bench-stopped-{uuid.uuid4().hex[:8]}"
+        exchange = harness.exchange_name("stopped")
         with harness.Fleet(url) as fleet:
             fleet.topology(exchange, ("echo",), (f"{exchange}-srv", f"{exchange}-cli"))
             result["figures"][side] |= asyncio.run(stopped(url, exchange, after))
@@ -162,8 +157,7 @@ async def plan_rate(fleet: harness.Fleet, durable: bool, subtasks: int, run: int
     assert fleet.url is not None
     exchange = f"bench-durable-{uuid.uuid4().hex[:6]}-{run}"
     ids = [f"{exchange}-{role}" for role in ("registry", "leader", "echo-0", "echo-1", "client")]
-    topology = fleet.topology(exchange, ("registry", "leader", "echo"), ids)
-    fleet.queues.append(topology.journal_queue("plans"))
+    fleet.topology(exchange, ("registry", "leader", "echo"), ids, leaders=True)
     settings = Settings(url=fleet.url, exchange=exchange, max_message_size=16 * 1024 * 1024)
     common: dict[str, Any] = {"settings": settings, "heartbeat_interval": 1}
     leader = Leader(agent_id=ids[1], durable=durable, **common)
@@ -185,17 +179,15 @@ async def plan_rate(fleet: harness.Fleet, durable: bool, subtasks: int, run: int
         tracemalloc.stop()
         # The per-plan cost (a durable plan declares its reply queue and journals its start
         # and end): one-step plans, one after another.
-        small = []
-        for n in range(_SMALL_PLANS):
-            began = time.perf_counter()
-            await client.run({"subtasks": echoes[n : n + 1]}, timeout=60)
-            small.append(time.perf_counter() - began)
+        small = await harness.sequential(
+            lambda n: client.run({"subtasks": echoes[n : n + 1]}, timeout=60), _SMALL_PLANS
+        )
     if aggregate.status.value != "completed":
         raise RuntimeError(f"durable={durable}: {aggregate.status} {aggregate.error}")
     return {
         "subtasks_per_s": subtasks / elapsed,
         "heap_peak_per_subtask_bytes": grown / subtasks,
-        "one_step_plan_p50_ms": statistics.median(small) * 1000,
+        "one_step_plan_p50_ms": statistics.median(small) / 1e6,
     }
 
 

@@ -71,34 +71,24 @@ async def echo_team(fleet: harness.Fleet, tmp: Path, cfg: Config,
                     name: str) -> AsyncIterator[Config]:  # fmt: skip
     """A registry and an ``Echo`` agent on an exchange of their own, an API key file, and a
     bus; the direct bus request measured."""
-    url = fleet.url
-    assert url is not None
-    exchange, key = f"bench-{name}-{uuid.uuid4().hex[:8]}", f"bench-key-{uuid.uuid4().hex}"
+    url = fleet.url or ""
+    exchange, key = harness.exchange_name(name), f"bench-key-{uuid.uuid4().hex}"
     (keys := tmp / "keys.json").write_text(json.dumps({key: "bench"}))
     fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
-    cli, env = harness.agentbus_cli(url, exchange), {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
-    for role, argv in (
-        ("registry", ["registry", "--id", "registry-b", "--heartbeat", "0.5"]),
-        ("agent", ["run", "_bench_agents:Echo", "--id", "echo-b", "--heartbeat", "0.5"]),
-    ):
-        fleet.spawn(role, role, [*cli, *argv], env=env)
+    env = {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
+    fleet.agentbus(exchange, "registry", "--heartbeat", "0.5", "--id", "registry-b", env=env)
+    fleet.agentbus(exchange, "run", "_bench_agents:Echo", "--heartbeat", "0.5", "--id", "echo-b",
+                   role="agent", env=env)  # fmt: skip
     bus = agentbus.Bus(Settings(url=url, exchange=exchange), agent_id=f"{exchange}-cli")
     async with bus:
 
         async def direct(n: int) -> None:
             assert (await bus.request("echo", "echo", {"n": n}, timeout=30)).result == n
 
-        async def up() -> bool:
-            try:
-                await direct(0)
-            except agentbus.AgentBusError:
-                return False
-            return True
-
-        await fleet.wait(up, "the echo agent")
+        await fleet.wait(lambda: harness.answers(bus, "echo"), "the echo agent")
         figures = {"direct bus": await measure_calls(direct, cfg, {})}
         broker = harness.broker_pid(url)
-        yield Config(fleet=fleet, cli=cli, exchange=exchange, key=key, keys=str(keys),
+        yield Config(fleet=fleet, exchange=exchange, key=key, keys=str(keys),
                      figures=figures,
                      direct=direct, bus_side={"echo agent": fleet.pids("agent")}
                      | ({"broker": [broker]} if broker else {}))  # fmt: skip
@@ -112,7 +102,8 @@ async def in_turn(team: Config, cfg: Config, variants: dict[str, tuple[list[str]
     rounds = [await bare()]
     for label, (argv, env) in variants.items():
         port = harness.free_port()
-        proc = team.fleet.spawn("face", label, [*team.cli, *argv, "--port", str(port)], env=env)
+        argv = [*argv, "--port", str(port)]
+        proc = team.fleet.agentbus(team.exchange, *argv, role="face", name=label, env=env)
         try:
             async with session(port) as call:
                 roles = {"server": harness.family(proc.pid)} | team.bus_side
@@ -120,8 +111,7 @@ async def in_turn(team: Config, cfg: Config, variants: dict[str, tuple[list[str]
                     roles["redis"] = [pid]
                 team.figures[label] = await measure_calls(call, cfg, roles)
         finally:
-            harness.stop([proc])
-            team.fleet.procs.remove(proc)
+            team.fleet.retire(proc)
         rounds.append(await bare())
     team.figures[baseline] = {key: statistics.median(row[key] for row in rounds)
                               for key in rounds[0]} | {"rounds": len(rounds)}  # fmt: skip
@@ -268,7 +258,7 @@ def run_mcp(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
         async with echo_team(fleet, tmp, cfg, "mcp") as team:
             argv = ["mcp", "--transport", "http", "--port", str(port), "--keys", team.keys]
             env = {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
-            team.fleet.spawn("mcp", "mcp", [*team.cli, *argv], env=env)
+            team.fleet.agentbus(team.exchange, *argv, role="mcp", name="mcp", env=env)
             echo = [sys.executable, SERVERS, "mcp", "--http", str(echo_port)]
             team.fleet.spawn("echo", "echo", echo)
             for p in (port, echo_port):

@@ -53,16 +53,15 @@ def start_fleet(fleet: harness.Fleet, run: str, cfg: Config, env: dict[str, str]
     names, width, workers = Names(f"bench-leader-{run}"), str(cfg.concurrency), cfg.workers
     echoes = [f"echo-{run}-{k}" for k in range(workers)]
     ids = [f"registry-{run}", f"leader-{run}", f"bench-client-{run}", *echoes]
-    fleet.topology(names.exchange, ("registry", "echo", "leader"), ids)
+    fleet.topology(names.exchange, ("registry", "echo", "leader"), ids, leaders=True)
     fleet.queues += [names.queues[s] for s in ("aio-pika", "faststream")]
     fleet.queues.append(names.reply(run))
     fleet.exchanges.append(names.raw_exchange)
-    cli = harness.agentbus_cli(fleet.url, names.exchange)
-    fleet.spawn("registry", ids[0], [*cli, "registry", "--id", ids[0]], env=env)
+    fleet.agentbus(names.exchange, "registry", "--id", ids[0], env=env)
     for worker in echoes:
-        argv = [*cli, "run", "_bench_agents:Echo", "--id", worker, "--concurrency", width]
-        fleet.spawn("worker", worker, argv, env=env)
-    fleet.spawn("leader", ids[1], [*cli, "leader", "--id", ids[1], "--no-durable"], env=env)
+        argv = ["run", "_bench_agents:Echo", "--concurrency", width, "--id", worker]
+        fleet.agentbus(names.exchange, *argv, role="worker", env=env)
+    fleet.agentbus(names.exchange, "leader", "--no-durable", "--id", ids[1], env=env)
     for role, side in (("raw", "aio-pika"), ("faststream", "faststream")):
         for k in range(workers):
             argv = [sys.executable, SCRIPT, "serve", side, fleet.url, names.exchange]

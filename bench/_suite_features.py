@@ -25,7 +25,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace as Config
@@ -35,7 +35,7 @@ import aio_pika
 
 import _harness as harness
 import agentbus
-from agentbus import AgentBusError, InputRequired, PlanClient, Unroutable
+from agentbus import InputRequired, PlanClient, Unroutable
 from agentbus.bus import Topology
 from agentbus.envelopes import EventEnvelope
 from agentbus.leader import SCHEDULE_FIRED
@@ -44,34 +44,6 @@ MiB = 1024 * 1024
 WINDOW = 8  # 1 MiB messages in flight, as the artifact store's writer and reader keep them
 CLIENT = "bench-client"
 LEADERS = ("leader-1", "leader-2")
-
-
-def _exchange(section: str) -> str:
-    return f"bench-{section}-{uuid.uuid4().hex[:8]}"
-
-
-def _spawn(fleet: harness.Fleet, exchange: str, *args: str, log: str = "warning") -> harness.Proc:
-    argv = [*harness.agentbus_cli(fleet.url or "", exchange), *args]
-    argv[argv.index("--log-level") + 1] = log
-    return fleet.spawn(args[0], args[-1], argv)
-
-
-def _retire(fleet: harness.Fleet, proc: harness.Proc) -> None:
-    """Stop ``proc`` before the fleet ends (its exit is not a failure)."""
-    harness.stop([proc])
-    fleet.procs.remove(proc)
-    proc.log.close()
-
-
-def _answers(bus: agentbus.Bus, service: str) -> Callable[[], Awaitable[bool]]:
-    async def ready() -> bool:
-        try:
-            await bus.request(service, "ping", timeout=2)
-        except AgentBusError:
-            return False
-        return True
-
-    return ready
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -84,7 +56,7 @@ def _ms(values: list[float]) -> dict[str, float]:
 
 
 def run_questions(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
-    exchange = _exchange("questions")
+    exchange = harness.exchange_name("questions")
     ids = [f"echo-{n}" for n in range(3)]
     figures: dict[str, dict[str, Any]] = {}
     with harness.Fleet(url) as fleet:
@@ -92,12 +64,12 @@ def run_questions(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
         fleet.queues.append(topology.conversations("echo"))
         for agent_id, action in zip(ids, ("round trips", "plain", "asks"), strict=True):
             say(f"questions: {action}")
-            agent = _spawn(fleet, exchange, "run", "_bench_agents:Echo", "--id", agent_id)
+            agent = fleet.agentbus(exchange, "run", "_bench_agents:Echo", "--id", agent_id)
             run = _round_trips(fleet, exchange, cfg.rounds) if action == "round trips" else (
                 _memory(fleet, exchange, agent, action, cfg.questions))  # fmt: skip
             for name, row in asyncio.run(run).items():  # a row's figures from both runs
                 figures.setdefault(name, {}).update(row)
-            _retire(fleet, agent)
+            fleet.retire(agent)
     plain, asks = figures["plain request"], figures["asked and answered"]
     ratios = {"asked / plain p50": asks["p50_ms"] / plain["p50_ms"],
               "added p50 ms": asks["p50_ms"] - plain["p50_ms"],
@@ -110,7 +82,7 @@ async def _round_trips(fleet: harness.Fleet, exchange: str, rounds: int) -> dict
     plain: list[float] = []
     asked: list[float] = []
     async with agentbus.connect(fleet.url, exchange=exchange, agent_id=CLIENT) as bus:
-        await fleet.wait(_answers(bus, "echo"), "the echo agent")
+        await fleet.wait(lambda: harness.answers(bus, "echo"), "the echo agent")
         for n in range(rounds):  # interleaved: both see the same host
             began = time.perf_counter()
             await bus.request("echo", "echo", {"n": n}, timeout=10)
@@ -135,7 +107,7 @@ async def _memory(
             await bus.request("echo", skill, {"n": n}, timeout=30)
 
     async with agentbus.connect(fleet.url, exchange=exchange, agent_id=CLIENT) as bus:
-        await fleet.wait(_answers(bus, "echo"), "the echo agent")
+        await fleet.wait(lambda: harness.answers(bus, "echo"), "the echo agent")
         for n in range(200):  # warm-up: imports, caches, the journal's channel
             await one(bus, n)
         before = harness.rss(agent.pid) or 0
@@ -151,21 +123,19 @@ async def _memory(
 
 
 def run_maps(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
-    exchange = _exchange("maps")
+    exchange = harness.exchange_name("maps")
     runs: dict[str, list[dict[str, float]]] = {"fixed plan": [], "mapped step": []}
     with harness.Fleet(url) as fleet:
-        topology = fleet.topology(exchange, ["echo", "leader"], ["echo-1", CLIENT])
-        fleet.queues += [topology.journal_queue("plans"), topology.journal_queue("schedules"),
-                         topology.lease_queue("schedules")]  # fmt: skip
-        _spawn(fleet, exchange, "run", "_bench_agents:Echo", "--id", "echo-1")
+        topology = fleet.topology(exchange, ["echo", "leader"], ["echo-1", CLIENT], leaders=True)
+        fleet.agentbus(exchange, "run", "_bench_agents:Echo", "--id", "echo-1")
         for k in range(cfg.rounds):  # interleaved, each on a fresh leader
             for kind in ("fixed plan", "mapped step"):
                 say(f"maps: {kind}, round {k + 1}")
                 leader_id = f"leader-{uuid.uuid4().hex[:6]}"
                 fleet.queues.append(topology.instance_queue(leader_id))
-                leader = _spawn(fleet, exchange, "leader", "--id", leader_id)
+                leader = fleet.agentbus(exchange, "leader", "--id", leader_id)
                 runs[kind].append(asyncio.run(_plan(fleet, exchange, leader, kind, cfg.items)))
-                _retire(fleet, leader)
+                fleet.retire(leader)
     figures = {kind: {"per_s": max(r["per_s"] for r in found),
                       "RSS_B_per_item": min(r["rss"] for r in found)}
                for kind, found in runs.items()}  # fmt: skip
@@ -189,8 +159,8 @@ async def _plan(
     fleet: harness.Fleet, exchange: str, leader: harness.Proc, kind: str, count: int
 ) -> dict[str, float]:
     async with agentbus.connect(fleet.url, exchange=exchange, agent_id=CLIENT) as bus:
-        await fleet.wait(_answers(bus, "echo"), "the echo agent")
-        await fleet.wait(_answers(bus, "leader"), "the leader")
+        await fleet.wait(lambda: harness.answers(bus, "echo"), "the echo agent")
+        await fleet.wait(lambda: harness.answers(bus, "leader"), "the leader")
         before = harness.reset_peak_rss(leader.pid)
         began = time.perf_counter()
         aggregate = await PlanClient(bus).run(_plan_of(kind, count), timeout=900)
@@ -331,14 +301,10 @@ async def _raw(role: str, size: int) -> dict[str, Any]:
 
 
 def run_schedules(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
-    exchange = _exchange("schedules")
+    exchange = harness.exchange_name("schedules")
     with harness.Fleet(url) as fleet:
-        topology = fleet.topology(exchange, ["leader"], [*LEADERS, CLIENT])
-        fleet.queues += [topology.lease_queue("schedules"), topology.journal_queue("schedules"),
-                         topology.journal_queue("plans")]  # fmt: skip
-        leaders = {
-            n: _spawn(fleet, exchange, "leader", "--id", n) for n in ("leader-1", "leader-2")
-        }
+        topology = fleet.topology(exchange, ["leader"], [*LEADERS, CLIENT], leaders=True)
+        leaders = {n: fleet.agentbus(exchange, "leader", "--id", n) for n in LEADERS}
         say(f"schedules: {cfg.minutes:g} min, the ticking leader killed halfway")
         ticks = asyncio.run(_ticks(fleet, topology, leaders, cfg.minutes))
     counts = Counter(message_id for message_id, _ in ticks["arrived"])
@@ -396,9 +362,9 @@ async def _ticks(
             await asyncio.sleep(minutes * 30)  # the first half, ticking
             victim = holder[-1]
             leaders[victim].popen.send_signal(signal.SIGKILL)
-            _retire(fleet, leaders[victim])
+            fleet.retire(leaders[victim])
             killed = f"{victim} at {datetime.now(UTC).isoformat(timespec='seconds')}"
-            _spawn(fleet, topology.exchange, "leader", "--id", victim)
+            fleet.agentbus(topology.exchange, "leader", "--id", victim)
             await asyncio.sleep(minutes * 30)  # the second half
             await plans.remove_schedule("bench", timeout=30)
             await asyncio.sleep(2)  # the last runs on their way arrive

@@ -32,8 +32,8 @@ from faststream.rabbit import Channel, RabbitBroker, RabbitQueue
 
 import _harness as harness
 import agentbus
-from _bench_agents import Pinger, UvPinger
-from agentbus import Metrics, RequestEnvelope, Settings
+from _bench_agents import Pinger, UvPinger, echo
+from agentbus import Metrics, Settings
 from agentbus.bus import Topology
 
 ROUTING_KEY = "raw.work.request"
@@ -325,10 +325,6 @@ async def serve(side: str, url: str, names: Names, agent_id: str, prefetch: int)
     async with contextlib.AsyncExitStack() as stack:
         if side == "agentbus":
             bus = await stack.enter_async_context(agentbus.Bus(settings, agent_id=agent_id))
-
-            async def echo(request: RequestEnvelope) -> Any:
-                return request.payload.parameters
-
             await bus.serve(echo, service="echo", prefetch=prefetch)
         elif side in ("agent", "agent-uvloop"):
             kind = Pinger if side == "agent" else UvPinger

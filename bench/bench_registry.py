@@ -1,16 +1,15 @@
-"""Benchmark the registry: its CPU under N agents' heartbeats, and offline detection.
+"""The registry under simulated agents: suite.py's ``registry`` section.
 
-A real ``agentbus registry`` process on a throwaway exchange; N simulated agents beating every
-``--interval`` s from this process and ``--senders`` children (raw aio-pika, no confirms, the
-very messages ``Agent.beat()`` sends); the registry's CPU from /proc; then K agents silenced
-and their ``agent_offline`` timed (after 3 intervals, learnt from ``Heartbeat.interval``).
-Issue 17's case: ``--agents 50000 --interval 5 --senders 3`` (10,000 beats/s). Prints every
-figure, then the suite's verdicts; suite.py runs it as its registry section.
+Real ``agentbus registry`` processes on a throwaway exchange (K > 1 share the beats:
+``--share``); N simulated agents beating every interval from this process and sender children
+(``bench_registry.py CONFIG INDEX COUNT``; raw aio-pika, no confirms, the very messages
+``Agent.beat()`` sends); the registry's CPU from /proc; then agents silenced and their
+``agent_offline`` timed (after 3 intervals, learnt from ``Heartbeat.interval``). Issue 17's
+case: 50,000 agents every 5 s from 3 senders (10,000 beats/s).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -20,8 +19,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
+from types import SimpleNamespace as Config
 from typing import Any
 
 import aio_pika
@@ -29,7 +27,6 @@ import orjson
 from pamqp.commands import Basic
 
 import _harness as harness
-from _suite_report import registry_rows, targets_table
 from agentbus import AgentBusError, Bus, EventEnvelope, Settings, encode
 from agentbus.agents import HEARTBEAT, AgentCard, AgentStatus, Heartbeat, SkillCard
 from agentbus.envelopes import BROADCAST, EventPayload, new_message_id, utcnow
@@ -37,7 +34,6 @@ from agentbus.envelopes import BROADCAST, EventPayload, new_message_id, utcnow
 MISSED = 3  # the registry's rule: offline after 3 silent intervals (receive time)
 SERVICES = 25  # 50,000 agents: 2,000 a service, a list_agents reply of ~500 KB (cap 1 MiB)
 CAPACITY = 8
-CPU_TARGET = 1.0  # core (issue 17: 50,000 agents every 5 s under one core)
 SWEEP_SLACK = 0.3  # s: the sweeper's 50 ms floor, delivery and event-loop jitter
 KEEP_UP = 0.95  # of the beats offered per second, sent in the window
 PROBE_EVERY = 1.0  # s: a list_agents round trip through the registry's own queue
@@ -139,15 +135,14 @@ class Generator:
         self.sent += 1
 
 
-async def sender(args: argparse.Namespace) -> None:
-    """A sender process (``--sender I/COUNT``): beats for its share of all but the victims,
-    and prints ``beats SENT`` every 0.2 s."""
-    index, count = map(int, args.sender.split("/"))
-    silent = set(victims(args.agents, args.kill))
-    share = [i for i in range(args.agents) if i not in silent][index::count]
-    agents = make_agents(args.agents, args.interval, args.run, share)
-    generator = Generator(agents, args.interval, args.ramp)
-    await generator.start(args.url, args.exchange)
+async def sender(cfg: Config, index: int, count: int) -> None:
+    """Sender process ``index`` of ``count``: beats for its share of all but the victims, and
+    prints ``beats SENT`` every 0.2 s."""
+    silent = set(victims(cfg.agents, cfg.kill))
+    share = [i for i in range(cfg.agents) if i not in silent][index::count]
+    generator = Generator(make_agents(cfg.agents, cfg.interval, cfg.run, share), cfg.interval,
+                          cfg.ramp)  # fmt: skip
+    await generator.start(cfg.url, cfg.exchange)
     while True:
         await asyncio.sleep(0.2)
         print(f"beats {generator.sent}", flush=True)
@@ -200,7 +195,7 @@ async def heard_by_all(bus: Bus, registry_ids: list[str]) -> int:
     return sum(s.get("heartbeats", 0) for s in stats)
 
 
-async def bench(args: argparse.Namespace, run: str, registry_ids: list[str],
+async def bench(args: Config, run: str, registry_ids: list[str],
                 fleet: harness.Fleet) -> dict:  # fmt: skip
     registry_id = registry_ids[0]  # the one asked and listened to: any of them answers alike
     interval, ramp = args.interval, args.ramp
@@ -243,10 +238,8 @@ async def bench(args: argparse.Namespace, run: str, registry_ids: list[str],
         own_agents = victim_agents if args.senders else agents
         generator = Generator(own_agents, interval, 0.0 if args.senders else ramp)
         await generator.start(args.url, args.exchange)
-        argv = [sys.executable, __file__, "--url", args.url, "--exchange", args.exchange,
-                "--run", run, "--agents", str(args.agents), "--interval", str(interval),
-                "--kill", str(args.kill), "--ramp", str(ramp)]  # fmt: skip
-        senders = [fleet.spawn("sender", f"sender {k}", [*argv, "--sender", f"{k}/{args.senders}"])
+        argv = [sys.executable, __file__, json.dumps(vars(args) | {"run": run})]
+        senders = [fleet.spawn("sender", f"sender {k}", [*argv, str(k), str(args.senders)])
                    for k in range(args.senders)]  # fmt: skip
         figures: dict[str, Any] = {"agents": args.agents, "interval_s": interval,
                                    "senders": args.senders, "ramp_s": ramp,
@@ -326,32 +319,30 @@ async def bench(args: argparse.Namespace, run: str, registry_ids: list[str],
     return figures
 
 
-def run_case(args: argparse.Namespace) -> dict[str, Any]:
+def run_case(args: Config) -> dict[str, Any]:
     """Registry processes on a throwaway exchange (deleted after), simulated agents beating;
-    with ``--registries`` K > 1, K registries sharing the beats (``--share``)."""
+    with ``registries`` K > 1, K registries sharing the beats (``--share``)."""
     run = uuid.uuid4().hex[:8]
-    args.exchange = f"bench-registry-{run}"
-    count = getattr(args, "registries", 1)
+    args.exchange, count = f"bench-registry-{run}", args.registries
     ids = [f"registry-{run}"] + [f"registry-{run}-{k}" for k in range(2, count + 1)]
     with harness.Fleet(args.url) as fleet:
         fleet.topology(args.exchange, ("registry",), (*ids, f"bench-client-{run}"))
         fleet.queues.append(f"{args.exchange}.feed.registry.heartbeats")
+        share = ["--share"] if count > 1 else []
         for registry_id in ids:
-            argv = [*harness.agentbus_cli(args.url, args.exchange), "registry", "--heartbeat",
-                    str(args.interval), "--missed", str(MISSED), "--id", registry_id,
-                    *(["--share"] if count > 1 else [])]  # fmt: skip
-            fleet.spawn("registry", registry_id, argv)
+            fleet.agentbus(args.exchange, "registry", "--heartbeat", str(args.interval),
+                           "--missed", str(MISSED), *share, "--id", registry_id)  # fmt: skip
         figures = asyncio.run(bench(args, run, ids, fleet))
         return figures | {"registries": count}
 
 
-def run_registry(url: str, cfg: SimpleNamespace, say: harness.Say) -> list[dict[str, Any]]:
+def run_registry(url: str, cfg: Config, say: harness.Say) -> list[dict[str, Any]]:
     """suite.py's section: each case of ``cfg.cases`` (agents, interval, senders, ramp)."""
     cases = []
     for agents, interval, senders, ramp, *more in cfg.cases:  # a sender: ~4,000 beats/s
-        args = argparse.Namespace(url=url, agents=agents, interval=interval, ramp=ramp,
-                                  duration=cfg.duration, kill=min(20, agents),
-                                  senders=senders, registries=more[0] if more else 1)  # fmt: skip
+        args = Config(url=url, agents=agents, interval=interval, ramp=ramp, duration=cfg.duration,
+                      kill=min(20, agents), senders=senders,
+                      registries=more[0] if more else 1)  # fmt: skip
         cases.append(f := run_case(args))
         say(f"registry {agents} agents every {interval:g} s: {f['beats_achieved_per_s']:.0f} "
             f"beats/s sent, {f['beats_processed_per_s']:.0f} processed, CPU "
@@ -360,33 +351,6 @@ def run_registry(url: str, cfg: SimpleNamespace, say: harness.Say) -> list[dict[
     return cases
 
 
-def main() -> int:
-    cli = harness.parser(__doc__)
-    cli.add_argument("--json", metavar="FILE", type=Path, help="also write the figures as JSON")
-    cli.add_argument("--agents", type=int, default=1000, help="simulated agents [1000]")
-    cli.add_argument("--interval", type=float, default=1.0, help="heartbeat interval, s [1]")
-    cli.add_argument("--senders", type=int, default=0, help="child processes beating [0]")
-    cli.add_argument("--ramp", type=float, default=0.0, help="s over which agents join [0]")
-    cli.add_argument("--registries", type=int, default=1,
-                     help="registries; more than 1 share the beats (--share) [1]")  # fmt: skip
-    for hidden in ("--sender", "--exchange", "--run", "--kill"):  # a sender process's
-        cli.add_argument(hidden, help=argparse.SUPPRESS)
-    args = cli.parse_args()
-    args.duration, args.kill = 20.0, int(args.kill or min(20, args.agents))
+if __name__ == "__main__":  # a sender process: bench_registry.py CONFIG INDEX COUNT
     harness.quiet_logging()
-    try:
-        if args.sender:
-            asyncio.run(sender(args))
-            return 0
-        figures = run_case(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps(figures, indent=1, default=str))  # every figure, then the verdicts
-    print("\n" + "\n".join(targets_table(registry_rows(figures))))
-    harness.write_json(args.json, figures)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    asyncio.run(sender(Config(**json.loads(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])))

@@ -1,19 +1,16 @@
-"""The envelope codec and the seams, timed in process: suite.py's ``codec`` and ``seams``, and
-the codec's fast path against its full path (``envelopes/_fast.py``).
+"""The envelope codec and the seams, timed in process: suite.py's ``codec`` and ``seams``.
 
-PYTHONPATH=src .venv/bin/python bench/envelope_paths.py
-
-Alone: ``decode``/``encode`` against ``decode_full``/``encode_full`` for a request, a response
-and a 64 KB request (the ways not taken for the fast path: ``--alternatives`` in ``git show
-239f431:bench/envelope_paths.py``). Best per-call thread CPU of batches taken in turn (other
-processes do not count). ``codec``: encode and decode of 1 KB, 64 KB and 1 MB requests beside
-``orjson`` (p50 µs). ``seams``: each seam onto a library's internals (encode, log ids, AMQP
-properties, the no-ack consumer) against the library's public way; one missing is listed.
+``codec``: encode and decode of 1 KB, 64 KB and 1 MB requests beside ``orjson`` (p50 µs).
+``seams``: each seam onto a library's internals (encode, log ids, AMQP properties, the no-ack
+consumer) against the library's public way, and the codec's fast path (``envelopes/_fast.py``)
+against its full path for a request, a response and a 64 KB request (the ways not taken for
+the fast path: ``--alternatives`` in ``git show 239f431:bench/envelope_paths.py``); best
+per-call thread CPU of batches taken in turn (other processes do not count). A seam this
+checkout lacks is listed.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import contextvars
@@ -33,7 +30,6 @@ import structlog
 from pamqp.commands import Basic
 
 import _harness as harness
-from _suite_report import grid
 from agentbus.envelopes import (
     Envelope,
     Metadata,
@@ -85,18 +81,6 @@ def envelopes() -> dict[str, Envelope]:
     return {"request": request,
             "response": request.response({"greeting": "hello ann"}, sender_id="worker-1"),
             "request 64 KB": request_of(64_000)}  # fmt: skip
-
-
-def paths() -> dict[str, dict[str, float]]:
-    """The codec's fast path against its full path (``envelopes/_fast.py``), per envelope."""
-    rows = {}
-    for name, envelope in envelopes().items():
-        data = full_encode(envelope, max_size=None)
-        rows[f"decode, {name}"] = row(lambda d=data: decode(d), lambda d=data: full_decode(d),
-                                      "full")  # fmt: skip
-        rows[f"encode, {name}"] = row(lambda e=envelope: encode(e),
-                                      lambda e=envelope: full_encode(e), "full")  # fmt: skip
-    return rows
 
 
 def p50_us(call: Callable[[], object], iterations: int) -> dict[str, float]:
@@ -181,6 +165,14 @@ def run_seams(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
             lambda e=envelope: encode(e, max_size=None),
             lambda d=envelope.model_dump: orjson.dumps(d(mode="json"), option=orjson.OPT_UTC_Z),
         )
+    for name, envelope in envelopes().items():  # the codec's fast path against its full path
+        data = full_encode(envelope, max_size=None)
+        rows[f"codec decode (full path), {name}"] = row(
+            lambda d=data: decode(d), lambda d=data: full_decode(d), "full"
+        )
+        rows[f"codec encode (full path), {name}"] = row(
+            lambda e=envelope: encode(e), lambda e=envelope: full_encode(e), "full"
+        )
     bind_ids = private("agentbus._logging", "bind_delivery_ids")
     properties = private("agentbus.bus._rabbitmq._properties", "message_properties")
     consumer = private("agentbus.bus._rabbitmq._amqp", "DeliveryConsumer")
@@ -221,13 +213,3 @@ def run_seams(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     seams = {"log ids": bind_ids, "publish properties": properties, "no-ack consume": consumer}
     rows |= {f"{name}: not in this checkout": {} for name, seam in seams.items() if seam is None}
     return {"params": vars(cfg), "figures": rows, "ratios": {}}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.parse_args()
-    print("\n".join(grid("µs per call", paths())))
-
-
-if __name__ == "__main__":
-    main()

@@ -19,7 +19,9 @@ ends, also on Ctrl-C.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
 import platform
 import sys
@@ -67,6 +69,7 @@ SECTIONS = {
     "artifacts": ("artifacts", features.run_artifacts, False),
     "schedules": ("schedules", features.run_schedules, False),
 }  # fmt: skip
+DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson")
 BUS = Config(requests=1500, seconds=4.0, window=128, rounds=2)  # audit, queue-type, presence
 QUICK_BUS = Config(requests=300, seconds=2.0, window=128, rounds=2)
@@ -125,7 +128,8 @@ def meta(url: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = harness.parser(__doc__)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
     parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     default = ",".join(name for name, (_, _, on) in SECTIONS.items() if on)
@@ -165,7 +169,7 @@ def main() -> int:
     results["targets"] = targets(results)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"suite-{mode}-{started.replace(':', '').replace(' ', '-')}"
-    harness.write_json(stem.with_suffix(".json"), results)
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     stem.with_suffix(".md").write_text(text := markdown(results))
     print(text)
     say(f"wrote {stem}.json and .md")

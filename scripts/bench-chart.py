@@ -1,12 +1,13 @@
 """The benchmarks page's chart, made from the page's own table of today's figures.
 
-    .venv/bin/python bench/chart.py [--page docs/benchmarks.md] [--out docs/img/benchmarks.svg]
+    .venv/bin/python scripts/bench-chart.py [--page docs/benchmarks.md] [--out SVG]
 
 Reads the rows of the table under ``<!-- benchmark-table -->`` in the page that have a ratio
 (the "median of both" column) and a goal (``<= x`` or ``>= x``), turns each so that higher
 is better (a latency or CPU ratio, where lower is better, is inverted) and draws it against
-its goal: 1.0 is par with the peer. Needs matplotlib (the ``bench`` extra). The SVG is
-written without a date, so the same table makes the same file.
+its goal: 1.0 is par with the peer. Needs matplotlib (the ``bench`` extra). The SVG
+(``docs/img/benchmarks.svg`` unless ``--out``) is written without a date, so the same table
+makes the same file.
 """
 
 from __future__ import annotations

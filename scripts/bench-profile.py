@@ -1,13 +1,14 @@
 """Where a benchmark's processes spend their CPU: py-spy on the processes a command starts.
 
-.venv/bin/python bench/profile.py --match 'serve agent ' --match 'serve aio-pika ' \
+.venv/bin/python scripts/bench-profile.py --match 'serve agent ' --match 'serve aio-pika ' \
     [--rate 250] [--out DIR] -- .venv/bin/python bench/suite.py --quick --only rr
 
 Each process the command starts whose command line matches a ``--match`` regex (the first
 one each) is recorded by ``py-spy record --format raw --gil`` (GIL-holding samples: idle
 waits are not counted) until it exits. Then, per process: the share of samples by the
 package whose code ran (the leaf frame), the leaf functions that cost most, and library
-time charged to the innermost agentbus function under it. Raw stacks stay in --out. py-spy:
+time charged to the innermost agentbus function under it. Raw stacks stay in --out
+(``bench/results/`` by default). py-spy:
 ``.venv/bin/pip install -e '.[profile]'``; attaching needs ptrace (root, or
 ``kernel.yama.ptrace_scope=0``).
 """
@@ -25,8 +26,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-import _harness as harness
-
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 GROUPS = (  # (prefix of the leaf frame's file, group), the first that matches
     ("aiormq/", "aiormq (framing, channels, confirms)"),
@@ -43,6 +42,21 @@ GROUPS = (  # (prefix of the leaf frame's file, group), the first that matches
     ("uvloop/", "uvloop"),
 )
 TOP = 12
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def family(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc (each process's parent in its stat)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parent = int(stat.read_text().rpartition(")")[2].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(current := todo.pop())
+        todo += children.get(current, [])
+    return found
 
 
 def group_of(path: str) -> str:
@@ -97,20 +111,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--match", action="append", required=True, help="regex on cmdline")
     parser.add_argument("--rate", type=int, default=250, help="samples a second")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not command or not Path(spy).exists():
-        sys.exit("bench/profile.py: needs a command after --, and py-spy (the profile extra)")
+        sys.exit("bench-profile.py: needs a command after --, and py-spy (the profile extra)")
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     pending = {pattern: re.compile(pattern) for pattern in args.match}
     spies: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     main_proc = subprocess.Popen(command)
     while main_proc.poll() is None:
-        for pid in harness.family(main_proc.pid)[1:]:
+        for pid in family(main_proc.pid)[1:]:
             line = ""
             with contextlib.suppress(OSError):
                 line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

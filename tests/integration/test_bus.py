@@ -69,9 +69,16 @@ async def test_hundred_concurrent_requests_with_mixed_timeouts_end_once(
 
     assert Counter(outcomes) == {"reply": 50, "timeout": 50}
     assert client.in_flight == 0
-    # The slow ones are answered after their requesters gave up: dropped and counted.
-    await wait_until(lambda: client.stats.late_replies == 50, timeout=20)
-    assert client.stats.replies_matched == 50
+    # The slow ones are answered after their requesters gave up: dropped and counted. On a
+    # loaded host some time out before they are even sent, and one may reach the server past
+    # its deadline and be answered `timeout` at once: whatever reached the server is
+    # answered once, matched or late, and nothing else comes back.
+    stats, served = client.stats, server.stats
+    await wait_until(
+        lambda: stats.replies_matched + stats.late_replies == served.requests_served >= 50,
+        timeout=20,
+    )
+    assert stats.replies_matched >= 50
     assert client.stats.unknown_replies == 0
 
 

@@ -164,7 +164,14 @@ async def test_nemesis(
     assert planner.done(), f"seed {SEED}: a plan never ended"
     assert plans.failures == {}, f"seed {SEED}: {plans.failures}"
     assert set(answered.values()) == {1}, f"seed {SEED}: a plan answered {answered}"
-    assert statuses == {PlanStatus.COMPLETED}, f"seed {SEED}"
+    unfinished = {
+        f"{a.plan_id}/{o.id}": (o.status.value, o.attempts, o.error)
+        for answers in plans.answers.values()
+        for a in answers
+        for o in a.subtasks
+        if o.status is not SubtaskStatus.SUCCEEDED
+    }
+    assert statuses == {PlanStatus.COMPLETED}, f"seed {SEED}: {unfinished}"
     assert report.sent == producer.calls + STEPS * len(answered)
     assert report.recorded_twice == [], f"seed {SEED}: a request ended twice"
     assert report.lost == [], f"seed {SEED}: confirmed without an effect"

@@ -78,7 +78,8 @@ async def test_a_plan_passes_one_steps_artifact_to_the_next_as_a_reference(
     made = Artifact.model_validate(aggregate.subtask("made").result["artifact"])
     dug = aggregate.subtask("dug").result
     assert (dug["size"], dug["sha256"]) == (5 * MB, made.sha256)
-    assert made.location.startswith(f"{procs.exchange}.artifacts.maker.leader@")
+    # Stored for the service of the step that takes it, not for the leader.
+    assert made.location.startswith(f"{procs.exchange}.artifacts.maker.digester@")
 
 
 async def _known(client: Bus, skill_name: str) -> bool | None:

@@ -18,6 +18,7 @@ from agentbus._exceptions import (
     AgentBusError,
     Cancelled,
     ConfigurationError,
+    InvalidParameters,
     UnknownAction,
 )
 from agentbus._logging import get_logger
@@ -38,15 +39,17 @@ from agentbus.agents._heartbeat import (
 from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.agents._traffic import Traffic
-from agentbus.bus import Bus, Transport, artifact_scope
+from agentbus.bus import Bus, Transport, artifact_scope, reader_of
 from agentbus.envelopes import (
     ANSWER_ACTION,
+    ARTIFACT_READER,
     RequestEnvelope,
     ResponseEnvelope,
+    artifact_reader,
     is_valid_id,
     utcnow,
 )
-from agentbus.security import default_id, owner_of
+from agentbus.security import default_id
 
 __all__ = ["NOTIFY_START", "NOTIFY_START_AFTER", "Agent", "current_request"]
 
@@ -366,6 +369,9 @@ class Agent:
         """Run a skill in its conversation; ``answering``: the request this run answers
         (the conversation's first, or an answer to its last question)."""
         action = spec.name
+        # What the skill stores is for whoever reads this answer: the user the request
+        # names (a plan's next step), else its sender's.
+        reader = _files_reader(answering)
         async with self._slots:
             # The skill runs in the delivery's own task: a cancel request cancels that.
             current = asyncio.current_task()
@@ -379,8 +385,7 @@ class Agent:
                     NOTIFY_START_AFTER, self._notify_start, answering
                 )
             token = _current_request.set(conversation.request)
-            # What the skill stores is for whoever reads this answer: its sender's user.
-            artifacts = artifact_scope(self.bus.artifacts, owner_of(answering.sender_id))
+            artifacts = artifact_scope(self.bus.artifacts, reader)
             reporter = Reporter(answering, self.id, self._send_progress)
             reporting = reporter.bind()
             talking = conversation.bind()
@@ -511,3 +516,11 @@ def _long_running(skills: dict[str, SkillSpec]) -> Callable[[RequestEnvelope], b
     # Which requests the bus acknowledges as their work starts (skill(long_running=True)).
     actions = frozenset(name for name, spec in skills.items() if spec.long_running)
     return (lambda request: request.payload.action in actions) if actions else None
+
+
+def _files_reader(request: RequestEnvelope) -> str:
+    # The broker user a skill's files are stored for; a bad name fails the request.
+    try:
+        return artifact_reader(request) or reader_of(request.sender_id)
+    except ValueError as exc:
+        raise InvalidParameters(str(exc), details={"metadata": ARTIFACT_READER}) from None

@@ -7,7 +7,13 @@ reader and the chaos kit use it) and the audit stream's reader (``read_audit``).
 from typing import TYPE_CHECKING
 
 from agentbus._topology import Topology, reply_routing_key, routing_key, topic_matches
-from agentbus.bus._artifacts import Artifact, Artifacts, artifact_scope, put_artifact
+from agentbus.bus._artifacts import (
+    Artifact,
+    Artifacts,
+    artifact_scope,
+    put_artifact,
+    reader_of,
+)
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._hooks import Journal
 from agentbus.bus._lease import Lease, LeaseState
@@ -71,6 +77,7 @@ __all__ = [
     "open_connection",
     "put_artifact",
     "read_audit",
+    "reader_of",
     "redelivered",
     "reply_address",
     "reply_routing_key",

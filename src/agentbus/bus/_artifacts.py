@@ -28,9 +28,16 @@ from agentbus.bus._stores._artifact_store import (
     verified,
 )
 from agentbus.envelopes import ArtifactRef, utcnow
-from agentbus.security import acting_user
+from agentbus.security import acting_user, owner_of
 
-__all__ = ["Artifact", "Artifacts", "artifact_of", "artifact_scope", "put_artifact"]
+__all__ = [
+    "Artifact",
+    "Artifacts",
+    "artifact_of",
+    "artifact_scope",
+    "put_artifact",
+    "reader_of",
+]
 
 _FILE_PIECE: Final = 1024 * 1024  # bytes read from a file at a time
 
@@ -85,6 +92,12 @@ def artifact_scope(artifacts: Artifacts, reader: str | None) -> contextvars.Toke
     """Make ``artifacts`` the current context's, storing for ``reader`` (a broker user) by
     default; the agent runtime does it around each skill (reader: the requester's user)."""
     return _scope.set(_Scope(artifacts, reader))
+
+
+def reader_of(agent_id: str) -> str:
+    """The broker user ``agent_id`` belongs to: whom an answer to it stores files for,
+    unless its request names another (``metadata.artifact_reader``)."""
+    return owner_of(agent_id)
 
 
 def _access(via: Artifacts | None) -> Artifacts:

@@ -14,7 +14,7 @@ import orjson
 
 from agentbus._exceptions import AgentBusError, EnvelopeError, InvalidParameters, PayloadTooLarge
 from agentbus._logging import get_logger
-from agentbus.bus._artifacts import Artifacts, artifact_of
+from agentbus.bus._artifacts import Artifacts, artifact_of, reader_of
 from agentbus.bus._stats import BusStats
 from agentbus.envelopes import (
     BY_REFERENCE,
@@ -25,7 +25,6 @@ from agentbus.envelopes import (
     encode,
     reads_by_reference,
 )
-from agentbus.security import owner_of
 
 __all__ = [
     "encoded_reply",
@@ -91,7 +90,7 @@ async def result_by_reference(
     """``reply`` with its result stored for the requester's user, sent as a reference."""
     name = f"{request.payload.action}.result.json"
     stored: ResponseEnvelope = await _stored(
-        artifacts, reply, "result", name, owner_of(request.sender_id)
+        artifacts, reply, "result", name, reader_of(request.sender_id)
     )
     return stored
 

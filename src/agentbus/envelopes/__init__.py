@@ -2,8 +2,10 @@
 
 from agentbus._exception_base import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._artifact import (
+    ARTIFACT_READER,
     BY_REFERENCE,
     ArtifactRef,
+    artifact_reader,
     is_artifact_ref,
     reads_by_reference,
 )
@@ -49,6 +51,7 @@ from agentbus.envelopes._schema import envelope_schema
 __all__ = [
     "ANSWER_ACTION",
     "ANSWER_WITHIN",
+    "ARTIFACT_READER",
     "BROADCAST",
     "BY_REFERENCE",
     "DEFAULT_MAX_SIZE",
@@ -78,6 +81,7 @@ __all__ = [
     "ResponseStatus",
     "UnsupportedVersion",
     "answers_questions",
+    "artifact_reader",
     "decode",
     "encode",
     "envelope_schema",

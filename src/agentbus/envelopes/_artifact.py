@@ -14,12 +14,14 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentbus.envelopes._codes import ARTIFACTS_SINCE, PROTOCOL_MAJOR
+from agentbus.envelopes._codes import ARTIFACTS_SINCE, PROTOCOL_MAJOR, is_valid_id
 from agentbus.envelopes._models import RequestEnvelope
 
 __all__ = [
+    "ARTIFACT_READER",
     "BY_REFERENCE",
     "ArtifactRef",
+    "artifact_reader",
     "is_artifact_ref",
     "reads_by_reference",
 ]
@@ -27,6 +29,11 @@ __all__ = [
 BY_REFERENCE: Final = "by_reference"
 """Metadata key: ``true`` on a request whose ``parameters``, or a response whose
 ``result``, is an artifact reference to the JSON it stands for (an envelope over the cap)."""
+
+ARTIFACT_READER: Final = "artifact_reader"
+"""Metadata key on a request: the broker user its answer's files are stored for, in place
+of the sender's (a plan's leader names the service of the step that takes them). An agent
+that does not know the key stores them for the sender."""
 
 _VERSION: Final = re.compile(r"^(\d+)\.(\d+)$")
 _SHA256: Final = r"^[0-9a-f]{64}$"
@@ -73,6 +80,21 @@ def is_artifact_ref(value: object) -> bool:
         and isinstance(value.get("sha256"), str)
         and isinstance(value.get("location"), str)
     )
+
+
+def artifact_reader(request: RequestEnvelope) -> str | None:
+    """Return the broker user ``request`` names for its answer's files, or None.
+
+    Raises:
+        ValueError: ``metadata.artifact_reader`` is there but not a user's name (an id).
+    """
+    extra = request.metadata.model_extra
+    reader = None if extra is None else extra.get(ARTIFACT_READER)
+    if reader is None:
+        return None
+    if not isinstance(reader, str) or not is_valid_id(reader):
+        raise ValueError(f"metadata.{ARTIFACT_READER} must be a broker user's name, not {reader!r}")
+    return reader
 
 
 def reads_by_reference(request: RequestEnvelope) -> bool:

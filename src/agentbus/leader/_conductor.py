@@ -27,7 +27,7 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import get_logger
 from agentbus.agents import Deferred
-from agentbus.bus import Journal, Topology, Transport
+from agentbus.bus import Journal, Topology, Transport, reader_of
 from agentbus.envelopes import (
     ANSWER_ACTION,
     BROADCAST,
@@ -244,6 +244,7 @@ class Conductor:
             progress=self._sink(origin, plan),
             takeover=takeover,
             asking=asking,
+            requester=reader_of(origin.requester),
         )
 
     async def _hold(

@@ -40,7 +40,6 @@ __all__ = ["Cancellation", "Nesting", "PlanRunner", "RunState"]
 
 _log = get_logger("agentbus.leader")
 
-
 _PARK: Final = "park"  # on the ended queue: every step left has waited ``park_after``
 
 
@@ -61,7 +60,8 @@ class PlanRunner:
     (a critical subtask failed, the plan's deadline passed, or the leader is stopping);
     ``cancellation`` says why a run cancelled from outside was (None until it is).
     ``takeover``: a durable plan's journal, and what an earlier leader left of it;
-    ``nesting``: this run is a fragment's, inside the plan's run (``Nesting``).
+    ``nesting``: this run is a fragment's, inside the plan's run (``Nesting``);
+    ``requester``: the broker user of who asked for the plan (its files' reader).
     """
 
     def __init__(
@@ -77,6 +77,7 @@ class PlanRunner:
         takeover: TakeOver | None = None,
         asking: PlanAsking | None = None,
         nesting: Nesting | None = None,
+        requester: str | None = None,
     ) -> None:
         self.plan = plan
         self.state = RunState.PENDING
@@ -103,7 +104,8 @@ class PlanRunner:
         self._log = _log.bind(plan_id=plan.id)
         self._sender = AttemptSender(
             bus,
-            plan.id,
+            plan,
+            requester=requester,
             directory=directory,
             holders=self._holders,
             emit=self._emit,

@@ -16,8 +16,15 @@ from typing import Any, Protocol
 from agentbus._exceptions import AgentBusError, InputRequired, NoCapableAgent, RemoteError
 from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.agents import NOTIFY_START, send_cancel
-from agentbus.bus import Transport
-from agentbus.envelopes import ANSWER_ACTION, Question, RequestEnvelope, ResponseEnvelope, utcnow
+from agentbus.bus import Transport, reader_of
+from agentbus.envelopes import (
+    ANSWER_ACTION,
+    ARTIFACT_READER,
+    Question,
+    RequestEnvelope,
+    ResponseEnvelope,
+    utcnow,
+)
 from agentbus.leader._attempt import (
     Answered,
     Asked,
@@ -29,8 +36,9 @@ from agentbus.leader._attempt import (
 )
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import Sent
-from agentbus.leader._plan import Subtask
+from agentbus.leader._plan import Plan, Subtask
 from agentbus.leader._questions import Given
+from agentbus.leader._readers import StepReaders
 from agentbus.leader._record import SubtaskRecord
 from agentbus.leader._takeover import TakeOver
 
@@ -56,19 +64,21 @@ class AttemptSender:
 
     Args:
         bus: The transport the requests go on.
-        plan_id: The plan's id, in each request's metadata.
+        plan: The plan; its id goes in each request's metadata.
         directory: Where capable agents are found.
         holders: Which instance holds which request (``agent_offline`` reads it).
         emit: Where a subtask's ``running`` and its skill's own progress are reported.
         takeover: A durable plan's journal and reply queue; None for a plan that is not.
         trace: The plan's trace (its ``run_plan`` request's), continued by every attempt.
         log: The plan's logger.
+        requester: The broker user of the plan's requester, who reads the files of the
+            steps no other step takes (``StepReaders``); None: the leader's own.
     """
 
     def __init__(
         self,
         bus: Transport,
-        plan_id: str,
+        plan: Plan,
         *,
         directory: SkillDirectory,
         holders: Holders,
@@ -76,9 +86,12 @@ class AttemptSender:
         takeover: TakeOver | None,
         trace: str | None,
         log: Any,
+        requester: str | None = None,
     ) -> None:
         self._bus = bus
-        self._plan_id = plan_id
+        self._plan_id = plan.id
+        own = reader_of(bus.agent_id)
+        self._readers = StepReaders(plan, directory=directory, requester=requester, own=own)
         self._directory = directory
         self._holders = holders
         self._emit = emit
@@ -108,7 +121,10 @@ class AttemptSender:
             receiver = in_flight.receiver if in_flight else await self._receiver(subtask, tried)
         except NoCapableAgent as exc:
             return Failed(SubtaskError.of(exc))
-        span, fields = self._fields(record.id, receiver, subtask.skill, parameters, timeout)
+        reader = await self._readers.reader(subtask.id)
+        span, fields = self._fields(
+            record.id, receiver, subtask.skill, parameters, timeout, reader=reader
+        )
         if self._takeover is not None:  # the same id whichever leader sends it
             fields["message_id"] = await self._takeover.message_id(
                 record.id, record.attempts, receiver, sent_before=in_flight is not None
@@ -135,7 +151,10 @@ class AttemptSender:
             parameters["decline"] = True
         else:
             parameters["answer"] = given.value
-        span, fields = self._fields(record.id, asked.service, ANSWER_ACTION, parameters, timeout)
+        reader = await self._readers.reader(subtask.id)  # the skill runs again on the answer
+        span, fields = self._fields(
+            record.id, asked.service, ANSWER_ACTION, parameters, timeout, reader=reader
+        )
         if asked.context_id is not None:
             fields["metadata"]["context_id"] = asked.context_id
         if self._takeover is not None:
@@ -150,6 +169,8 @@ class AttemptSender:
         action: str,
         parameters: dict[str, Any],
         timeout: float,
+        *,
+        reader: str | None,
     ) -> tuple[Any, dict[str, Any]]:
         metadata: dict[str, Any] = {
             "deadline": utcnow() + timedelta(seconds=timeout),
@@ -157,6 +178,8 @@ class AttemptSender:
             "plan_id": self._plan_id,
             "subtask_id": step_id,
         }
+        if reader is not None:  # the files are for the step that takes them, or the requester
+            metadata[ARTIFACT_READER] = reader
         # The plan's trace (its run_plan request's) goes on to every subtask.
         span = start_span(
             f"plan step {step_id}",

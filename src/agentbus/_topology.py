@@ -80,6 +80,15 @@ class Topology:
         (docs/artifacts.md): those two users alone may read it."""
         return f"{self.exchange}.artifacts.{writer}.{reader}"
 
+    def artifact_pair(self, stream: str) -> tuple[str, str] | None:
+        """The ``(writer, reader)`` of an artifact stream of this team; None for another
+        queue."""
+        prefix = f"{self.exchange}.artifacts."
+        writer, dot, reader = stream.removeprefix(prefix).partition(".")
+        if not stream.startswith(prefix) or not dot or not writer or "." in reader or not reader:
+            return None
+        return writer, reader
+
     def outbox(self, site: str) -> str:
         """The exchange whose messages the federation link carries to ``site`` (docs/sites.md)."""
         return f"{self.exchange}.outbox.{site}"

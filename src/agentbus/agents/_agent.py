@@ -39,10 +39,11 @@ from agentbus.agents._heartbeat import (
 from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.agents._traffic import Traffic
-from agentbus.bus import Bus, Transport, artifact_scope, reader_of
+from agentbus.bus import Bus, Transport, artifact_scope, reader_of, send_artifact
 from agentbus.envelopes import (
     ANSWER_ACTION,
     ARTIFACT_READER,
+    READ_ARTIFACT,
     RequestEnvelope,
     ResponseEnvelope,
     artifact_reader,
@@ -58,7 +59,7 @@ NOTIFY_START: Final = "notify_start"
 NOTIFY_START_AFTER: Final = 0.2
 """Seconds a skill runs before the agent sends the ``in_progress`` notice."""
 
-_BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE, ANSWER_ACTION})
+_BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE, ANSWER_ACTION, READ_ARTIFACT})
 
 _HEARTBEAT_TTL_INTERVALS: Final = 3
 # A goodbye (the draining heartbeat, agent_offline) is best effort: on a stalled network
@@ -161,6 +162,7 @@ class Agent:
             "ping": self._ping,
             "describe": self._describe,
             "cancel": self._cancel,
+            READ_ARTIFACT: self._read_artifact,
             ANNOUNCE: self._announce,
             ANSWER_ACTION: self._answer_question,
         }
@@ -481,6 +483,9 @@ class Agent:
             "in_flight": self.in_flight,
             "capacity": self.capacity,
         }
+
+    async def _read_artifact(self, request: RequestEnvelope) -> dict[str, Any]:
+        return await send_artifact(self.bus, request, self.id)
 
     async def _describe(self, request: RequestEnvelope) -> dict[str, Any]:
         return self.card.model_dump(mode="json")

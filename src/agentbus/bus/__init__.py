@@ -14,6 +14,7 @@ from agentbus.bus._artifacts import (
     put_artifact,
     reader_of,
 )
+from agentbus.bus._artifacts_across import send_artifact
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._hooks import Journal
 from agentbus.bus._lease import Lease, LeaseState
@@ -82,6 +83,7 @@ __all__ = [
     "reply_address",
     "reply_routing_key",
     "routing_key",
+    "send_artifact",
     "topic_matches",
     "verifies_sender",
 ]

@@ -147,11 +147,17 @@ class Artifacts:
     """
 
     def __init__(
-        self, opener: Callable[[], ArtifactStore], settings: Settings, *, owner: str
+        self,
+        opener: Callable[[], ArtifactStore],
+        settings: Settings,
+        *,
+        owner: str,
+        across: Callable[[ArtifactRef], AsyncIterator[bytes]] | None = None,
     ) -> None:
         self.owner = owner
         """The agent id that owns what this bus stores."""
         self._opener = opener
+        self._across = across  # reads an object another site's stream holds
         self._store: ArtifactStore | None = None
         self._settings = settings
         self._retention = retention_of(settings.artifact_retention)
@@ -209,6 +215,8 @@ class Artifacts:
             source = _file_pieces(Path(source))
         chunks = rechunk(source, self.store.chunk_size)
         ref = await self.store.put(chunks, placement)
+        if self._settings.site is not None and ref.store == "stream":  # this broker's alone
+            ref = ref.model_copy(update={"site": self._settings.site})
         if self._settings.artifact_quota is not None and ref.expires_at is not None:
             self._kept.append((ref.expires_at, ref.size))
         return Artifact.model_validate(ref.model_dump())
@@ -220,6 +228,9 @@ class Artifacts:
             ArtifactMissing, ArtifactExpired, ArtifactCorrupt, AccessRefused: as
                 ``Artifact.open``.
         """
+        there = artifact.site is not None and artifact.site != self._settings.site
+        if there and self._across is not None:
+            return verified(artifact, self._across(artifact))
         return verified(artifact, self.store.chunks(artifact))
 
     async def read(self, artifact: ArtifactRef) -> bytes:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Self, cast
+from typing import Any, Self, cast
 
 from agentbus._config import Settings, peer_sites
 from agentbus._exceptions import (
+    AgentBusError,
     BusClosed,
     ConfigurationError,
 )
@@ -17,6 +19,7 @@ from agentbus._metrics import Metrics
 from agentbus._topology import Topology
 from agentbus._tracing import enable_tracing, tracing_enabled
 from agentbus.bus._artifacts import Artifacts
+from agentbus.bus._artifacts_across import fetch_across, send_artifact
 from agentbus.bus._dispatch import Dispatcher, dispatcher_for
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler
 from agentbus.bus._held import HeldAnswers
@@ -35,6 +38,8 @@ from agentbus.bus._stores._s3_artifacts import configured_store
 from agentbus.bus._stores._sqlite_dedup import dedup_store
 from agentbus.envelopes import (
     BROADCAST,
+    READ_ARTIFACT,
+    ErrorCode,
     RequestEnvelope,
     is_valid_id,
 )
@@ -88,7 +93,13 @@ class BaseBus(Sending, Keeping, BrokerHooks):
         self._publish_slots = asyncio.Semaphore(self.settings.max_outstanding)
         self._dedup = dedup if dedup is not None else dedup_store(self.settings)
         self._publisher: EnvelopePublisher | None = None
-        self._artifacts = Artifacts(self._open_artifacts, self.settings, owner=self.agent_id)
+        # An object another site's stream holds is fetched across from the agent that stored it.
+        across = functools.partial(fetch_across, self.request) if self._sites.active else None
+        self._artifacts = Artifacts(
+            self._open_artifacts, self.settings, owner=self.agent_id, across=across
+        )
+        if across is not None:  # its files, to a reader at another site (an agent's own
+            self._routes.serve(self._serve_home, None)  # handler takes this one's place)
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
         self._feeds: list[Feed] = []
@@ -172,6 +183,12 @@ class BaseBus(Sending, Keeping, BrokerHooks):
 
     def _can_publish(self) -> bool:
         return self._state in (BusState.OPEN, BusState.CLOSING)
+
+    async def _serve_home(self, request: RequestEnvelope) -> Any:
+        # A bus that serves no agent still sends what it stored to another site's reader.
+        if request.payload.action == READ_ARTIFACT:
+            return await send_artifact(self, request, self.agent_id)
+        raise AgentBusError(f"{self.agent_id} serves no requests", code=ErrorCode.AGENT_UNAVAILABLE)
 
     async def serve(
         self,

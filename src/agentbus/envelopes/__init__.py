@@ -2,8 +2,10 @@
 
 from agentbus._exception_base import EnvelopeError, PayloadTooLarge, UnsupportedVersion
 from agentbus.envelopes._artifact import (
+    ARTIFACT_PIECE,
     ARTIFACT_READER,
     BY_REFERENCE,
+    READ_ARTIFACT,
     ArtifactRef,
     artifact_reader,
     is_artifact_ref,
@@ -51,12 +53,14 @@ from agentbus.envelopes._schema import envelope_schema
 __all__ = [
     "ANSWER_ACTION",
     "ANSWER_WITHIN",
+    "ARTIFACT_PIECE",
     "ARTIFACT_READER",
     "BROADCAST",
     "BY_REFERENCE",
     "DEFAULT_MAX_SIZE",
     "ID_PATTERN",
     "PROTOCOL_VERSION",
+    "READ_ARTIFACT",
     "AgentId",
     "AnswerParameters",
     "ArtifactRef",

@@ -18,8 +18,10 @@ from agentbus.envelopes._codes import ARTIFACTS_SINCE, PROTOCOL_MAJOR, is_valid_
 from agentbus.envelopes._models import RequestEnvelope
 
 __all__ = [
+    "ARTIFACT_PIECE",
     "ARTIFACT_READER",
     "BY_REFERENCE",
+    "READ_ARTIFACT",
     "ArtifactRef",
     "artifact_reader",
     "is_artifact_ref",
@@ -34,6 +36,13 @@ ARTIFACT_READER: Final = "artifact_reader"
 """Metadata key on a request: the broker user its answer's files are stored for, in place
 of the sender's (a plan's leader names the service of the step that takes them). An agent
 that does not know the key stores them for the sender."""
+
+READ_ARTIFACT: Final = "read_artifact"
+"""The built-in action that sends an artifact's bytes to a reader at another site, as
+progress notices (``{"state": "artifact.piece", "seq": n, "data": <base64>}``)."""
+
+ARTIFACT_PIECE: Final = "artifact.piece"
+"""The ``state`` of a progress notice that carries a piece of an artifact."""
 
 _VERSION: Final = re.compile(r"^(\d+)\.(\d+)$")
 _SHA256: Final = r"^[0-9a-f]{64}$"
@@ -66,6 +75,9 @@ class ArtifactRef(BaseModel):
     created_at: datetime
     expires_at: datetime | None = None
     """After this it is gone (the store's retention), or may be at any moment."""
+    site: str | None = None
+    """The site whose broker's stream holds it (docs/sites.md); a reader at another site
+    fetches it across from the agent that stored it (``read_artifact``)."""
 
     def wire(self) -> dict[str, Any]:
         """The reference as JSON data, for an envelope."""

@@ -1,12 +1,15 @@
 """The generated permissions across sites (docs/sites.md): each site loads what
 ``agentbus definitions --peer-site`` and ``agentbus federation`` generate for it, its
 participants and links log in as the users those name, and a request crosses, with its
-answer, on nothing more; a request the client may not send is refused by the broker.
+answer, on nothing more; a request the client may not send is refused by the broker; a
+file the service returns is read across at the client's site.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import secrets
 import uuid
 from collections.abc import Callable
@@ -19,7 +22,15 @@ from chaos_support import eventually
 from fault_support import Team
 from link_support import heard, until_true
 
-from agentbus import AccessRefused, Agent, Settings, SiteUnreachable, skill
+from agentbus import (
+    AccessRefused,
+    Agent,
+    Artifact,
+    Settings,
+    SiteUnreachable,
+    put_artifact,
+    skill,
+)
 from agentbus.bus import Bus, Topology
 from agentbus.definitions import definitions, federation_definitions, team_grants
 from agentbus.testing.chaos import PrivateBroker
@@ -84,6 +95,13 @@ async def test_requests_cross_on_the_generated_permissions_and_no_more(
         assert await eventually(greet, _LINK_UP, "a request across") == "hello ann from b"
         with pytest.raises(AccessRefused):  # not among its calls: the broker refuses it
             await bus.request(f"other{run}", "greet", timeout=5)
+        # A file the service returns is read at the client's site: fetched from its owner
+        # at b, on the same permissions (the client may call the service's instances).
+        made = await bus.request(service, "make", {"size": 3_000_000}, timeout=30)
+        artifact = Artifact.model_validate(made.result)
+        assert (artifact.site, artifact.reader) == ("b", client)
+        data = await artifact.read(via=bus.artifacts)
+        assert hashlib.sha256(data).hexdigest() == artifact.sha256
         bus_again = await Bus(settings("a", client), agent_id=f"{client}-2").open()
         try:
             await team.aclose()  # b's only agent goes: its beacon at a empties
@@ -109,3 +127,8 @@ class _Greeter(Agent):
     async def greet(self, who: str) -> str:
         """Say hello, and from where."""
         return f"hello {who} from {self.site}"
+
+    @skill
+    async def make(self, size: int) -> Artifact:
+        """Store ``size`` random bytes for the caller."""
+        return await put_artifact(os.urandom(size), name="made.bin")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import aiormq
 import aiormq.abc
@@ -28,6 +28,7 @@ from agentbus._logging import get_logger
 from agentbus._topology import DIRECT_REPLY_TO
 
 __all__ = [
+    "RECLAIM_WINDOW",
     "Delivery",
     "DeliveryCallback",
     "DeliveryConsumer",
@@ -179,6 +180,11 @@ DeliveryCallback = Callable[[Delivery], Awaitable[None]]
 """Handles one delivery; runs in the task aiormq starts for it (cancelled with the channel)."""
 
 
+RECLAIM_WINDOW: Final = 15.0
+"""Seconds an exclusive consumer back from a reconnect waits for its queue to be unused."""
+_RECLAIM_PAUSE: Final = 0.25
+
+
 class DeliveryConsumer:
     """Consumes one queue on a robust channel, again after every reconnect.
 
@@ -187,7 +193,8 @@ class DeliveryConsumer:
     callback in a second task. ``no_ack``: the broker counts each delivery settled as it
     sends it (settling the ``Delivery`` does nothing). ``exclusive``: the queue alone, or
     not at all (``start`` raises ``QueueInUse``; after a reconnect that finds the queue
-    taken, the consumer gives its channel up instead of trying again and again).
+    still taken ``RECLAIM_WINDOW`` later, the consumer gives its channel up instead of
+    trying again and again).
     """
 
     def __init__(
@@ -238,6 +245,8 @@ class DeliveryConsumer:
     async def _restart(self, *_: Any) -> None:
         # As for feeds: the robust channel restored the queue, not this consumer.
         try:
+            if self._exclusive:
+                await self._until_unused()
             await self._consume()
         except aiormq.exceptions.ChannelAccessRefused as exc:
             if not self._exclusive:
@@ -247,6 +256,19 @@ class DeliveryConsumer:
             _log.warning("queue taken by another consumer", queue=self._queue, error=str(exc))
             self._channel.reopen_callbacks.discard(self._restart)
             self._given_up = asyncio.ensure_future(self._channel.close())
+
+    async def _until_unused(self) -> None:
+        # Right after a reconnect the broker may still count this consumer's old self (its
+        # channel not yet cleaned up: a quorum queue drops it by a command of its own), and
+        # an exclusive consume would be refused as if another leader held the queue. Wait
+        # a while for the count to fall; a consumer still there then is another's.
+        underlay = await self._channel.get_underlay_channel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECLAIM_WINDOW
+        while (await underlay.queue_declare(self._queue, passive=True)).consumer_count:
+            if loop.time() >= deadline:
+                return
+            await asyncio.sleep(_RECLAIM_PAUSE)
 
     async def _deliver(self, message: aiormq.abc.DeliveredMessage) -> None:
         await self._callback(Delivery(message, acked=self._no_ack))

@@ -82,9 +82,11 @@ async def test_a_plan_under_a_user_per_service_hands_each_file_to_its_reader(
 ) -> None:
     """maker's file is stored for checker, the service of the step that takes it (found by
     its skill, from the registry), which reads it; a file no step takes is stored for the
-    plan's requester (ops), who reads it; each is refused to the other."""
+    plan's requester (ops), who reads it; each is refused to the other. A file two services
+    take is stored for the leader, which copies it for each before it sends their steps."""
     grants = team_grants(
-        ["registry", "leader", "maker", "checker"], clients={"ops": ["leader", "registry"]}
+        ["registry", "leader", "maker", "checker", "auditor"],
+        clients={"ops": ["leader", "registry"]},
     )
     team = SecuredTeam.imported(tls_node, ca, tmp_path, grants)
     agents: list[Agent] = [
@@ -92,6 +94,7 @@ async def test_a_plan_under_a_user_per_service_hands_each_file_to_its_reader(
         Leader(agent_id="leader-1", settings=team.settings("leader"), heartbeat_interval=1),
         Maker(agent_id="maker-1", settings=team.settings("maker"), heartbeat_interval=1),
         Checker(agent_id="checker-1", settings=team.settings("checker"), heartbeat_interval=1),
+        Auditor(agent_id="auditor-1", settings=team.settings("auditor"), heartbeat_interval=1),
     ]
     for agent in agents:
         await agent.start()
@@ -109,6 +112,12 @@ async def test_a_plan_under_a_user_per_service_hands_each_file_to_its_reader(
                         "inputs": {"document": "made"},
                     },
                     {"id": "kept", **make},
+                    {"id": "shared", **make},
+                    *[
+                        {"id": service, "skill": skill, "service": service}
+                        | {"depends_on": ["shared"], "inputs": {"document": "shared"}}
+                        for service, skill in (("checker", "digest"), ("auditor", "audit"))
+                    ],
                 ]
             }
             aggregate = await PlanClient(client).run(plan, timeout=WAIT)
@@ -116,6 +125,10 @@ async def test_a_plan_under_a_user_per_service_hands_each_file_to_its_reader(
             made = Artifact.model_validate(aggregate.subtask("made").result)
             kept = Artifact.model_validate(aggregate.subtask("kept").result)
             assert made.location.startswith(f"{team.exchange}.artifacts.maker.checker@")
+            # Two services take "shared": stored for the leader, copied for each of them.
+            digests = {aggregate.subtask(s).result for s in ("checker", "auditor")}
+            shared = Artifact.model_validate(aggregate.subtask("shared").result)
+            assert digests == {shared.sha256}
             assert kept.location.startswith(f"{team.exchange}.artifacts.maker.ops@")
             assert len(await kept.read(via=client.artifacts)) == 2_000_000
             with pytest.raises(agentbus.AccessRefused):
@@ -130,6 +143,15 @@ async def test_a_plan_under_a_user_per_service_hands_each_file_to_its_reader(
             await agent.stop()
     for agent in agents:
         assert agent.bus.stats.refused == 0, f"{agent.id} refused something"
+
+
+class Auditor(Agent):
+    name = "auditor"
+
+    @skill
+    async def audit(self, document: Artifact) -> str:
+        """The document's SHA-256, read back checked (refused unless stored for auditor)."""
+        return hashlib.sha256(await document.read()).hexdigest()
 
 
 async def _until_listed(client: agentbus.Bus, wanted: set[str]) -> None:

@@ -37,9 +37,19 @@ class Checker(Agent):
         """The document's SHA-256, read back checked."""
         return hashlib.sha256(await document.read()).hexdigest()
 
+    @skill
+    async def whose(self, document: Artifact) -> list[str | None]:
+        """Who the document it was handed was stored by and for, and its digest."""
+        return [document.owner, document.reader, hashlib.sha256(await document.read()).hexdigest()]
+
 
 class Auditor(Agent):
     name = "auditor"
+
+    @skill
+    async def whose(self, document: Artifact) -> list[str | None]:
+        """Who the document it was handed was stored by and for, and its digest."""
+        return [document.owner, document.reader, hashlib.sha256(await document.read()).hexdigest()]
 
     @skill
     async def audit(self, document: Artifact) -> str:
@@ -47,7 +57,7 @@ class Auditor(Agent):
         return hashlib.sha256(await document.read()).hexdigest()
 
 
-Start = Callable[[type[Agent], str], Awaitable[Agent]]
+Start = Callable[..., Awaitable[Agent]]
 
 
 @pytest.fixture
@@ -55,9 +65,9 @@ async def team() -> AsyncIterator[tuple[MemoryBroker, Start]]:
     broker = MemoryBroker()
     started: list[Agent] = []
 
-    async def start(cls: type[Agent], agent_id: str) -> Agent:
-        bus = await MemoryBus(broker, SETTINGS, agent_id=agent_id).open()
-        agent = cls(agent_id=agent_id, bus=bus, settings=SETTINGS, heartbeat_interval=0.2)
+    async def start(cls: type[Agent], agent_id: str, settings: Settings = SETTINGS) -> Agent:
+        bus = await MemoryBus(broker, settings, agent_id=agent_id).open()
+        agent = cls(agent_id=agent_id, bus=bus, settings=settings, heartbeat_interval=0.2)
         await agent.start()
         started.append(agent)
         return agent
@@ -162,3 +172,42 @@ async def test_a_plan_stores_each_steps_files_for_whoever_reads_them_next(
     assert readers("leaf") == ("maker", "submitter")
     assert readers("shared") == ("maker", "leader")
     assert results["check"] == results["audit"] != results["read"]
+
+
+@pytest.mark.parametrize("verified", [True, False], ids=["users-per-service", "shared-user"])
+async def test_a_file_two_services_take_is_copied_for_each_where_users_are_theirs(
+    team: tuple[MemoryBroker, Start], verified: bool
+) -> None:
+    """Stored for the leader (two services take it); where senders are verified (a user per
+    service) the leader copies it, chunk by chunk, into each taker's stream before it sends
+    the step; on a shared user each takes the leader's."""
+    broker, start = team
+
+    def as_user(user: str) -> Settings:
+        url = f"amqp://{user}:secret@localhost/"
+        return Settings(shutdown_grace=0.5, url=url, verify_sender=verified)
+
+    for cls, agent_id in [
+        (Maker, "maker-1"),
+        (Checker, "checker-1"),
+        (Auditor, "auditor-1"),
+        (Leader, "leader-1"),
+    ]:
+        await start(cls, agent_id, as_user(agent_id.partition("-")[0]))
+    make = {"skill": "make", "service": "maker", "parameters": {"size": 300_000}}
+    takers = [
+        {"id": service, "skill": "whose", "service": service, "depends_on": ["shared"]}
+        | {"inputs": {"document": "shared"}}
+        for service in ("checker", "auditor")
+    ]
+    plan = {"subtasks": [{"id": "shared", **make}, *takers]}
+    async with MemoryBus(broker, as_user("submitter"), agent_id="submitter-1") as bus:
+        aggregate = await PlanClient(bus).run(plan, timeout=20)
+    assert aggregate.status is PlanStatus.COMPLETED, aggregate
+    shared = Artifact.model_validate(aggregate.subtask("shared").result)
+    assert broker.artifacts.readers(shared) == ("maker", "leader")
+    for service in ("checker", "auditor"):
+        owner, reader, digest = aggregate.subtask(service).result
+        assert digest == shared.sha256
+        expected = ("leader-1", service) if verified else ("maker-1", "leader")
+        assert (owner, reader) == expected

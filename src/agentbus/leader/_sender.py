@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from agentbus._exceptions import AgentBusError, InputRequired, NoCapableAgent, RemoteError
 from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.agents import NOTIFY_START, send_cancel
-from agentbus.bus import Transport, reader_of
+from agentbus.bus import Transport, reader_of, verifies_sender
 from agentbus.envelopes import (
     ANSWER_ACTION,
     ARTIFACT_READER,
@@ -36,6 +36,7 @@ from agentbus.leader._attempt import (
 )
 from agentbus.leader._directory import SkillDirectory
 from agentbus.leader._durable import Sent
+from agentbus.leader._handoff import Handoff
 from agentbus.leader._plan import Plan, Subtask
 from agentbus.leader._questions import Given
 from agentbus.leader._readers import StepReaders
@@ -92,6 +93,7 @@ class AttemptSender:
         self._plan_id = plan.id
         own = reader_of(bus.agent_id)
         self._readers = StepReaders(plan, directory=directory, requester=requester, own=own)
+        self._handoff = Handoff(bus.artifacts, own=own, copies=verifies_sender(bus.settings))
         self._directory = directory
         self._holders = holders
         self._emit = emit
@@ -122,6 +124,10 @@ class AttemptSender:
         except NoCapableAgent as exc:
             return Failed(SubtaskError.of(exc))
         reader = await self._readers.reader(subtask.id)
+        try:
+            parameters = await self._handoff.parameters(parameters, receiver)
+        except AgentBusError as exc:  # a file to hand on that cannot be read or stored
+            return Failed(SubtaskError.of(exc))
         span, fields = self._fields(
             record.id, receiver, subtask.skill, parameters, timeout, reader=reader
         )

@@ -180,8 +180,7 @@ DeliveryCallback = Callable[[Delivery], Awaitable[None]]
 """Handles one delivery; runs in the task aiormq starts for it (cancelled with the channel)."""
 
 
-RECLAIM_WINDOW: Final = 15.0
-"""Seconds an exclusive consumer back from a reconnect waits for its queue to be unused."""
+RECLAIM_WINDOW: Final = 15.0  # s an exclusive consumer back from a reconnect waits
 _RECLAIM_PAUSE: Final = 0.25
 
 
@@ -258,10 +257,9 @@ class DeliveryConsumer:
             self._given_up = asyncio.ensure_future(self._channel.close())
 
     async def _until_unused(self) -> None:
-        # Right after a reconnect the broker may still count this consumer's old self (its
-        # channel not yet cleaned up: a quorum queue drops it by a command of its own), and
-        # an exclusive consume would be refused as if another leader held the queue. Wait
-        # a while for the count to fall; a consumer still there then is another's.
+        # Right after a reconnect the broker may still count this consumer's old self (a
+        # quorum queue drops it by a command of its own): wait a while for the count to
+        # fall before an exclusive consume; a consumer still there then is another's.
         underlay = await self._channel.get_underlay_channel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + RECLAIM_WINDOW

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,15 @@ from agentbus.definitions import team_grants
 from agentbus.leader import Leader, PlanClient, PlanStatus
 from agentbus.registry import Registry
 from agentbus.testing.chaos import PrivateBroker
+from support.file_agents import Auditor, Checker, Maker
 
 pytestmark = pytest.mark.security
 
 WAIT = 20.0
 
 
-class Maker(Agent):
+class Lister(Maker):
     name = "maker"
-
-    @skill
-    async def make(self, size: int) -> Artifact:
-        """Store ``size`` random bytes for the caller."""
-        return await agentbus.put_artifact(os.urandom(size), name="made.bin")
 
     @skill
     async def listing(self, count: int) -> list[str]:
@@ -50,7 +45,7 @@ async def test_an_artifact_is_read_by_its_caller_and_refused_to_another_service(
     team = SecuredTeam.imported(tls_node, ca, tmp_path, grants)
     exchange = team.exchange
 
-    maker = Maker(agent_id="maker-1", settings=team.settings("maker"), heartbeat_interval=1)
+    maker = Lister(agent_id="maker-1", settings=team.settings("maker"), heartbeat_interval=1)
     async with maker, agentbus.Bus(team.settings("ops"), agent_id="ops-1") as client:
         reply = await client.request("maker", "make", {"size": 3_000_000}, timeout=WAIT)
         artifact = Artifact.model_validate(reply.result)
@@ -66,15 +61,6 @@ async def test_an_artifact_is_read_by_its_caller_and_refused_to_another_service(
         async with agentbus.Bus(team.settings("watch"), agent_id="watch-1") as watch:
             assert await watch.artifacts.read(artifact) == data
     assert maker.bus.stats.refused == 0
-
-
-class Checker(Agent):
-    name = "checker"
-
-    @skill
-    async def digest(self, document: Artifact) -> str:
-        """The document's SHA-256, read back checked (refused unless stored for checker)."""
-        return hashlib.sha256(await document.read()).hexdigest()
 
 
 async def test_a_plan_under_a_user_per_service_hands_each_file_to_its_reader(
@@ -143,15 +129,6 @@ async def test_a_plan_under_a_user_per_service_hands_each_file_to_its_reader(
             await agent.stop()
     for agent in agents:
         assert agent.bus.stats.refused == 0, f"{agent.id} refused something"
-
-
-class Auditor(Agent):
-    name = "auditor"
-
-    @skill
-    async def audit(self, document: Artifact) -> str:
-        """The document's SHA-256, read back checked (refused unless stored for auditor)."""
-        return hashlib.sha256(await document.read()).hexdigest()
 
 
 async def _until_listed(client: agentbus.Bus, wanted: set[str]) -> None:

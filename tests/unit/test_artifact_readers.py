@@ -3,58 +3,20 @@ plan, the service of the step that takes them, or the plan's requester."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from agentbus import Agent, Artifact, RemoteError, Settings, put_artifact, skill
+from agentbus import Agent, Artifact, RemoteError, Settings
 from agentbus.envelopes import ARTIFACT_READER, RequestEnvelope
 from agentbus.leader import Leader, PlanClient, PlanStatus
 from agentbus.registry import Registry
 from agentbus.testing import MemoryBroker, MemoryBus
+from support.file_agents import Auditor, Checker, Maker
 from support.waiting import wait_until
 
 SETTINGS = Settings(shutdown_grace=0.5)
-
-
-class Maker(Agent):
-    name = "maker"
-
-    @skill
-    async def make(self, size: int) -> Artifact:
-        """Store ``size`` random bytes."""
-        return await put_artifact(os.urandom(size), name="made.bin")
-
-
-class Checker(Agent):
-    name = "checker"
-
-    @skill
-    async def digest(self, document: Artifact) -> str:
-        """The document's SHA-256, read back checked."""
-        return hashlib.sha256(await document.read()).hexdigest()
-
-    @skill
-    async def whose(self, document: Artifact) -> list[str | None]:
-        """Who the document it was handed was stored by and for, and its digest."""
-        return [document.owner, document.reader, hashlib.sha256(await document.read()).hexdigest()]
-
-
-class Auditor(Agent):
-    name = "auditor"
-
-    @skill
-    async def whose(self, document: Artifact) -> list[str | None]:
-        """Who the document it was handed was stored by and for, and its digest."""
-        return [document.owner, document.reader, hashlib.sha256(await document.read()).hexdigest()]
-
-    @skill
-    async def audit(self, document: Artifact) -> str:
-        """The document's SHA-256, read back checked."""
-        return hashlib.sha256(await document.read()).hexdigest()
 
 
 Start = Callable[..., Awaitable[Agent]]

@@ -1,10 +1,5 @@
-"""The benchmarks' echo servers: agents (``agentbus run _bench_agents:Echo``, PYTHONPATH=bench),
-a ``Bus.serve`` handler (``echo``), and the SDKs' own servers with no bus: ``python
-bench/_bench_agents.py a2a PORT [--unwrapped]`` (the a2a-sdk's, JSON-RPC under uvicorn as the
-gateway serves; ``--unwrapped``: its tracing wrappers out) and ``... mcp [--http PORT]`` (the
-MCP SDK's, one ``echo`` tool); ``... artifact ROLE SIZE [REF]``: one end of an artifact
-transfer (``_suite_features``).
-"""
+"""The benchmarks' echo agents and handler, and the SDKs' own servers with no bus:
+``_bench_agents.py a2a PORT [--unwrapped]``, ``mcp [--http PORT]``, ``artifact ROLE SIZE [REF]``."""
 
 from __future__ import annotations
 
@@ -120,10 +115,10 @@ def mcp_server(args: list[str]) -> None:
         """Return ``n`` (named as agentbus mcp names the Echo agent's skill)."""
         return n
 
-    options: dict[str, Any] = {}
     if args[:1] == ["--http"]:
-        options = {"transport": "streamable-http", "host": "127.0.0.1", "port": int(args[1])}
-    server.run(**options)
+        server.run(transport="streamable-http", host="127.0.0.1", port=int(args[1]))
+    else:
+        server.run()
 
 
 if __name__ == "__main__":

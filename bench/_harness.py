@@ -1,8 +1,4 @@
-"""The one harness every benchmark starts its processes and reads its figures through:
-``Fleet`` (processes stopped, queues and exchanges deleted when the block ends, also on
-Ctrl-C), /proc readings (CPU, RSS, whose socket), timing (sequential calls, a window in
-flight, variants interleaved, percentiles, best and median) and logging.
-"""
+"""The benchmarks' harness: ``Fleet`` (processes, topology), /proc readings, timing, logging."""
 
 from __future__ import annotations
 
@@ -32,9 +28,7 @@ from agentbus import AgentBusError
 from agentbus.bus import Topology
 
 BENCH_DIR = Path(__file__).resolve().parent
-# Same-loop ratios: every agentbus process the benchmarks start runs on asyncio's own loop,
-# as the peers do, unless AGENTBUS_LOOP says otherwise (the rr section's agent-uvloop side
-# and the faces' servers run on uvloop by their own choice).
+# Same-loop ratios: agentbus processes run on asyncio's loop, as the peers do, unless told.
 os.environ.setdefault("AGENTBUS_LOOP", "asyncio")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOP_WAIT, READY_TIMEOUT = 15.0, 60.0
@@ -83,21 +77,16 @@ class Proc:
 
 @dataclass(slots=True)
 class Fleet:
-    """Processes of one run, and the queues and exchanges to delete when it ends: ``with
-    Fleet(url) as fleet:`` stops every process (SIGTERM, SIGKILL after ``stop_wait``) and deletes
-    them, Ctrl-C and SIGTERM ignored meanwhile; after an error, it prints the logs' ends."""
+    """Processes and topology of one run, stopped and deleted when the block ends (Ctrl-C too)."""
 
     url: str | None = None
-    stop_wait: float = STOP_WAIT
     procs: list[Proc] = field(default_factory=list)
     queues: list[str] = field(default_factory=list)
     exchanges: list[str] = field(default_factory=list)
 
     def spawn(self, role: str, name: str, argv: list[str], *, pipes: bool = False,
               env: dict[str, str] | None = None, **options: Any) -> Proc:  # fmt: skip
-        """Start ``argv`` in its own session (Ctrl-C reaches only us), bench/ then our PYTHONPATH
-        (or ``env``'s: code from another checkout) on its path; with ``pipes``, stdin and stdout
-        are pipes. ``env`` adds to ours; ``options`` go to ``Popen`` (``cwd``, ``stderr``)."""
+        """Start ``argv`` in a session of its own, bench/ on its PYTHONPATH; ``pipes``: stdio."""
         log = tempfile.TemporaryFile()  # noqa: SIM115 -- closed when the fleet ends
         env = {**os.environ, **(env or {})}
         paths = [str(BENCH_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
@@ -110,16 +99,9 @@ class Fleet:
         self.procs.append(proc := Proc(role, name, popen, log))
         return proc
 
-    def ready(self, procs: Iterable[Proc]) -> None:
-        """Wait for each piped process to say ``ready``."""
-        for proc in procs:
-            if proc.readline(READY_TIMEOUT) != "ready":
-                raise RuntimeError(f"{proc.name} did not say ready")
-
     def topology(self, exchange: str, services: Iterable[str] = (), agents: Iterable[str] = (),
                  leaders: bool = False) -> Topology:  # fmt: skip
-        """Delete ``exchange``, its dead-letter pair, these service and instance queues and, with
-        ``leaders``, what leaders declare: the journals of plans and schedules, the lease."""
+        """Have ``exchange``, its dead letters, these queues (``leaders``: theirs) deleted."""
         topology = Topology(exchange)
         self.queues += [topology.service_queue(service) for service in services]
         self.queues += [topology.instance_queue(agent_id) for agent_id in agents]
@@ -132,9 +114,9 @@ class Fleet:
 
     def agentbus(self, exchange: str, *args: str, role: str | None = None, name: str | None = None,
                  log: str = "warning", **options: Any) -> Proc:  # fmt: skip
-        """``agentbus ARGS`` on ``exchange``; role ``args[0]`` (the command), name ``args[-1]``
-        (its ``--id``) unless given; ``options`` go to ``spawn``."""
-        argv = [*agentbus_cli(self.url or "", exchange, log), *args]
+        """``agentbus ARGS`` on ``exchange``, its role the command and its name the last arg."""
+        script = str(Path(sys.executable).with_name("agentbus"))
+        argv = [script, "--url", self.url or "", "--exchange", exchange, "--log-level", log, *args]
         return self.spawn(role or args[0], name or args[-1], argv, **options)
 
     def retire(self, proc: Proc) -> None:
@@ -146,18 +128,14 @@ class Fleet:
     def pids(self, role: str) -> list[int]:
         return [proc.pid for proc in self.procs if proc.role == role]
 
-    def check(self) -> None:
-        """Raise if a process has exited."""
-        for proc in self.procs:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"{proc.name} exited with status {proc.popen.returncode}")
-
     async def wait(self, ready: Callable[[], Awaitable[bool] | bool], what: str,
                    timeout: float = READY_TIMEOUT) -> None:  # fmt: skip
         """Poll ``ready`` until it holds; raise if a process exits or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         while not (held if isinstance(held := ready(), bool) else await held):
-            self.check()
+            for proc in self.procs:
+                if proc.popen.poll() is not None:
+                    raise RuntimeError(f"{proc.name} exited with status {proc.popen.returncode}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{what} not ready within {timeout:g} s")
             await asyncio.sleep(0.2)
@@ -184,7 +162,7 @@ class Fleet:
         # Ctrl-C and SIGTERM ignored meanwhile: a second Ctrl-C must not stop a cleanup.
         previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in SIGNALS}
         try:
-            stop(reversed(self.procs), self.stop_wait)  # clients before their servers
+            stop(reversed(self.procs))  # clients before their servers
             for proc in self.procs:
                 proc.log.close()
             if self.url is not None and (self.queues or self.exchanges):
@@ -214,12 +192,8 @@ def stop(procs: Iterable[Proc], timeout: float = STOP_WAIT) -> None:
 
 def raise_on_sigterm() -> None:
     """Clean up on SIGTERM as on Ctrl-C (also when started with SIGINT ignored: ``cmd &``)."""
-
-    def interrupt(*_: object) -> None:
-        raise KeyboardInterrupt
-
     for signum in SIGNALS:
-        signal.signal(signum, interrupt)
+        signal.signal(signum, signal.default_int_handler)  # raises KeyboardInterrupt
 
 
 def stop_event() -> asyncio.Event:
@@ -228,12 +202,6 @@ def stop_event() -> asyncio.Event:
     for signum in SIGNALS:
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     return stop
-
-
-def agentbus_cli(url: str, exchange: str, log: str = "warning") -> list[str]:
-    """The venv's ``agentbus`` console script, on ``exchange``, logging at ``log``."""
-    script = str(Path(sys.executable).with_name("agentbus"))
-    return [script, "--url", url, "--exchange", exchange, "--log-level", log]
 
 
 def exchange_name(kind: str) -> str:
@@ -259,8 +227,7 @@ def free_port() -> int:
 
 def redis_url() -> str:
     """``$AGENTBUS_DEDUP_URL`` or ``$AGENTBUS_TEST_DEDUP_URL``; else ``scripts/ensure-redis``'s."""
-    url = os.environ.get("AGENTBUS_DEDUP_URL") or os.environ.get("AGENTBUS_TEST_DEDUP_URL")
-    if url:
+    if url := os.environ.get("AGENTBUS_DEDUP_URL") or os.environ.get("AGENTBUS_TEST_DEDUP_URL"):
         return url
     script = BENCH_DIR.parent / "scripts" / "ensure-redis"
     subprocess.run([str(script)], check=True, capture_output=True, timeout=120)
@@ -274,11 +241,10 @@ def _stat(pid: int) -> list[str]:
 
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process, from /proc (0 once it is gone)."""
-    try:
+    with contextlib.suppress(OSError):
         fields = _stat(pid)
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return 0.0
 
 
 def cpu_snapshot(pids: dict[str, list[int]]) -> dict[str, float]:
@@ -310,8 +276,7 @@ def family(pid: int) -> list[int]:
 
 
 def listening(name: bytes, port: int) -> int | None:
-    """The local process named ``name`` listening on ``port`` (a broker, a Redis); None if
-    none is (a remote one): found by its sockets in /proc."""
+    """The local process named ``name`` listening on ``port``, by its sockets; else None."""
     sockets = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):

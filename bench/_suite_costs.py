@@ -1,12 +1,4 @@
-"""What a feature costs, for suite.py; variants alternate round by round (medians).
-
-``startup``: ``import agentbus`` in a fresh interpreter (and its dependencies alone), and
-``agentbus run`` until "agent started". ``audit``, ``queue-type``, ``presence``, ``dedup``:
-``Bus.serve`` echo with the audit stream off and on, classic and quorum queues, the presence
-check and without (and how fast a request to a stopped service fails), the de-duplication
-window and the Redis store (and the store alone). ``durable``: plans through a leader
-without and with its journal (all in this process).
-"""
+"""What starting and a feature cost, for suite.py: each feature against itself without it."""
 
 from __future__ import annotations
 
@@ -40,6 +32,7 @@ tops = {name for name in sys.modules if "." not in name and name != "agentbus"}
 files = {t: getattr(sys.modules[t], "__file__", None) or "" for t in tops}
 print(" ".join(sorted(t for t in tops if "site-packages" in files[t] and t[0] != "_")))"""
 PAYLOAD = {"text": "x" * 200}
+SMALL_PLANS = 40  # one-step plans timed one after another
 Variant = Callable[[], Awaitable[dict[str, Any]]]
 
 
@@ -149,9 +142,6 @@ def run_presence(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     return result | {"ratios": {"p50 with / without the check": on / off}}
 
 
-_SMALL_PLANS = 40
-
-
 async def plan_rate(fleet: harness.Fleet, durable: bool, subtasks: int, run: int) -> dict:
     """A registry, a leader (``durable`` or not) and two ``Echo`` workers; one plan, timed."""
     assert fleet.url is not None
@@ -177,10 +167,9 @@ async def plan_rate(fleet: harness.Fleet, durable: bool, subtasks: int, run: int
         elapsed = time.perf_counter() - start
         grown = tracemalloc.get_traced_memory()[1] - before
         tracemalloc.stop()
-        # The per-plan cost (a durable plan declares its reply queue and journals its start
-        # and end): one-step plans, one after another.
+        # the per-plan cost (a reply queue, the journal's start and end): one-step plans
         small = await harness.sequential(
-            lambda n: client.run({"subtasks": echoes[n : n + 1]}, timeout=60), _SMALL_PLANS
+            lambda n: client.run({"subtasks": echoes[n : n + 1]}, timeout=60), SMALL_PLANS
         )
     if aggregate.status.value != "completed":
         raise RuntimeError(f"durable={durable}: {aggregate.status} {aggregate.error}")
@@ -239,14 +228,13 @@ async def store_costs(url: str, cfg: Config) -> dict[str, dict[str, Any]]:
     return figures
 
 
-async def forget_keys(url: str, *namespaces: str) -> None:
+async def forget_keys(url: str, namespace: str) -> None:
     """Delete what the bench wrote (it would stay for the 600 s window)."""
     client = Redis.from_url(url)
     try:
-        for namespace in namespaces:
-            keys = [key async for key in client.scan_iter(match=f"{namespace}*:dedup:*")]
-            for start in range(0, len(keys), 1000):
-                await client.delete(*keys[start : start + 1000])
+        keys = [key async for key in client.scan_iter(match=f"{namespace}*:dedup:*")]
+        for start in range(0, len(keys), 1000):
+            await client.delete(*keys[start : start + 1000])
     finally:
         await client.aclose()
 
@@ -260,7 +248,6 @@ def run_dedup(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     window, redis = stores["store alone: window"], stores["store alone: redis"]
     result["figures"] |= stores
     result["ratios"]["store alone p50, redis / window"] = redis["p50_us"] / window["p50_us"]
-    result["ratios"]["redis store p50 over the bus p50 with the window"] = (
-        redis["p50_us"] / result["figures"]["window"]["p50_us"]
-    )
+    bus_p50 = result["figures"]["window"]["p50_us"]
+    result["ratios"]["redis store p50 over the bus p50 with the window"] = redis["p50_us"] / bus_p50
     return result

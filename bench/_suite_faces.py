@@ -1,14 +1,4 @@
-"""The protocol faces against their SDKs' own servers and a direct bus request, for suite.py.
-
-A registry and an ``Echo`` agent as processes; every path measured alike: ``count`` calls in
-a row (p50), then ``workers`` concurrent callers for ``seconds`` (calls/s, and the CPU µs a
-call costs each process meanwhile). ``gateway``: the a2a-sdk's server alone (spans off, on,
-and off with its wrappers out), then ``agentbus gateway`` as each of ``GATEWAYS``; ``mcp``:
-an ``echo`` tool over stdio and HTTP in both eras, beside the MCP SDK's server alone;
-``mcp-workers``: ``agentbus mcp`` as each of ``MCP_SERVERS``. In ``gateway`` and
-``mcp-workers`` the SDK's server alone is measured again between the variants, its median
-the ratios' baseline (the host is shared); ``--before SRC`` adds a variant of other code.
-"""
+"""The protocol faces against their SDKs' own servers and a direct bus request, for suite.py."""
 
 from __future__ import annotations
 
@@ -16,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -27,16 +18,16 @@ from typing import Any
 
 import _harness as harness
 import agentbus
-from agentbus import Settings
 
 SERVERS = str(harness.BENCH_DIR / "_bench_agents.py")  # the SDKs' echo servers, no bus
 SDK_A2A = "SDK server alone, tracing off"
 SDK_MCP = "MCP SDK server alone"
-GATEWAYS = {  # label: worker processes, task store
-    "gateway: 1 process, tasks in memory": (1, "memory"),
-    "gateway: 1 process, tasks in Redis": (1, "redis"),
-    "gateway: 2 processes, tasks in Redis": (2, "redis"),
-    "gateway: 4 processes, tasks in Redis": (4, "redis"),
+FAST = {"AGENTBUS_LOOP": "auto"}  # uvloop, as uvicorn runs the SDKs' servers
+GATEWAYS = {  # label: worker processes, tasks in Redis
+    "gateway: 1 process, tasks in memory": (1, False),
+    "gateway: 1 process, tasks in Redis": (1, True),
+    "gateway: 2 processes, tasks in Redis": (2, True),
+    "gateway: 4 processes, tasks in Redis": (4, True),
 }
 MCP_SERVERS = {"agentbus mcp: 1 process": 1, "agentbus mcp: 2 processes, stateless": 2,
                "agentbus mcp: 4 processes, stateless": 4}  # fmt: skip
@@ -47,8 +38,7 @@ Session = Callable[[int], contextlib.AbstractAsyncContextManager[Call]]
 
 
 async def measure_calls(call: Call, cfg: Config, roles: dict[str, list[int]]) -> dict[str, Any]:
-    """p50 of ``count`` calls in a row; calls/s of ``workers`` callers, and the CPU µs a call
-    costs each of ``roles`` (processes) meanwhile."""
+    """p50 of calls in a row; calls/s of concurrent callers, and each role's CPU µs a call."""
     figures = harness.summary(await harness.sequential(call, cfg.count, warmup=50))
     before = harness.cpu_snapshot(roles)
     load = await harness.windowed(call, cfg.workers, cfg.seconds)
@@ -60,45 +50,42 @@ async def measure_calls(call: Call, cfg: Config, roles: dict[str, list[int]]) ->
     return figures | {"calls_per_s": load["per_s"]} | cpu
 
 
-def in_fleet(url: str, run: Callable[[harness.Fleet, Path], Awaitable[dict]]) -> dict:
-    """``run`` in a fleet (stopped and cleaned up after the loop ends) and a scratch folder."""
-    with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
-        return asyncio.run(run(fleet, Path(tmp)))
-
-
-@contextlib.asynccontextmanager
-async def echo_team(fleet: harness.Fleet, tmp: Path, cfg: Config,
-                    name: str) -> AsyncIterator[Config]:  # fmt: skip
-    """A registry and an ``Echo`` agent on an exchange of their own, an API key file, and a
-    bus; the direct bus request measured."""
-    url = fleet.url or ""
+def in_team(url: str, cfg: Config, name: str, run: Callable[[Config], Awaitable[dict]]) -> dict:
+    """``run(team)``: a registry, an ``Echo`` agent, a key file, a bus; the direct request timed."""
     exchange, key = harness.exchange_name(name), f"bench-key-{uuid.uuid4().hex}"
-    (keys := tmp / "keys.json").write_text(json.dumps({key: "bench"}))
-    fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
-    env = {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
-    fleet.agentbus(exchange, "registry", "--heartbeat", "0.5", "--id", "registry-b", env=env)
-    fleet.agentbus(exchange, "run", "_bench_agents:Echo", "--heartbeat", "0.5", "--id", "echo-b",
-                   role="agent", env=env)  # fmt: skip
-    bus = agentbus.Bus(Settings(url=url, exchange=exchange), agent_id=f"{exchange}-cli")
-    async with bus:
-
-        async def direct(n: int) -> None:
-            assert (await bus.request("echo", "echo", {"n": n}, timeout=30)).result == n
-
-        await fleet.wait(lambda: harness.answers(bus, "echo"), "the echo agent")
-        figures = {"direct bus": await measure_calls(direct, cfg, {})}
+    with tempfile.TemporaryDirectory() as tmp, harness.Fleet(url) as fleet:
+        (keys := Path(tmp) / "keys.json").write_text(json.dumps({key: "bench"}))
+        fleet.topology(exchange, ("registry", "echo"), ("registry-b", "echo-b", f"{exchange}-cli"))
+        env = {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
+        fleet.agentbus(exchange, "registry", "--heartbeat", "0.5", "--id", "registry-b", env=env)
+        fleet.agentbus(exchange, "run", "_bench_agents:Echo", "--heartbeat", "0.5", "--id",
+                       "echo-b", role="agent", env=env)  # fmt: skip
         broker = harness.broker_pid(url)
-        yield Config(fleet=fleet, exchange=exchange, key=key, keys=str(keys),
-                     figures=figures,
-                     direct=direct, bus_side={"echo agent": fleet.pids("agent")}
-                     | ({"broker": [broker]} if broker else {}))  # fmt: skip
+        bus_side = {"echo agent": fleet.pids("agent")} | ({"broker": [broker]} if broker else {})
+
+        async def with_team() -> dict[str, Any]:
+            async with agentbus.connect(url, exchange=exchange, agent_id=f"{exchange}-cli") as bus:
+
+                async def direct(n: int) -> None:
+                    assert (await bus.request("echo", "echo", {"n": n}, timeout=30)).result == n
+
+                await fleet.wait(lambda: harness.answers(bus, "echo"), "the echo agent")
+                figures = {"direct bus": await measure_calls(direct, cfg, {})}
+                team = Config(fleet=fleet, exchange=exchange, key=key, keys=str(keys),
+                              figures=figures, direct=direct, bus_side=bus_side)  # fmt: skip
+                return await run(team)
+
+        return asyncio.run(with_team())
 
 
 async def in_turn(team: Config, cfg: Config, variants: dict[str, tuple[list[str], dict[str, str]]],
                   session: Session, bare: Callable[[], Awaitable[dict[str, Any]]],
-                  baseline: str) -> dict[str, Any]:  # fmt: skip
-    """Each variant (agentbus arguments, environment) started on a free port, asked through
-    ``session(port)`` once it serves, measured and stopped; ``bare`` measured between them."""
+                  baseline: str, before: tuple[str, list[str]]) -> dict[str, Any]:  # fmt: skip
+    """Each variant (``--before SRC``'s first) started, measured and stopped; ``bare`` between."""
+    if src := cfg.before:
+        face, args = before
+        first = {f"{face} before ({src}): 1 process": (args, FAST | {"PYTHONPATH": src})}
+        variants = first | variants
     rounds = [await bare()]
     for label, (argv, env) in variants.items():
         port = harness.free_port()
@@ -135,14 +122,6 @@ def ratios(figures: dict[str, dict[str, Any]], bare: str) -> dict[str, float]:
     return out
 
 
-def before(cfg: Config, variants: dict[str, Any], label: str, argv: list[str]) -> dict[str, Any]:
-    """``variants`` with, first, one importing agentbus from suite.py's ``--before SRC``."""
-    if (src := getattr(cfg, "before", None)) is None:
-        return variants
-    env = {"PYTHONPATH": src, "AGENTBUS_LOOP": "auto"}
-    return {f"{label} before ({src}): 1 process": (argv, env), **variants}
-
-
 def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     import httpx
 
@@ -150,15 +129,14 @@ def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
            "SDK server alone, tracing off, its wrappers out": ("false",
                                                                ["--unwrapped"])}  # fmt: skip
     ports = {label: harness.free_port() for label in sdk}
-    redis = harness.redis_url() if any(s == "redis" for _, s in GATEWAYS.values()) else ""
+    store = {"AGENTBUS_GATEWAY_TASK_STORE": harness.redis_url()}
 
     async def measure(team: Config) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {team.key}", "A2A-Version": "1.0"}
         for label, (traced, more) in sdk.items():
             argv = [sys.executable, SERVERS, "a2a", str(ports[label]), *more]
-            team.fleet.spawn(
-                "sdk", label, argv, env={"OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": traced}
-            )
+            env = {"OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": traced}
+            team.fleet.spawn("sdk", label, argv, env=env)
         limits = httpx.Limits(max_connections=cfg.workers + 4)
         async with httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as http:
 
@@ -192,28 +170,21 @@ def run_gateway(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
 
             for label in list(sdk)[1:]:
                 team.figures[label] = await alone(label)
-            variants = {label: (["gateway", "--keys", team.keys,
-                                 *(["--workers", str(workers)] if workers > 1 else [])],
-                                {"AGENTBUS_LOOP": "auto"}  # uvloop, as uvicorn runs the SDK's
-                                | ({"AGENTBUS_GATEWAY_TASK_STORE": redis} if store == "redis"
-                                   else {}))
-                        for label, (workers, store) in GATEWAYS.items()}  # fmt: skip
             argv = ["gateway", "--keys", team.keys]
-            variants = before(cfg, variants, "gateway", argv)
-            return await in_turn(team, cfg, variants, session, lambda: alone(SDK_A2A), SDK_A2A)
+            variants = {label: ([*argv, *(["--workers", str(k)] if k > 1 else [])],
+                                FAST | (store if in_redis else {}))
+                        for label, (k, in_redis) in GATEWAYS.items()}  # fmt: skip
+            return await in_turn(
+                team, cfg, variants, session, lambda: alone(SDK_A2A), SDK_A2A, ("gateway", argv)
+            )
 
-    async def run(fleet: harness.Fleet, tmp: Path) -> dict[str, Any]:
-        async with echo_team(fleet, tmp, cfg, "gw") as team:
-            return await measure(team)
-
-    return in_fleet(url, run)
+    return in_team(url, cfg, "gw", measure)
 
 
 @contextlib.asynccontextmanager
 async def mcp_client(where: str | list[str], mode: str, key: str = "",
                      env: dict[str, str] | None = None) -> AsyncIterator[Call]:  # fmt: skip
-    """An MCP SDK client of ``where`` (an HTTP endpoint, or a stdio server's arguments), once
-    it lists ``echo__echo``: ``await call(n)`` calls it."""
+    """An MCP SDK client of ``where`` (a URL, or a stdio server's arguments) once it serves."""
     import httpx2
     from mcp import Client, StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
@@ -240,13 +211,9 @@ async def mcp_client(where: str | list[str], mode: str, key: str = "",
 
 
 async def listening(fleet: harness.Fleet, port: int) -> None:
-    async def accepts() -> bool:
-        with contextlib.suppress(OSError):
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            await writer.wait_closed()
-            return True
-        return False
+    def accepts() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
 
     await fleet.wait(accepts, f"a server on {port}")
 
@@ -254,72 +221,66 @@ async def listening(fleet: harness.Fleet, port: int) -> None:
 def run_mcp(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     port, echo_port = harness.free_port(), harness.free_port()
 
-    async def run(fleet: harness.Fleet, tmp: Path) -> dict[str, Any]:
-        async with echo_team(fleet, tmp, cfg, "mcp") as team:
-            argv = ["mcp", "--transport", "http", "--port", str(port), "--keys", team.keys]
-            env = {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
-            team.fleet.agentbus(team.exchange, *argv, role="mcp", name="mcp", env=env)
-            echo = [sys.executable, SERVERS, "mcp", "--http", str(echo_port)]
-            team.fleet.spawn("echo", "echo", echo)
-            for p in (port, echo_port):
-                await listening(team.fleet, p)
-            figures, loads = team.figures, {"direct bus": team.direct}
-            bus_env = {"AGENTBUS_URL": url, "AGENTBUS_EXCHANGE": team.exchange,
-                       "AGENTBUS_LOG_LEVEL": "warning"}  # fmt: skip
-            team_http, echo_http = (f"http://127.0.0.1:{p}/mcp" for p in (port, echo_port))
-            async with contextlib.AsyncExitStack() as stack:
-                for label, mode in ERAS.items():
-                    for path, where, env in (
-                        (f"MCP stdio, {label}", ["-m", "agentbus", "mcp"], bus_env),
-                        (f"MCP HTTP, {label}", team_http, None),
-                        (f"SDK server, no bus: stdio, {label}", [SERVERS, "mcp"], None),
-                        (f"SDK server, no bus: HTTP, {label}", echo_http, None),
-                    ):
-                        client = mcp_client(where, mode, team.key, env)
-                        call = await stack.enter_async_context(client)
-                        samples = await harness.sequential(call, cfg.count, warmup=20)
-                        figures[path] = harness.summary(samples)
-                        if path.startswith("MCP HTTP"):
-                            loads[path] = call
-                for path, call in loads.items():
-                    load = await harness.windowed(call, cfg.workers, cfg.seconds)
-                    figures[path]["calls_per_s"] = load["per_s"]
-            direct_p50 = figures["direct bus"]["p50_us"]
-            for row in figures.values():
-                row["p50 overhead µs"] = row["p50_us"] - direct_p50
-            ratios = {f"p50 {path} / direct": row["p50_us"] / direct_p50
-                      for path, row in figures.items() if path != "direct bus"}  # fmt: skip
-            return {"params": vars(cfg), "figures": figures, "ratios": ratios}
+    async def measure(team: Config) -> dict[str, Any]:
+        argv = ["mcp", "--transport", "http", "--port", str(port), "--keys", team.keys]
+        env = {"AGENTBUS_INSTANCE_QUEUE_EXPIRES": "5"}
+        team.fleet.agentbus(team.exchange, *argv, role="mcp", name="mcp", env=env)
+        echo = [sys.executable, SERVERS, "mcp", "--http", str(echo_port)]
+        team.fleet.spawn("echo", "echo", echo)
+        for p in (port, echo_port):
+            await listening(team.fleet, p)
+        figures, loads = team.figures, {"direct bus": team.direct}
+        bus_env = {"AGENTBUS_URL": url, "AGENTBUS_EXCHANGE": team.exchange,
+                   "AGENTBUS_LOG_LEVEL": "warning"}  # fmt: skip
+        team_http, echo_http = (f"http://127.0.0.1:{p}/mcp" for p in (port, echo_port))
+        async with contextlib.AsyncExitStack() as stack:
+            for label, mode in ERAS.items():
+                for path, where, env in (
+                    (f"MCP stdio, {label}", ["-m", "agentbus", "mcp"], bus_env),
+                    (f"MCP HTTP, {label}", team_http, None),
+                    (f"SDK server, no bus: stdio, {label}", [SERVERS, "mcp"], None),
+                    (f"SDK server, no bus: HTTP, {label}", echo_http, None),
+                ):
+                    client = mcp_client(where, mode, team.key, env)
+                    call = await stack.enter_async_context(client)
+                    samples = await harness.sequential(call, cfg.count, warmup=20)
+                    figures[path] = harness.summary(samples)
+                    if path.startswith("MCP HTTP"):
+                        loads[path] = call
+            for path, call in loads.items():
+                load = await harness.windowed(call, cfg.workers, cfg.seconds)
+                figures[path]["calls_per_s"] = load["per_s"]
+        direct_p50 = figures["direct bus"]["p50_us"]
+        for row in figures.values():
+            row["p50 overhead µs"] = row["p50_us"] - direct_p50
+        ratios = {f"p50 {path} / direct": row["p50_us"] / direct_p50
+                  for path, row in figures.items() if path != "direct bus"}  # fmt: skip
+        return {"params": vars(cfg), "figures": figures, "ratios": ratios}
 
-    return in_fleet(url, run)
+    return in_team(url, cfg, "mcp", measure)
 
 
 def run_mcp_workers(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     bare_port = harness.free_port()
 
-    async def run(fleet: harness.Fleet, tmp: Path) -> dict[str, Any]:
-        async with echo_team(fleet, tmp, cfg, "mcpw") as team:
-            team.fleet.spawn(
-                "sdk", "sdk", [sys.executable, SERVERS, "mcp", "--http", str(bare_port)]
-            )
+    async def measure(team: Config) -> dict[str, Any]:
+        team.fleet.spawn("sdk", "sdk", [sys.executable, SERVERS, "mcp", "--http", str(bare_port)])
 
-            @contextlib.asynccontextmanager
-            async def session(port: int) -> AsyncIterator[Call]:
-                await listening(team.fleet, port)
-                async with mcp_client(f"http://127.0.0.1:{port}/mcp", ERA, team.key) as call:
-                    yield call
+        @contextlib.asynccontextmanager
+        async def session(port: int) -> AsyncIterator[Call]:
+            await listening(team.fleet, port)
+            async with mcp_client(f"http://127.0.0.1:{port}/mcp", ERA, team.key) as call:
+                yield call
 
-            async def alone() -> dict[str, Any]:
-                async with session(bare_port) as call:
-                    return await measure_calls(call, cfg, {"server": team.fleet.pids("sdk")})
+        async def alone() -> dict[str, Any]:
+            async with session(bare_port) as call:
+                return await measure_calls(call, cfg, {"server": team.fleet.pids("sdk")})
 
-            argv = ["mcp", "--transport", "http", "--keys", team.keys]
-            variants = {label: ([*argv, *(["--workers", str(k)] if k > 1 else [])],
-                                {"AGENTBUS_LOOP": "auto"})  # uvloop, as uvicorn runs the SDK's
-                        for label, k in MCP_SERVERS.items()}  # fmt: skip
-            variants = before(cfg, variants, "agentbus mcp", argv)
-            result = await in_turn(team, cfg, variants, session, alone, SDK_MCP)
-            result["params"]["era"] = ERA
-            return result
+        argv = ["mcp", "--transport", "http", "--keys", team.keys]
+        variants = {label: ([*argv, *(["--workers", str(k)] if k > 1 else [])], FAST)
+                    for label, k in MCP_SERVERS.items()}  # fmt: skip
+        result = await in_turn(team, cfg, variants, session, alone, SDK_MCP, ("agentbus mcp", argv))
+        result["params"]["era"] = ERA
+        return result
 
-    return in_fleet(url, run)
+    return in_team(url, cfg, "mcpw", measure)

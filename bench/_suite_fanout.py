@@ -1,12 +1,5 @@
-"""Fan-out and fan-in of N subtasks for suite.py: the leader vs raw aio-pika vs FastStream.
-
-A registry, W ``Echo`` workers and a leader (no journal, as its peers keep none), W raw and
-W FastStream workers (``_suite_rr.py serve``); the raw and FastStream "leaders" run here.
-Each side in turn: N ``echo`` subtasks, at most ``W x concurrency`` in flight, then a
-``total`` over all their results; every role's CPU, and the leader's peak RSS growth (VmHWM,
-reset before; this process for the peers). (The tracemalloc study of the leader's work,
-Plan + PlanRunner on the in-memory bus, is ``git show 239f431:bench/_suite_fanout.py``.)
-"""
+"""Fan-out and fan-in of N subtasks for suite.py: the leader vs raw aio-pika vs FastStream
+(the tracemalloc study of the leader's work: ``git show 239f431:bench/_suite_fanout.py``)."""
 
 from __future__ import annotations
 
@@ -29,34 +22,27 @@ from agentbus.leader import PlanStatus
 SIDES = ("agentbus", "aio-pika", "faststream")
 WARMUP = 200
 TIMEOUT = 30.0  # s per request, the default subtask timeout
-ROLES = ("leader", "worker", "registry", "raw", "faststream")  # the fleet's processes
-BIG_CAP = {"AGENTBUS_MAX_MESSAGE_SIZE": str(16 * 1024 * 1024)}
-CAP_NOTE = ("AGENTBUS_MAX_MESSAGE_SIZE=16777216 for the leader, the workers and the client: a "
-            "10,000-subtask plan request is ~1.6 MB and its aggregate ~2.3 MB, over the 1 MiB "
-            "default")  # fmt: skip
+CAP = 16 * 1024 * 1024  # bytes: a 10,000-subtask plan is ~1.6 MB, its aggregate ~2.3 MB
+CAP_NOTE = f"AGENTBUS_MAX_MESSAGE_SIZE={CAP} for the leader, the workers and the client"
 Run = Callable[[int], Awaitable[dict[str, Any]]]
 
 
 def plan_document(n: int, max_parallel: int) -> dict[str, Any]:
     """N independent ``echo`` subtasks and a ``total`` fan-in over all their results."""
     ids = [f"t{i}" for i in range(n)]
-    subtasks: list[dict[str, Any]] = [{"id": f"t{i}", "skill": "echo", "parameters": {"n": i}}
-                                      for i in range(n)]  # fmt: skip
+    subtasks = [{"id": t, "skill": "echo", "parameters": {"n": i}} for i, t in enumerate(ids)]
     subtasks.append({"id": "sum", "skill": "total", "depends_on": ids, "inputs": {"values": ids}})
     return {"description": f"bench: {n} echoes and their sum", "max_parallel": max_parallel,
             "subtasks": subtasks}  # fmt: skip
 
 
-def start_fleet(fleet: harness.Fleet, run: str, cfg: Config, env: dict[str, str]) -> Names:
+def start_fleet(fleet: harness.Fleet, run: str, cfg: Config, env: dict[str, str]) -> None:
     """A registry, W ``Echo`` workers and a leader; W raw and W FastStream workers."""
     assert fleet.url is not None
     names, width, workers = Names(f"bench-leader-{run}"), str(cfg.concurrency), cfg.workers
     echoes = [f"echo-{run}-{k}" for k in range(workers)]
     ids = [f"registry-{run}", f"leader-{run}", f"bench-client-{run}", *echoes]
-    fleet.topology(names.exchange, ("registry", "echo", "leader"), ids, leaders=True)
-    fleet.queues += [names.queues[s] for s in ("aio-pika", "faststream")]
-    fleet.queues.append(names.reply(run))
-    fleet.exchanges.append(names.raw_exchange)
+    names.clean(fleet, [run], ("registry", "echo", "leader"), ids, leaders=True)
     fleet.agentbus(names.exchange, "registry", "--id", ids[0], env=env)
     for worker in echoes:
         argv = ["run", "_bench_agents:Echo", "--concurrency", width, "--id", worker]
@@ -66,7 +52,6 @@ def start_fleet(fleet: harness.Fleet, run: str, cfg: Config, env: dict[str, str]
         for k in range(workers):
             argv = [sys.executable, SCRIPT, "serve", side, fleet.url, names.exchange]
             fleet.spawn(role, f"{role}-{run}-{k}", [*argv, f"{role}-{run}-{k}", width])
-    return names
 
 
 async def leader_run(client: PlanClient, n: int, max_parallel: int) -> dict[str, Any]:
@@ -86,8 +71,6 @@ async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: ha
     raw = RawClient(url, names.raw_exchange, names.reply(run), TIMEOUT)
     fs_client = FastStreamClient(url, names.queues["faststream"], TIMEOUT)
     leader_pid, me = fleet.pids("leader")[0], os.getpid()
-    pids = {role: fleet.pids(role) for role in ROLES}
-    pids |= {"bench": [me], "broker": [pid] if (pid := harness.broker_pid(url)) else []}
     timed: dict[str, dict[str, list[dict[str, Any]]]] = {side: {} for side in SIDES}
     settings = Settings(url=url, exchange=names.exchange, **limits)
     bus = Bus(settings, agent_id=f"bench-client-{run}")
@@ -115,10 +98,9 @@ async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: ha
         for n in cfg.sizes:
             for k in range(cfg.rounds + (2 if n <= 100 else 0)):  # small plans: noisier, cheap
                 for side, (go, pid) in sides.items():
-                    base, cpu0 = harness.reset_peak_rss(pid), harness.cpu_snapshot(pids)
+                    base = harness.reset_peak_rss(pid)
                     figures = await go(n)
                     figures["rss_peak_delta"] = (harness.rss(pid, "VmHWM") or 0) - base
-                    figures["cpu_s"] = harness.cpu_split(cpu0, harness.cpu_snapshot(pids))
                     timed[side].setdefault(str(n), []).append(figures)
                     say(f"fan-out N={n} {side} #{k + 1}: {figures['per_s']:.0f} subtasks/s")
                     await asyncio.sleep(0.3)  # let heartbeats and stragglers settle
@@ -128,10 +110,10 @@ async def measure(url: str, run: str, fleet: harness.Fleet, cfg: Config, say: ha
 def run_fanout(url: str, cfg: Config, say: Callable[[str], None]) -> dict[str, Any]:
     """cfg: sizes, rounds, workers, concurrency."""
     run, width = uuid.uuid4().hex[:8], cfg.workers * cfg.concurrency
-    env = BIG_CAP if (capped := max(cfg.sizes) > 4000) else {}
+    capped = max(cfg.sizes) > 4000  # over the 1 MiB default
     with harness.Fleet(url) as fleet:
-        start_fleet(fleet, run, cfg, env)
-        limits = {"max_message_size": int(env["AGENTBUS_MAX_MESSAGE_SIZE"])} if capped else {}
+        start_fleet(fleet, run, cfg, {"AGENTBUS_MAX_MESSAGE_SIZE": str(CAP)} if capped else {})
+        limits = {"max_message_size": CAP} if capped else {}
         result = asyncio.run(measure(url, run, fleet, cfg, say, limits))
     summary: dict[str, dict[str, Any]] = {side: {} for side in SIDES}
     for n in cfg.sizes:
@@ -140,7 +122,6 @@ def run_fanout(url: str, cfg: Config, say: Callable[[str], None]) -> dict[str, A
             seconds = [row["seconds"] for row in runs]
             summary[side][str(n)] = {
                 "per_s": harness.best_median((row["per_s"] for row in runs), max),
-                "seconds": harness.best_median(seconds),
                 "us_per_subtask": harness.best_median(s / n * 1e6 for s in seconds),
                 "rss_peak_delta": harness.best_median(r["rss_peak_delta"] for r in runs)["median"],
             }

@@ -1,16 +1,4 @@
-"""suite.py's feature sections, each against its own baseline in the same run.
-
-- ``questions``: a request asked and answered against a plain one (p50, p90), and the
-  agent's RSS per open question against per plain request (each set on a fresh agent).
-- ``maps``: one step mapped over N items against a fixed plan of N steps, each on a fresh
-  leader (items or steps a second; the leader's peak RSS growth per item).
-- ``artifacts``: on a private node, an artifact written and read back checked against the
-  same bytes as plain 1 MiB messages on a stream (aiormq, same window); each end's peak
-  RSS growth; the broker's memory and disk per byte.
-- ``schedules``: two leaders, a schedule every second, the ticking leader SIGKILLed halfway
-  and started again: every tick once, and the lag p50/p99 (``schedule_fired``'s, and at
-  arrival on a raw queue bound to the schedule's routing key).
-"""
+"""suite.py's feature sections, each against its own baseline in the same run."""
 
 from __future__ import annotations
 
@@ -52,9 +40,6 @@ def _ms(values: list[float]) -> dict[str, float]:
             "p99_ms": cuts[98] * 1e3, "max_ms": max(values) * 1e3}  # fmt: skip
 
 
-# -- questions
-
-
 def run_questions(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     exchange = harness.exchange_name("questions")
     ids = [f"echo-{n}" for n in range(3)]
@@ -74,8 +59,7 @@ def run_questions(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     ratios = {"asked / plain p50": asks["p50_ms"] / plain["p50_ms"],
               "added p50 ms": asks["p50_ms"] - plain["p50_ms"],
               "open question / plain request, B": asks["B_each"] / plain["B_each"]}  # fmt: skip
-    params = {"rounds": cfg.rounds, "questions": cfg.questions}
-    return {"params": params, "figures": figures, "ratios": ratios}
+    return {"params": vars(cfg), "figures": figures, "ratios": ratios}
 
 
 async def _round_trips(fleet: harness.Fleet, exchange: str, rounds: int) -> dict[str, Any]:
@@ -119,9 +103,6 @@ async def _memory(
                    "B_each": (after - before) / count}}  # fmt: skip
 
 
-# -- maps
-
-
 def run_maps(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     exchange = harness.exchange_name("maps")
     runs: dict[str, list[dict[str, float]]] = {"fixed plan": [], "mapped step": []}
@@ -140,8 +121,7 @@ def run_maps(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
                       "RSS_B_per_item": min(r["rss"] for r in found)}
                for kind, found in runs.items()}  # fmt: skip
     ratio = figures["mapped step"]["per_s"] / figures["fixed plan"]["per_s"]
-    params = {"items": cfg.items, "rounds": cfg.rounds}
-    return {"params": params, "figures": figures, "ratios": {"map / fixed, per s": ratio}}
+    return {"params": vars(cfg), "figures": figures, "ratios": {"map / fixed, per s": ratio}}
 
 
 def _plan_of(kind: str, count: int) -> dict[str, Any]:
@@ -171,9 +151,6 @@ async def _plan(
     return {"per_s": count / seconds, "rss": (peak - before) / count}
 
 
-# -- artifacts
-
-
 def run_artifacts(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     from agentbus.testing.chaos import PrivateBroker
 
@@ -186,8 +163,7 @@ def run_artifacts(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
             figures[f"{size} MiB, {chunk} KiB chunks"] = row
     ratios = {f"{name}: {side} / raw": row[f"{side}_MiB_s"] / row[f"raw_{side}_MiB_s"]
               for name, row in figures.items() for side in ("put", "read")}  # fmt: skip
-    params = {"sizes": cfg.sizes, "chunks": cfg.chunks}
-    return {"params": params, "figures": figures, "ratios": ratios}
+    return {"params": vars(cfg), "figures": figures, "ratios": ratios}
 
 
 def _transfer(broker: Any, size: int, chunk: int) -> dict[str, Any]:
@@ -197,8 +173,7 @@ def _transfer(broker: Any, size: int, chunk: int) -> dict[str, Any]:
         with harness.Fleet() as fleet:
             proc = fleet.spawn(role, role, [*argv, str(size), *([ref] if ref else [])],
                                pipes=True, env=env)  # fmt: skip
-            result: dict[str, Any] = json.loads(proc.readline(timeout=3600))
-        return result
+            return dict(json.loads(proc.readline(timeout=3600)))
 
     memory0, disk0 = _broker_cost(broker)
     wrote = end("write")
@@ -232,13 +207,11 @@ async def _data(size: int) -> AsyncIterator[bytes]:
 
 
 def artifact_end(role: str, size: int, ref: str | None) -> None:
-    """One end of a transfer, in this process (``_bench_agents.py artifact``): prints its
-    figures as one JSON line. The URL and chunk size come from the environment."""
+    """One end of a transfer (``_bench_agents.py artifact``): its figures as a JSON line."""
     pid = os.getpid()
     before = harness.reset_peak_rss(pid)
-    result = asyncio.run(
-        _raw(role, size) if role.startswith("raw-") else _artifact(role, size, ref)
-    )
+    end = _raw(role, size) if role.startswith("raw-") else _artifact(role, size, ref)
+    result = asyncio.run(end)
     result["peak_growth"] = (harness.rss(pid, "VmHWM") or 0) - before
     print(json.dumps(result), flush=True)
 
@@ -297,9 +270,6 @@ async def _raw(role: str, size: int) -> dict[str, Any]:
     return {"seconds": seconds}
 
 
-# -- schedules
-
-
 def run_schedules(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     exchange = harness.exchange_name("schedules")
     with harness.Fleet(url) as fleet:
@@ -333,9 +303,7 @@ async def _ticks(
     holder: list[str] = []
     async with await aio_pika.connect(fleet.url) as connection:
         channel = await connection.channel()
-        exchange = await channel.declare_exchange(
-            topology.exchange, aio_pika.ExchangeType.TOPIC, durable=True
-        )
+        exchange = await channel.declare_exchange(topology.exchange, "topic", durable=True)
         queue = await channel.declare_queue(exclusive=True)  # every copy sent arrives here
         await queue.bind(exchange, routing_key="agent.tickrec.request")
 

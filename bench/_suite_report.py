@@ -1,9 +1,4 @@
-"""suite.py's verdicts and Markdown report.
-
-Issue 17's targets (tightened by issue 27) lead: each a ratio (or a figure) taken in this one
-run, as the median and the best of the rounds. The verdict is the median's; "MISS (best
-PASS)" when only the best round meets the goal.
-"""
+"""suite.py's verdicts on issue 17's targets (tightened by issue 27) and its Markdown report."""
 
 from __future__ import annotations
 
@@ -27,31 +22,23 @@ REGISTRY_CPU = 1.0  # cores
 READY_SECONDS = 0.5
 ECHO = ("(`Bus.serve` echo; {rounds} rounds of {requests:,} sequential requests, then "
         "{seconds:g} s with {window} in flight; medians)")  # fmt: skip
+FACE = ("({count} sequential calls a path; throughput: {workers} concurrent callers for "
+        "{seconds:g} s")  # fmt: skip
 STUDIES = {  # the sections with a row per variant and a column per figure, by results key
     "audit": f"Audit stream off and on {ECHO}", "queue_type": f"Classic or quorum queues {ECHO}",
     "presence": f"The presence check {ECHO}, and a request to a stopped service",
     "durable": "Durable plans: the leader's journal ({subtasks:,} echo subtasks, {rounds} "
     "rounds, registry, leader and two workers in one process; medians)",
-    "gateway": "The A2A gateway against the a2a-sdk's server alone and a direct bus request, "
-    "1, 2 and 4 processes ({count} sequential calls a path; throughput: {workers} concurrent "
-    "callers for {seconds:g} s; CPU µs a call costs each process meanwhile; {cpus} cores)",
-    "mcp": "MCP tool calls against a direct bus request ({count} sequential calls a path, "
-    "the SDK's client, both protocol eras; throughput: {workers} concurrent callers for "
-    "{seconds:g} s)",
-    "mcp_workers": "agentbus mcp over HTTP with 1, 2 and 4 processes against the MCP SDK's "
-    "server alone ({era}; {count} sequential calls a path; throughput: {workers} concurrent "
-    "callers for {seconds:g} s; {cpus} cores)",
+    "gateway": f"The A2A gateway against the a2a-sdk's server alone {FACE}; {{cpus}} cores)",
+    "mcp": f"MCP tool calls, both protocol eras, against a direct bus request {FACE})",
+    "mcp_workers": f"agentbus mcp over HTTP ({{era}}) against the MCP SDK's server {FACE})",
     "seams": "Seams: each fast path against the library's public way (µs per call)",
-    "dedup": f"The in-process de-duplication window or the Redis store {ECHO}; the store "
-    "alone: check-in and completion of a request, sequential, then 64 at once",
-    "questions": "Questions: a plain request and one asked and answered ({rounds} rounds each, "
-    "interleaved); the agent's RSS over {questions:,} of each, its questions left open",
-    "maps": "A step mapped over {items:,} items against a fixed plan of as many steps ({rounds} "
-    "rounds, each on a fresh leader; best rate, least RSS growth per item)",
-    "artifacts": "Artifacts of {sizes} MiB ({chunks} KiB chunks) against the same bytes as "
-    "plain messages on a stream, on a private node",
-    "schedules": "Schedules: every second for {minutes:g} min across two leaders, {killed} "
-    "SIGKILLed and started again; each tick once: {once_each}",
+    "dedup": f"The de-duplication window or the Redis store {ECHO}; the store alone",
+    "questions": "Questions: plain and asked ({rounds} rounds), the RSS of {questions:,} open",
+    "maps": "A step mapped over {items:,} items against a plan of as many steps ({rounds} rounds)",
+    "artifacts": "Artifacts of {sizes} MiB ({chunks} KiB chunks) against plain stream messages",
+    "schedules": "Schedules: every second for {minutes:g} min, {killed} SIGKILLed and started "
+    "again; each tick once: {once_each}",
 }  # fmt: skip
 UNITS = {"x": "{:.2f}", "B": "{:,.0f} B", "s": "{:.3f} s", "ms": "{:,.0f} ms",
          "core": "{:.2f} core", "beats/s": "{:,.0f} beats/s"}  # fmt: skip
@@ -67,8 +54,7 @@ def _n(value: float) -> str:
 def _target(name: str, median: float | None, best: float | None,
             goal: tuple[Compare, float] | None, detail: str, *, unit: str = "x",
             ok: bool | None = None, goal_text: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """One row. ``goal`` (compare, bound) judges the median and the best; ``ok`` overrides
-    the median's verdict (a figure with more than one condition); no goal: measured only."""
+    """One row: ``goal`` (compare, bound) judges the median and best, ``ok`` overrides it."""
     text = goal_text or ""
     passed = best_passed = ok
     if goal is not None:
@@ -124,37 +110,28 @@ def rr_targets(rr: dict[str, Any]) -> list[dict[str, Any]]:
 
     uv = "agent-uvloop (server and clients on uvloop) vs aio-pika on asyncio's loop"
     p50 = figure("p50_us")
-    procs = sorted(int(key.removeprefix("per_s_x")) for key in next(iter(s.values()))
-                   if key.startswith("per_s_x"))  # fmt: skip
+    procs = sorted(rr["params"]["procs"])
     clients = {k: f"{k} client process{'es' if k > 1 else ''}" for k in procs}
     out = _ratio_rows(p50, "µs",
         ("request/response p50, agent / aio-pika", "agent", "aio-pika", AT_MOST,
          AGENT_P50_VS_RAW, "persistent, confirmed, durable queues"),
         ("request/response p50, agent-transient / raw-min", "agent-transient", "raw-min",
-         AT_MOST, TRANSIENT_P50_VS_MIN, "transient, no confirms"))  # fmt: skip
+         AT_MOST, TRANSIENT_P50_VS_MIN, "transient, no confirms"),
+        ("uvloop: request/response p50, agent-uvloop / aio-pika", "agent-uvloop", "aio-pika",
+         AT_MOST, UVLOOP_P50_VS_RAW, uv, _also(p50, "agent-uvloop", "agent",
+                                               "agent-uvloop / agent (asyncio)")))  # fmt: skip
     for k in procs:
         rate = figure(f"per_s_x{k}")
-        transient = _also(
-            rate, "agent-transient", "raw-min", "transient, agent-transient / raw-min"
-        )
         out += _ratio_rows(rate, "req/s", (
             f"throughput, {clients[k]}, agent / aio-pika", "agent", "aio-pika", AT_LEAST,
             THROUGHPUT_VS_RAW, "durability-matched raw (persistent, confirmed)",
-            transient))  # fmt: skip
-    out += _ratio_rows(p50, "µs", (
-        "uvloop: request/response p50, agent-uvloop / aio-pika", "agent-uvloop", "aio-pika",
-        AT_MOST, UVLOOP_P50_VS_RAW, uv, _also(p50, "agent-uvloop", "agent",
-                                              "agent-uvloop / agent (asyncio)")))  # fmt: skip
-    for k in procs:
-        out += _ratio_rows(figure(f"per_s_x{k}"), "req/s", (
+            _also(rate, "agent-transient", "raw-min", "agent-transient / raw-min")), (
             f"uvloop: throughput, {clients[k]}, agent-uvloop / aio-pika", "agent-uvloop",
             "aio-pika", AT_LEAST, UVLOOP_THROUGHPUT_VS_RAW, uv))  # fmt: skip
-    if procs:
-        sequential = _also(figure("server_cpu_us"), "agent", "aio-pika", "sequential requests")
-        out += _ratio_rows(figure(f"server_cpu_us_x{procs[-1]}"), "µs", (
-            "server CPU per request, agent / aio-pika", "agent", "aio-pika", AT_MOST,
-            SERVER_CPU_VS_RAW, f"under {procs[-1]} client processes", sequential))  # fmt: skip
-    return out
+    sequential = _also(figure("server_cpu_us"), "agent", "aio-pika", "sequential requests")
+    return out + _ratio_rows(figure(f"server_cpu_us_x{procs[-1]}"), "µs", (
+        "server CPU per request, agent / aio-pika", "agent", "aio-pika", AT_MOST,
+        SERVER_CPU_VS_RAW, f"under {procs[-1]} client processes", sequential))  # fmt: skip
 
 
 def fanout_targets(fan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,17 +167,13 @@ def registry_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
     if (agents, interval) != (REGISTRY_AGENTS, REGISTRY_INTERVAL):
         suffix += f" (target is for {REGISTRY_AGENTS:,} every {REGISTRY_INTERVAL:g} s)"
     offered, sent = case["beats_offered_per_s"], case["beats_achieved_per_s"]
-    processed, holds = (
-        case["beats_processed_per_s"],
-        case["beats_processed_per_s"] >= 0.95 * offered,
-    )
+    processed = case["beats_processed_per_s"]
+    holds = processed >= 0.95 * offered
     short = "" if sent >= 0.95 * offered else " (the simulator fell short of the offer)"
-    known = "-" if case["known_agents"] is None else f"{case['known_agents']:,}"
     held = (
         f"{_n(sent)} of {_n(offered)} beats/s sent{short} from {case['senders'] or 1} "
-        f"process(es), {_n(processed)} processed; backlog {case['registry_backlog']}, queue "
-        f"lag max {case['queue_lag_max_s'] * 1000:,.0f} ms, beat lag max "
-        f"{(case['beat_lag_max_s'] or 0) * 1000:,.0f} ms, known {known} of {agents:,}"
+        f"process(es), {_n(processed)} processed; beat lag max "
+        f"{(case['beat_lag_max_s'] or 0) * 1000:,.0f} ms (backlog, queue lag, known: below)"
     )
     cores = case["registry_cpu_cores"] / registries
     cpu = f"host busy {case['host_busy_cores']:.2f} of {case['host_cores']} cores"
@@ -215,8 +188,7 @@ def registry_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
     if rss := case.get("registry_rss"):
         cpu += f"; registry RSS {rss / 1e6:,.0f} MB"
     detect = (
-        f"{case['detected']} of {case['killed']} silenced agents reported, p50 "
-        f"{_seconds(case['detect_p50_s'])}; false offlines {len(case['false_offline'])}; "
+        f"{case['detected']} of {case['killed']} silenced agents reported (more below); "
         f"bound {case['detect_target_s']:.1f} s = 3 intervals + sweep slack"
     )
     if case.get("beats_lost") is not None:  # the registry's own word on its load
@@ -265,21 +237,20 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-def _bm(stats: dict[str, float], scale: float = 1.0) -> str:
-    return f"{_n(stats['best'] * scale)} / {_n(stats['median'] * scale)}"
+def _known(case: dict[str, Any]) -> str:
+    return "-" if case["known_agents"] is None else f"{case['known_agents']:,}"
 
 
 def _cell(value: Any) -> str:
     if value is None or isinstance(value, str):
         return value or "-"
     if isinstance(value, dict):  # a best / median pair
-        return _bm(value)
+        return f"{_n(value['best'])} / {_n(value['median'])}"
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
 
 
 def table(head: str, rows: Any) -> list[str]:
-    """A Markdown table: ``head`` names the columns, ``|``-separated, ``>`` ending those
-    aligned right; ``rows`` gives the cells."""
+    """A Markdown table of ``rows``; ``head``: the columns, ``|``-separated, ``>`` right-aligned."""
     names = head.split("|")
     lines = ["| " + " | ".join(name.removesuffix(">") for name in names) + " |"]
     lines.append("|" + "|".join("---:" if name.endswith(">") else "---" for name in names) + "|")
@@ -294,41 +265,33 @@ def grid(first: str, rows: dict[str, dict[str, Any]], keys: Iterable[str] = ()) 
                         for name, row in rows.items()))  # fmt: skip
 
 
-def targets_table(rows: list[dict[str, Any]]) -> list[str]:
-    return table("target|median>|best>|goal|verdict|detail", (
-        (t["target"], _unit(t["median"], t["unit"]), _unit(t["best"], t["unit"]), t["goal"],
-         t["verdict"], t["detail"]) for t in rows))  # fmt: skip
-
-
 def markdown(results: dict[str, Any]) -> str:
     m = results["meta"]
     lines = [
         f"# agentbus benchmark suite ({results['mode']}), {results['started']}", "",
         f"Host: {m['cpus']} CPUs, {m['platform']}, load average {m['load_average']} at start; "
         f"Python {m['python']}; RabbitMQ {m['broker']}; " + ", ".join(m["packages"]) + ".",
-        "Every comparison ran in this one run on this one broker; sides interleave round by "
-        "round; cells read **best / median** of the rounds. The host is shared and noisy.", "",
-        "## Targets (issue 17)", "",
-        "Ratios are agentbus over its peer, of the medians and of the bests of the rounds "
-        "(latency and CPU: lower is better; rates: higher). The verdict is the median's.", "",
-        *targets_table(results["targets"]),
+        "One run on one broker, the sides interleaved round by round; cells read **best / "
+        "median** of the rounds.", "", "## Targets (issue 17)", "",
+        "Ratios are agentbus over its peer (latency and CPU: lower is better; rates: higher); "
+        "the verdict is the median's.", "",
+        *table("target|median>|best>|goal|verdict|detail", (
+            (t["target"], _unit(t["median"], t["unit"]), _unit(t["best"], t["unit"]), t["goal"],
+             t["verdict"], t["detail"]) for t in results["targets"])),
     ]  # fmt: skip
     if rr := results.get("request_response"):
         p = rr["params"]
         lines += [
-            "", f'## Request/response (echo of `{{"i": n}}` in a request envelope; latency: '
-            f"{p['rounds']} rounds of {p['requests']:,} sequential requests per side; "
-            f"throughput: {p['load_rounds']} rounds of {p['seconds']:g} s, {p['window']} in "
-            "flight per client process; CPU µs per request; best / median)", "",
+            "", f"## Request/response ({p['rounds']} rounds of {p['requests']:,} requests in a "
+            f"row a side, then {p['load_rounds']} of {p['seconds']:g} s with {p['window']} in "
+            "flight a client process; CPU µs a request)", "",
             *grid("side", rr["summary"]), "",
-            "faststream: `await broker.request(...)` (direct reply-to; FastStream serialises "
-            "its requests with a lock, one in flight per process).",
+            "faststream: `broker.request` (direct reply-to, one in flight per process).",
         ]  # fmt: skip
     if fan := results.get("fanout"):
         p = fan["params"]
         rows = {f"N={n:,} {side}": {
             "µs per subtask": row["us_per_subtask"], "subtasks/s": row["per_s"],
-            "plan s": f"{row['seconds']['best']:.3f}",
             "leader RSS peak growth": f"{row['rss_peak_delta'] / 1e6:.1f} MB"}
             for n in p["sizes"] for side, by_n in fan["summary"].items()
             for row in [by_n[str(n)]]}  # fmt: skip
@@ -337,10 +300,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"side x concurrency {p['concurrency']}, at most {p['max_parallel']} in flight, then "
             f"one fan-in over all results; {p['rounds']} rounds, 2 more for N <= 100)", "",
             *grid("N, side", rows), "",
-            "RSS growth: the leader process's VmHWM over its RSS before the run (median; this "
-            "process for aio-pika and faststream). faststream: FastStream's own "
-            "`broker.request`, gathered over the same window (its RPC lock lets one request "
-            "per broker be in flight).",
+            "RSS growth: the leader's VmHWM over its RSS before (median; this process for peers).",
             *([f"Message cap: {fan['cap_note']}."] if fan["cap_note"] else []),
         ]  # fmt: skip
     if registry := results.get("registry"):
@@ -352,18 +312,15 @@ def markdown(results: dict[str, Any]) -> str:
             "CPU µs/beat": f["cpu_per_heartbeat_us"], "backlog": str(f["registry_backlog"]),
             "queue lag p50 / max": f"{f['queue_lag_p50_s'] * 1000:.0f} / "
             f"{f['queue_lag_max_s'] * 1000:.0f} ms",
-            "known": "-" if f["known_agents"] is None else f"{f['known_agents']:,}",
+            "known": _known(f),
             "detection p50 / max": f"{_seconds(f['detect_p50_s'])} / "
             f"{_seconds(f['detect_max_s'])}", "false offline": str(len(f["false_offline"])),
             "keeps up": "PASS" if f["keeps_up_pass"] else "MISS"} for f in registry}  # fmt: skip
         lines += [
             "", "## Registry (simulated agents beating, from this process and --senders "
             "children)", "", *grid("agents, interval", rows), "",
-            "Queue lag: a `list_agents` request queued behind the heartbeats in the registry's "
-            "own queue (3 intervals = no answer). Backlog: ready messages in that queue at the "
-            "window's end (fewest of 3 looks). Detection: silenced agents to their "
-            "`agent_offline` (bound: 3 intervals + 0.3 s). CPU per beat includes the registry's "
-            "fixed costs (its sweeps, own heartbeat, AMQP heartbeats).",
+            "Queue lag: a `list_agents` behind the beats; backlog: ready messages left after; "
+            "detection: silenced agents to `agent_offline` (bound: 3 intervals + 0.3 s).",
         ]  # fmt: skip
     if codec := results.get("codec"):
         rows = {c["payload"]: c for c in codec}

@@ -1,14 +1,5 @@
-"""Request/response for suite.py, and the peers agentbus is measured against (here and in the
-fan-out): every side sends ``ping`` with ``{"i": n}`` in a request envelope.
-
-Sides: ``agentbus`` (``Bus.serve``), ``agent`` (a ``Pinger`` skill), ``agent-transient``
-(``persistent=False``), ``agent-uvloop`` (server and clients on uvloop: ``agentbus[fast]``;
-every other side on asyncio's loop); the peers ``aio-pika`` (persistent, mandatory, confirmed,
-a TTL, a reply queue of its own), ``raw-min`` (direct reply-to, transient, no confirms) and
-``faststream`` (``broker.request``). Servers and clients are processes (``_suite_rr.py serve
-SIDE URL EXCHANGE ID PREFETCH``, ``client SIDE URL EXCHANGE ID``): latency rounds the sides in
-turn, with client and server CPU per request (/proc); throughput with 1 and 4 clients.
-"""
+"""Request/response for suite.py and the peers agentbus is measured against (also in fan-out):
+processes ``_suite_rr.py serve SIDE URL EXCHANGE ID PREFETCH``, ``client SIDE URL EXCHANGE ID``."""
 
 from __future__ import annotations
 
@@ -19,7 +10,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace as Config
 from typing import Any
@@ -89,9 +80,7 @@ class Asker:
     """A hand-rolled requester: ``call`` sends an envelope's fields and returns the reply's."""
 
     sender = "asker"
-
-    async def call(self, fields: dict[str, Any]) -> Any:
-        raise NotImplementedError
+    call: Callable[[dict[str, Any]], Awaitable[Any]]  # each subclass's own
 
     async def ping(self, i: int) -> Any:
         """The request/response payload every side sends: ``ping`` with ``{"i": i}``."""
@@ -157,11 +146,7 @@ class RawServer(_Connected):
         await queue.consume(self._serve)
 
     async def _serve(self, incoming: AbstractIncomingMessage) -> None:
-        try:
-            reply = reply_fields(orjson.loads(incoming.body), self.sender)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            await incoming.reject(requeue=False)
-            return
+        reply = reply_fields(orjson.loads(incoming.body), self.sender)
         out = aio_pika.Message(orjson.dumps(reply), content_type=JSON,
                                message_id=reply["message_id"],
                                correlation_id=incoming.correlation_id,
@@ -282,14 +267,10 @@ class FastStreamClient(Asker, _Broker):
         return await reply.decode()
 
 
-# side: the server it asks
-SERVERS = {"agentbus": "agentbus", "agent": "agent", "agent-transient": "agent",
-           "agent-uvloop": "agent-uvloop",
-           "aio-pika": "aio-pika", "raw-min": "raw-min", "faststream": "faststream"}  # fmt: skip
-SIDES = tuple(SERVERS)
-Call = harness.Call
 BUS_SIDES = ("agentbus", "agent", "agent-transient", "agent-uvloop")
-UVLOOP_SIDES = ("agent-uvloop",)  # their server and clients on uvloop
+SIDES = (*BUS_SIDES, "aio-pika", "raw-min", "faststream")
+SERVERS = {side: side for side in SIDES} | {"agent-transient": "agent"}  # side: the server it asks
+Call = harness.Call
 SCRIPT = str(harness.BENCH_DIR / "_suite_rr.py")
 WARMUP, PREFETCH, TIMEOUT = 200, 64, 5.0
 
@@ -309,10 +290,10 @@ class Names:
     def reply(self, client: str) -> str:
         return f"{self.exchange}.raw.reply.{client}"
 
-    def clean(self, fleet: harness.Fleet, clients: list[str], agents: list[str]) -> None:
-        """Have ``fleet`` delete them all, with the bus clients' and agents' queues."""
-        ids = [f"rr-{side}-{client}" for side in BUS_SIDES for client in clients]
-        fleet.topology(self.exchange, ("echo", Pinger.name, UvPinger.name), [*agents, *ids])
+    def clean(self, fleet: harness.Fleet, clients: list[str], services: tuple[str, ...],
+              agents: list[str], leaders: bool = False) -> None:  # fmt: skip
+        """Have ``fleet`` delete them, these clients' replies, services' and agents' queues."""
+        fleet.topology(self.exchange, services, agents, leaders)
         fleet.queues += [self.queues[s] for s in ("aio-pika", "raw-min", "faststream")]
         fleet.queues += [self.reply(client) for client in clients]
         fleet.exchanges.append(self.raw_exchange)
@@ -333,13 +314,12 @@ async def serve(side: str, url: str, names: Names, agent_id: str, prefetch: int)
         elif side == "raw-min":
             await (minimal := MinimalRpc(url, queue, prefetch)).serve()
             stack.push_async_callback(minimal.close)
+        elif side == "aio-pika":
+            await (raw := RawServer(url, names.raw_exchange, queue, prefetch, agent_id)).open()
+            stack.push_async_callback(raw.close)
         else:
-            server: RawServer | FastStreamServer
-            server = FastStreamServer(url, queue, prefetch, agent_id)
-            if side == "aio-pika":
-                server = RawServer(url, names.raw_exchange, queue, prefetch, agent_id)
-            await server.open()
-            stack.push_async_callback(server.close)
+            await (fs := FastStreamServer(url, queue, prefetch, agent_id)).open()
+            stack.push_async_callback(fs.close)
         await stop.wait()
 
 
@@ -349,9 +329,8 @@ async def connected(side: str, url: str, names: Names, client_id: str) -> AsyncI
     if side in BUS_SIDES:  # its own id: two buses on one instance queue take each other's replies
         agent_id = f"rr-{side}-{client_id}"
         async with agentbus.connect(url, exchange=names.exchange, agent_id=agent_id) as bus:
-            receiver, action = {"agentbus": ("echo", "ping"),
-                                "agent-uvloop": (UvPinger.name, "answer"),
-                                }.get(side, (Pinger.name, "answer"))  # fmt: skip
+            receiver = {"agentbus": "echo", "agent-uvloop": UvPinger.name}.get(side, Pinger.name)
+            action = "ping" if side == "agentbus" else "answer"
             persistent = side != "agent-transient"
 
             async def call(i: int) -> Any:
@@ -363,8 +342,7 @@ async def connected(side: str, url: str, names: Names, client_id: str) -> AsyncI
         return
     queue = names.queues[SERVERS[side]]
     peer = {"raw-min": lambda: MinimalRpc(url, queue, timeout=TIMEOUT),
-            "aio-pika": lambda: RawClient(url, names.raw_exchange, names.reply(client_id),
-                                                TIMEOUT),
+            "aio-pika": lambda: RawClient(url, names.raw_exchange, names.reply(client_id), TIMEOUT),
             "faststream": lambda: FastStreamClient(url, queue, TIMEOUT)}[side]()  # fmt: skip
     await peer.open()
     try:
@@ -374,9 +352,7 @@ async def connected(side: str, url: str, names: Names, client_id: str) -> AsyncI
 
 
 async def client(side: str, url: str, exchange: str, client_id: str) -> None:
-    """A client process of ``side``: warm up, say ``ready``; then for each line read,
-    ``latency N`` (N sequential requests: their samples, ns, and its CPU) or ``load SECONDS
-    WINDOW`` (WINDOW in flight for SECONDS); print the figures as a JSON line."""
+    """A client process: ``ready``, then a JSON line for each ``latency N`` or ``load S W``."""
     async with connected(side, url, Names(exchange), client_id) as call:
         await harness.sequential(call, 0, warmup=WARMUP)
         print("ready", flush=True)
@@ -396,7 +372,9 @@ def clients(fleet: harness.Fleet, side: str, url: str, names: Names, ids: list[s
     procs = [fleet.spawn("client", f"{side} client {client_id}",
                          [sys.executable, SCRIPT, "client", side, url, names.exchange, client_id],
                          pipes=True) for client_id in ids]  # fmt: skip
-    fleet.ready(procs)
+    for proc in procs:
+        if proc.readline(harness.READY_TIMEOUT) != "ready":
+            raise RuntimeError(f"{proc.name} did not say ready")
     return procs
 
 
@@ -411,10 +389,8 @@ def latency_rounds(url: str, names: Names, cfg: Config, pids: dict[str, int],
                 server0 = harness.cpu_seconds(pids[side])
                 proc.send(f"latency {cfg.requests}")
                 row, per = json.loads(proc.readline(cfg.requests * TIMEOUT)), 1e6 / cfg.requests
-                cpu = {
-                    "client_cpu_us": row["cpu_s"] * per,
-                    "server_cpu_us": (harness.cpu_seconds(pids[side]) - server0) * per,
-                }
+                server_us = (harness.cpu_seconds(pids[side]) - server0) * per
+                cpu = {"client_cpu_us": row["cpu_s"] * per, "server_cpu_us": server_us}
                 rows[side].append(harness.summary(row["samples"]) | cpu)
                 figures = ", ".join(f"{key} {v:.0f}" for key, v in rows[side][-1].items())
                 say(f"request/response latency {side} #{k + 1}: {figures}")
@@ -444,7 +420,9 @@ def run_rr(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
     servers = sorted({SERVERS[side] for side in cfg.sides})
     ids = {"agentbus": "rr-server", "agent": "rr-agent", "agent-uvloop": "rr-agent-uv"}
     with harness.Fleet(url) as fleet:
-        names.clean(fleet, ["lat", *(f"c{k}" for k in range(max(cfg.procs)))], list(ids.values()))
+        client_ids = ["lat", *(f"c{k}" for k in range(max(cfg.procs)))]
+        agents = [*ids.values(), *(f"rr-{side}-{c}" for side in BUS_SIDES for c in client_ids)]
+        names.clean(fleet, client_ids, ("echo", Pinger.name, UvPinger.name), agents)
         for server in servers:
             argv = [sys.executable, SCRIPT, "serve", server, url, names.exchange]
             argv += [ids.get(server, "rr-peer"), str(PREFETCH)]
@@ -474,12 +452,11 @@ def run_rr(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
 if __name__ == "__main__":
     harness.quiet_logging()
     command, side, url, exchange, *rest = sys.argv[1:]
-    if side in UVLOOP_SIDES:
-        import uvloop  # the fast extra: agentbus[fast]
+    factory: Any = None  # asyncio's own loop, whatever is installed; agent-uvloop: the fast extra
+    if side == "agent-uvloop":
+        import uvloop
 
-        factory: Any = uvloop.new_event_loop
-    else:
-        factory = None  # asyncio's own loop, whatever is installed
+        factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         if command == "serve":
             runner.run(serve(side, url, Names(exchange), rest[0], int(rest[1])))

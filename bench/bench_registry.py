@@ -1,12 +1,5 @@
-"""The registry under simulated agents: suite.py's ``registry`` section.
-
-Real ``agentbus registry`` processes on a throwaway exchange (K > 1 share the beats:
-``--share``); N simulated agents beating every interval from this process and sender children
-(``bench_registry.py CONFIG INDEX COUNT``; raw aio-pika, no confirms, the very messages
-``Agent.beat()`` sends); the registry's CPU from /proc; then agents silenced and their
-``agent_offline`` timed (after 3 intervals, learnt from ``Heartbeat.interval``). Issue 17's
-case: 50,000 agents every 5 s from 3 senders (10,000 beats/s).
-"""
+"""The registry under simulated agents, suite.py's ``registry`` section: ``Agent.beat()``'s
+messages from this process and sender children (``bench_registry.py CONFIG INDEX COUNT``)."""
 
 from __future__ import annotations
 
@@ -75,15 +68,13 @@ def victims(n: int, kill: int) -> list[int]:
 
 @dataclass
 class Generator:
-    """Beats for every agent once per interval, spread evenly over it, from ``start()``; with
-    ``ramp`` s, agent ``i`` of ``n`` joins at ``i / n * ramp`` rather than all at once."""
+    """Each agent's beat once an interval, spread over it; joining over ``ramp`` s if given."""
 
     agents: list[SimAgent]
     interval: float
     ramp: float = 0.0
     silenced: set[int] = field(default_factory=set)
     sent: int = 0
-    started: float = 0.0  # wall clock
     task: asyncio.Task[None] | None = None
 
     async def start(self, url: str, exchange: str) -> None:
@@ -102,7 +93,7 @@ class Generator:
     async def _run(self) -> None:
         loop, n = asyncio.get_running_loop(), len(self.agents)
         step, k = self.interval / n, 0
-        start, self.started = loop.time(), time.time()
+        start = loop.time()
         while True:
             now = loop.time()
             joined = n if now - start >= self.ramp else int(n * (now - start) / self.ramp)
@@ -115,9 +106,7 @@ class Generator:
     async def _beat(self, agent: SimAgent) -> None:
         data = {**agent.later, "in_flight": agent.beats % CAPACITY} if agent.beats else agent.first
         data = {**data, "seq": agent.beats}  # numbered as Agent.beat() numbers them
-        # The bytes encode(EventEnvelope(...)) gives and the properties agentbus's
-        # Publisher sets for Agent.beat(), built without models or an aio_pika.Message:
-        # the generator shares the host with the registry and should cost it little CPU.
+        # Agent.beat()'s bytes and properties, built without models: the host is shared.
         message_id, now = new_message_id(), utcnow()
         envelope = {**TEMPLATE, "message_id": message_id, "timestamp": now, "sender_id": agent.id,
                     "payload": {**TEMPLATE["payload"], "event_data": data}}  # fmt: skip
@@ -136,8 +125,7 @@ class Generator:
 
 
 async def sender(cfg: Config, index: int, count: int) -> None:
-    """Sender process ``index`` of ``count``: beats for its share of all but the victims, and
-    prints ``beats SENT`` every 0.2 s."""
+    """Sender process ``index`` of ``count``: its share of beats; ``beats SENT`` each 0.2 s."""
     silent = set(victims(cfg.agents, cfg.kill))
     share = [i for i in range(cfg.agents) if i not in silent][index::count]
     generator = Generator(make_agents(cfg.agents, cfg.interval, cfg.run, share), cfg.interval,
@@ -154,7 +142,7 @@ def beats(senders: list[harness.Proc]) -> int:
                      if line.startswith("beats ")), 0) for proc in senders)  # fmt: skip
 
 
-async def ask(bus: Bus, registry_id: str, action: str, timeout: float, **params: Any) -> Any:
+async def ask(bus: Bus, registry_id: str, action: str, timeout: float = 3.0, **params: Any) -> Any:
     """The registry's answer to ``action``; None if it does not answer in time."""
     with contextlib.suppress(AgentBusError):
         return (await bus.request(registry_id, action, params, timeout=timeout)).result
@@ -173,8 +161,7 @@ async def count_known(bus: Bus, registry_id: str, ids: set[str]) -> int | None:
 
 
 async def probe(bus: Bus, registry_id: str, duration: float, timeout: float) -> tuple[list, list]:
-    """Each second: the round trip of a request queued behind the beats (``timeout`` if none
-    comes back), and how old the beats the registry handled were (its stats)."""
+    """Each second: a request's round trip behind the beats, and the beats' age (its stats)."""
     lags: list[float] = []
     beat_lags: list[float] = []
     end = time.monotonic() + duration
@@ -182,7 +169,7 @@ async def probe(bus: Bus, registry_id: str, duration: float, timeout: float) -> 
         start = time.monotonic()
         answered = await ask(bus, registry_id, "list_agents", timeout, service="bench-none")
         lags.append(timeout if answered is None else time.monotonic() - start)
-        stats = await ask(bus, registry_id, "stats", PROBE_EVERY * 3) or {}
+        stats = await ask(bus, registry_id, "stats") or {}
         if stats.get("beat_lag_max_s") is not None:
             beat_lags.append(stats["beat_lag_max_s"])
         await asyncio.sleep(max(min(start + PROBE_EVERY, end) - time.monotonic(), 0))
@@ -191,8 +178,7 @@ async def probe(bus: Bus, registry_id: str, duration: float, timeout: float) -> 
 
 async def heard_by_all(bus: Bus, registry_ids: list[str]) -> int:
     """Beats the registries took off the wire themselves (not by another's digest), in all."""
-    stats = [await ask(bus, rid, "stats", PROBE_EVERY * 3) or {} for rid in registry_ids]
-    return sum(s.get("heartbeats", 0) for s in stats)
+    return sum([(await ask(bus, rid, "stats") or {}).get("heartbeats", 0) for rid in registry_ids])
 
 
 async def bench(args: Config, run: str, registry_ids: list[str],
@@ -205,18 +191,12 @@ async def bench(args: Config, run: str, registry_ids: list[str],
     offline: dict[str, tuple[float, float]] = {}  # agent id: (emitted, received)
 
     async def on_news(event: EventEnvelope) -> None:
-        data = event.payload.event_data
-        if event.sender_id != registry_id:
-            return
-        if event.payload.event_name == "agent_online":
-            online.setdefault(str(data.get("agent_id")), time.time())
-        elif data.get("reason") == "timeout":
-            offline.setdefault(
-                str(data.get("agent_id")), (event.timestamp.timestamp(), time.time())
-            )
-
-    async def stats() -> dict[str, Any]:
-        return await ask(bus, registry_id, "stats", PROBE_EVERY * 3) or {}
+        data, mine = event.payload.event_data, event.sender_id == registry_id
+        agent_id, now = str(data.get("agent_id")), time.time()
+        if mine and event.payload.event_name == "agent_online":
+            online.setdefault(agent_id, now)
+        elif mine and data.get("reason") == "timeout":
+            offline.setdefault(agent_id, (event.timestamp.timestamp(), now))
 
     settings = Settings(url=args.url, exchange=args.exchange)
     async with (
@@ -248,7 +228,6 @@ async def bench(args: Config, run: str, registry_ids: list[str],
             with contextlib.suppress(TimeoutError):
                 wait = ramp + 10 * interval + 10
                 await fleet.wait(lambda: ids <= online.keys(), "all agents", wait)
-                figures["time_to_know_all_s"] = max(online.values()) - generator.started
             await asyncio.sleep(interval)  # let the agent_online burst settle
 
             heard0 = await heard_by_all(bus, registry_ids)
@@ -261,18 +240,18 @@ async def bench(args: Config, run: str, registry_ids: list[str],
             cpu = harness.cpu_split(cpu0, harness.cpu_snapshot(pids))
             wall, own_cpu = time.monotonic() - wall0, time.process_time() - own0
             sent = generator.sent + beats(senders) - sent0
-            stats1, heard = await stats(), await heard_by_all(bus, registry_ids) - heard0
-            queue = f"{args.exchange}.instance.{registry_id}"
-            backlog = (await harness.queue_counts(connection, queue))[0]
-            for _ in range(2):  # the fewest of 3 looks 0.1 s apart: a backlog, not a blip
+            stats1 = await ask(bus, registry_id, "stats") or {}
+            heard = await heard_by_all(bus, registry_ids) - heard0
+            queue, looks = f"{args.exchange}.instance.{registry_id}", []
+            for _ in range(3):  # the fewest of 3 looks 0.1 s apart: a backlog, not a blip
+                looks.append((await harness.queue_counts(connection, queue))[0])
                 await asyncio.sleep(0.1)
-                backlog = min(backlog, (await harness.queue_counts(connection, queue))[0])
             figures |= {
                 "window_s": wall, "beats_achieved_per_s": sent / wall,
                 "beats_processed_per_s": heard / wall,
                 "registry_cpu_cores": cpu["registry"] / wall,
                 "cpu_per_heartbeat_us": cpu["registry"] / max(heard, 1) * 1e6,
-                "registry_backlog": backlog,
+                "registry_backlog": min(looks),
                 "queue_lag_p50_s": statistics.median(lags), "queue_lag_max_s": max(lags),
                 "beat_lag_max_s": max(beat_lags, default=None),
                 "generator_cpu_cores": (own_cpu + cpu["senders"]) / wall,
@@ -319,35 +298,26 @@ async def bench(args: Config, run: str, registry_ids: list[str],
     return figures
 
 
-def run_case(args: Config) -> dict[str, Any]:
-    """Registry processes on a throwaway exchange (deleted after), simulated agents beating;
-    with ``registries`` K > 1, K registries sharing the beats (``--share``)."""
-    run = uuid.uuid4().hex[:8]
-    args.exchange, count = f"bench-registry-{run}", args.registries
-    ids = [f"registry-{run}"] + [f"registry-{run}-{k}" for k in range(2, count + 1)]
-    with harness.Fleet(args.url) as fleet:
-        fleet.topology(args.exchange, ("registry",), (*ids, f"bench-client-{run}"))
-        fleet.queues.append(f"{args.exchange}.feed.registry.heartbeats")
-        share = ["--share"] if count > 1 else []
-        for registry_id in ids:
-            fleet.agentbus(args.exchange, "registry", "--heartbeat", str(args.interval),
-                           "--missed", str(MISSED), *share, "--id", registry_id)  # fmt: skip
-        figures = asyncio.run(bench(args, run, ids, fleet))
-        return figures | {"registries": count}
-
-
 def run_registry(url: str, cfg: Config, say: harness.Say) -> list[dict[str, Any]]:
-    """suite.py's section: each case of ``cfg.cases`` (agents, interval, senders, ramp)."""
+    """suite.py's section: each of ``cfg.cases`` on registry processes (K > 1 sharing the
+    beats: ``--share``) on a throwaway exchange, deleted after."""
     cases = []
     for agents, interval, senders, ramp, *more in cfg.cases:  # a sender: ~4,000 beats/s
+        run, count = uuid.uuid4().hex[:8], more[0] if more else 1
         args = Config(url=url, agents=agents, interval=interval, ramp=ramp, duration=cfg.duration,
-                      kill=min(20, agents), senders=senders,
-                      registries=more[0] if more else 1)  # fmt: skip
-        cases.append(f := run_case(args))
-        say(f"registry {agents} agents every {interval:g} s: {f['beats_achieved_per_s']:.0f} "
-            f"beats/s sent, {f['beats_processed_per_s']:.0f} processed, CPU "
-            f"{f['registry_cpu_cores']:.2f} core ({f['cpu_per_heartbeat_us']:.0f} µs/beat), "
-            f"backlog {f['registry_backlog']}, keeps up: {f['keeps_up_pass']}")  # fmt: skip
+                      kill=min(20, agents), senders=senders, registries=count,
+                      exchange=f"bench-registry-{run}")  # fmt: skip
+        ids = [f"registry-{run}"] + [f"registry-{run}-{k}" for k in range(2, count + 1)]
+        with harness.Fleet(url) as fleet:
+            fleet.topology(args.exchange, ("registry",), (*ids, f"bench-client-{run}"))
+            fleet.queues.append(f"{args.exchange}.feed.registry.heartbeats")
+            share = ["--share"] if count > 1 else []
+            for registry_id in ids:
+                fleet.agentbus(args.exchange, "registry", "--heartbeat", str(interval),
+                               "--missed", str(MISSED), *share, "--id", registry_id)  # fmt: skip
+            cases.append(f := asyncio.run(bench(args, run, ids, fleet)) | {"registries": count})
+        say(f"registry {agents} every {interval:g} s: {f['beats_processed_per_s']:.0f} beats/s, "
+            f"{f['registry_cpu_cores']:.2f} core, keeps up {f['keeps_up_pass']}")  # fmt: skip
     return cases
 
 

@@ -1,20 +1,7 @@
 """Run the benchmarks in one go: agentbus vs raw aio-pika vs FastStream, on one broker.
 
 .venv/bin/python bench/suite.py [--quick] [--out bench/results] [--only rr,fanout,...]
-    [--sides agentbus,aio-pika] [--before SRC]
-
-Sections run by default: request/response (rr), fan-out and fan-in through the leader with
-its memory (fanout), the registry under simulated agents (registry), the envelope codec
-(codec) and what starting costs (startup). ``--only`` also takes what a feature costs
-(audit, queue-type, presence, durable, dedup: ``_suite_costs``), the protocol faces (gateway,
-mcp, mcp-workers: ``_suite_faces``), the features against their baselines (questions, maps,
-artifacts, schedules: ``_suite_features``) and the seams (``envelope_paths``). ``--sides`` limits
-request/response to some sides (``--only rr --sides agent,aio-pika``: the quick check
-against raw); ``--before SRC`` adds to gateway and mcp-workers a server importing agentbus
-from SRC (the code before a change); ``--quick`` runs smaller sizes. The report leads with
-issue 17's targets and verdicts; it goes to --out as suite-<time>.json and .md, and is
-printed. What a section starts and declares is removed when it
-ends, also on Ctrl-C.
+    [--sides agentbus,aio-pika] [--before SRC]: docs/benchmarks.md, "Reproduce them".
 """
 
 from __future__ import annotations
@@ -50,34 +37,26 @@ from _suite_rr import SIDES, run_rr
 from bench_registry import run_registry
 from envelope_paths import run_codec, run_seams
 
-# section: (results key, runner, run by default)
-SECTIONS = {
-    "codec": ("codec", run_codec, True), "rr": ("request_response", run_rr, True),
-    "fanout": ("fanout", run_fanout, True), "registry": ("registry", run_registry, True),
-    "startup": ("startup", costs.run_startup, True),
-    "audit": ("audit", partial(costs.bus_variants, field="audit",
-                               values={"off": False, "on": True}), False),
-    "queue-type": ("queue_type", partial(costs.bus_variants, field="queue_type",
-                                         values={"classic": "classic", "quorum": "quorum"}), False),
-    "presence": ("presence", costs.run_presence, False),
-    "durable": ("durable", costs.run_durable, False),
-    "gateway": ("gateway", run_gateway, False), "seams": ("seams", run_seams, False),
-    "mcp": ("mcp", run_mcp, False), "mcp-workers": ("mcp_workers", run_mcp_workers, False),
-    "dedup": ("dedup", costs.run_dedup, False),
-    "questions": ("questions", features.run_questions, False),
-    "maps": ("maps", features.run_maps, False),
-    "artifacts": ("artifacts", features.run_artifacts, False),
-    "schedules": ("schedules", features.run_schedules, False),
+SECTIONS = {  # --only's names, in the order they run
+    "codec": run_codec, "rr": run_rr, "fanout": run_fanout, "registry": run_registry,
+    "startup": costs.run_startup, "audit": partial(costs.bus_variants, field="audit",
+                                                   values={"off": False, "on": True}),
+    "queue-type": partial(costs.bus_variants, field="queue_type",
+                          values={"classic": "classic", "quorum": "quorum"}),
+    "presence": costs.run_presence, "durable": costs.run_durable, "gateway": run_gateway,
+    "seams": run_seams, "mcp": run_mcp, "mcp-workers": run_mcp_workers, "dedup": costs.run_dedup,
+    "questions": features.run_questions, "maps": features.run_maps,
+    "artifacts": features.run_artifacts, "schedules": features.run_schedules,
 }  # fmt: skip
+DEFAULT = ("rr", "fanout", "registry", "codec", "startup")
+KEYS = {"rr": "request_response"}  # results keys, where not the name with _ for -
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 PACKAGES = ("agentbus", "aio-pika", "faststream", "pydantic", "orjson")
 BUS = Config(requests=1500, seconds=4.0, window=128, rounds=2)  # audit, queue-type, presence
 QUICK_BUS = Config(requests=300, seconds=2.0, window=128, rounds=2)
-# rr: sequential requests per side and latency round, latency rounds (the sides in turn),
-# throughput rounds of ``seconds`` with 1 and 4 client processes, ``window`` in flight each.
-# registry: (agents, heartbeat interval s, sender processes, s over which they join[,
-# registries sharing]): 50,000 every 5 s is the target, held once joined and joining all at
-# once (a restart), by one registry and by two that share the beats (--share)
+FACES = Config(count=300, workers=16, seconds=4.0)  # gateway, mcp, mcp-workers
+QUICK_FACES = Config(count=100, workers=16, seconds=2.0)
+# registry cases: (agents, heartbeat interval s, sender processes, s to join[, registries])
 FULL = {
     "rr": Config(requests=400, rounds=6, load_rounds=3, seconds=5.0, procs=(1, 4), window=64),
     "fanout": Config(sizes=[10, 100, 1000, 10_000], rounds=2, workers=3, concurrency=64),
@@ -86,9 +65,7 @@ FULL = {
     "codec": Config(budget=50_000_000), "startup": Config(runs=5),
     "audit": BUS, "queue-type": BUS, "presence": Config(**vars(BUS) | {"rounds": 4}),
     "durable": Config(subtasks=2000, rounds=3), "seams": Config(messages=20_000),
-    "gateway": Config(count=300, workers=16, seconds=4.0),
-    "mcp": Config(count=300, workers=16, seconds=4.0), "dedup": BUS,
-    "mcp-workers": Config(count=300, workers=16, seconds=4.0),
+    "gateway": FACES, "mcp": FACES, "mcp-workers": FACES, "dedup": BUS,
     "questions": Config(rounds=400, questions=10_000), "maps": Config(items=10_000, rounds=2),
     "artifacts": Config(sizes=[1, 100, 1024], chunks=[1024]), "schedules": Config(minutes=10.0),
 }  # fmt: skip
@@ -100,9 +77,7 @@ QUICK = FULL | {
     "codec": Config(budget=5_000_000), "startup": Config(runs=3),
     "audit": QUICK_BUS, "queue-type": QUICK_BUS, "presence": QUICK_BUS,
     "durable": Config(subtasks=300, rounds=2), "seams": Config(messages=5000),
-    "gateway": Config(count=100, workers=16, seconds=2.0),
-    "mcp": Config(count=100, workers=16, seconds=2.0), "dedup": QUICK_BUS,
-    "mcp-workers": Config(count=100, workers=16, seconds=2.0),
+    "gateway": QUICK_FACES, "mcp": QUICK_FACES, "mcp-workers": QUICK_FACES, "dedup": QUICK_BUS,
     "questions": Config(rounds=100, questions=2000), "maps": Config(items=2000, rounds=1),
     "artifacts": Config(sizes=[1, 100], chunks=[1024]), "schedules": Config(minutes=1.0),
 }  # fmt: skip
@@ -132,8 +107,7 @@ def main() -> int:
     parser.add_argument("--url", default=os.environ.get("AGENTBUS_URL", DEFAULT_URL))
     parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
-    default = ",".join(name for name, (_, _, on) in SECTIONS.items() if on)
-    parser.add_argument("--only", default=default, help=f"sections, of {', '.join(SECTIONS)}")
+    parser.add_argument("--only", default=",".join(DEFAULT), help=f"of {', '.join(SECTIONS)}")
     parser.add_argument("--sides", default=",".join(SIDES), help="request/response sides")
     parser.add_argument("--before", metavar="SRC", help="gateway, mcp-workers: agentbus from SRC")
     args = parser.parse_args()
@@ -148,8 +122,8 @@ def main() -> int:
     mode = "quick" if args.quick else "full"
     configs = QUICK if args.quick else FULL
     configs["rr"].sides = sides
-    for face in ("gateway", "mcp-workers"):
-        configs[face].before = args.before
+    for face in ("gateway", "mcp-workers"):  # a copy each: the faces share their sizes
+        configs[face] = Config(**vars(configs[face]) | {"before": args.before})
     t0 = time.monotonic()
 
     def say(text: str) -> None:
@@ -158,10 +132,10 @@ def main() -> int:
     started = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
     results: dict[str, Any] = {"mode": mode, "started": started, "meta": meta(args.url)}
     try:
-        for name, (key, run, _) in SECTIONS.items():
+        for name, run in SECTIONS.items():
             if name in only:
                 say(name)
-                results[key] = run(args.url, configs[name], say)
+                results[KEYS.get(name, name.replace("-", "_"))] = run(args.url, configs[name], say)
     except KeyboardInterrupt:
         print("interrupted: processes stopped, queues and exchanges deleted", file=sys.stderr)
         return 130

@@ -20,8 +20,8 @@ from agentbus import (
     Settings,
     Unroutable,
 )
-from agentbus.bus import Topology, send_artifact
-from agentbus.bus._artifacts_across import fetch_across  # the seam under test
+from agentbus.bus import Topology
+from agentbus.bus._artifacts_across import fetch_across, send_artifact  # the seam under test
 from agentbus.bus._stores._artifact_store import verified
 from agentbus.envelopes import (
     ARTIFACT_PIECE,
@@ -32,6 +32,7 @@ from agentbus.envelopes import (
     ResponseStatus,
     utcnow,
 )
+from agentbus.testing import MemoryBroker, MemoryBus
 
 DATA = bytes(range(256)) * 40
 
@@ -169,3 +170,30 @@ async def test_the_home_sends_only_its_own_to_one_of_the_pair(
 ) -> None:
     with pytest.raises(raised):
         await send_artifact(_Home(), _request(sender, artifact), "maker-1")  # type: ignore[arg-type]
+
+
+async def test_a_bus_with_peer_sites_answers_read_artifact_itself_whatever_it_serves() -> None:
+    """Its handler gets every other request; ``read_artifact`` is the bus's, served or not."""
+    broker = MemoryBroker()
+    at_a = Settings(site="a", peer_sites="b")
+    handled: list[str] = []
+
+    async def handler(request: RequestEnvelope) -> str:
+        handled.append(request.payload.action)
+        return "handled"
+
+    async with (
+        MemoryBus(broker, at_a, agent_id="served-1") as served,
+        MemoryBus(broker, at_a, agent_id="plain-1"),
+        MemoryBus(broker, at_a, agent_id="client-1") as client,
+    ):
+        await served.serve(handler)
+        for home in ("served-1", "plain-1"):
+            with pytest.raises(RemoteError) as refused:
+                await client.request(home, "read_artifact", {"artifact": {}}, timeout=5)
+            assert refused.value.code == "invalid_parameters"
+        assert (await client.request("served-1", "echo", timeout=5)).result == "handled"
+        with pytest.raises(RemoteError) as unserved:
+            await client.request("plain-1", "echo", timeout=5)
+        assert unserved.value.code == "agent_unavailable"
+    assert handled == ["echo"]

@@ -39,7 +39,7 @@ from agentbus.agents._heartbeat import (
 from agentbus.agents._reporting import Reporter
 from agentbus.agents._skills import SkillSpec, collect_skills
 from agentbus.agents._traffic import Traffic
-from agentbus.bus import Bus, Transport, artifact_scope, reader_of, send_artifact
+from agentbus.bus import Bus, Transport, artifact_scope, reader_of
 from agentbus.envelopes import (
     ANSWER_ACTION,
     ARTIFACT_READER,
@@ -59,6 +59,7 @@ NOTIFY_START: Final = "notify_start"
 NOTIFY_START_AFTER: Final = 0.2
 """Seconds a skill runs before the agent sends the ``in_progress`` notice."""
 
+# read_artifact is the bus's own (with peer sites), a name no skill may take.
 _BUILTINS: Final = frozenset({"ping", "describe", "cancel", ANNOUNCE, ANSWER_ACTION, READ_ARTIFACT})
 
 _HEARTBEAT_TTL_INTERVALS: Final = 3
@@ -162,7 +163,6 @@ class Agent:
             "ping": self._ping,
             "describe": self._describe,
             "cancel": self._cancel,
-            READ_ARTIFACT: self._read_artifact,
             ANNOUNCE: self._announce,
             ANSWER_ACTION: self._answer_question,
         }
@@ -483,9 +483,6 @@ class Agent:
             "in_flight": self.in_flight,
             "capacity": self.capacity,
         }
-
-    async def _read_artifact(self, request: RequestEnvelope) -> dict[str, Any]:
-        return await send_artifact(self.bus, request, self.id)
 
     async def _describe(self, request: RequestEnvelope) -> dict[str, Any]:
         return self.card.model_dump(mode="json")

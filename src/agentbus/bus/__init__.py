@@ -14,7 +14,6 @@ from agentbus.bus._artifacts import (
     put_artifact,
     reader_of,
 )
-from agentbus.bus._artifacts_across import send_artifact
 from agentbus.bus._feed import DEFAULT_FEED_LENGTH, Feed, FeedHandler, FeedState, FeedStats
 from agentbus.bus._hooks import Journal
 from agentbus.bus._lease import Lease, LeaseState
@@ -83,7 +82,6 @@ __all__ = [
     "reply_address",
     "reply_routing_key",
     "routing_key",
-    "send_artifact",
     "topic_matches",
     "verifies_sender",
 ]

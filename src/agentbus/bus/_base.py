@@ -98,8 +98,8 @@ class BaseBus(Sending, Keeping, BrokerHooks):
         self._artifacts = Artifacts(
             self._open_artifacts, self.settings, owner=self.agent_id, across=across
         )
-        if across is not None:  # its files, to a reader at another site (an agent's own
-            self._routes.serve(self._serve_home, None)  # handler takes this one's place)
+        if across is not None:  # what it stored, to a reader at another site, served or not
+            self._routes.serve(self._at_home(None), None)
         self._dispatcher: Dispatcher | None = None
         self._draining: asyncio.Task[None] | None = None
         self._feeds: list[Feed] = []
@@ -184,11 +184,18 @@ class BaseBus(Sending, Keeping, BrokerHooks):
     def _can_publish(self) -> bool:
         return self._state in (BusState.OPEN, BusState.CLOSING)
 
-    async def _serve_home(self, request: RequestEnvelope) -> Any:
-        # A bus that serves no agent still sends what it stored to another site's reader.
-        if request.payload.action == READ_ARTIFACT:
-            return await send_artifact(self, request, self.agent_id)
-        raise AgentBusError(f"{self.agent_id} serves no requests", code=ErrorCode.AGENT_UNAVAILABLE)
+    def _at_home(self, handler: RequestHandler | None) -> RequestHandler:
+        # With peer sites, ``read_artifact`` is the bus's own: whatever it serves, a bus
+        # sends what it stored to a reader at another site (its artifacts).
+        async def serve(request: RequestEnvelope) -> Any:
+            if request.payload.action == READ_ARTIFACT:
+                return await send_artifact(self, request, self.agent_id)
+            if handler is None:
+                message = f"{self.agent_id} serves no requests"
+                raise AgentBusError(message, code=ErrorCode.AGENT_UNAVAILABLE)
+            return await handler(request)
+
+        return serve
 
     async def serve(
         self,
@@ -212,7 +219,7 @@ class BaseBus(Sending, Keeping, BrokerHooks):
         service's queue before it is dead-lettered.
         """
         self._require_open()
-        self._routes.serve(handler, acks_early)
+        self._routes.serve(self._at_home(handler) if self._sites.active else handler, acks_early)
         for action in broadcast_actions:
             # Admitted before it is bound: the first broadcast may come right after.
             self._routes.broadcast_actions.add(checked(action, "action"))

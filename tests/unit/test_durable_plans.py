@@ -19,10 +19,11 @@ from agentbus import (
     current_request,
     skill,
 )
-from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope
+from agentbus.bus._poison import ATTEMPT_HEADER
+from agentbus.envelopes import RequestEnvelope, RequestPayload, ResponseEnvelope, encode
 from agentbus.leader import PlanStatus
 from agentbus.registry import Registry
-from agentbus.testing import MemoryBroker, MemoryBus
+from agentbus.testing import MemoryBroker, MemoryBus, MemoryMessage
 from agentbus.testing._memory_journal import MemoryJournal
 
 SETTINGS = Settings(shutdown_grace=0.2)
@@ -104,6 +105,80 @@ async def test_a_one_step_plan_is_two_journal_writes() -> None:
         for _, body in broker.journals["agentbus.journal.plans"]
     ]
     assert writes == [["begun", "sent"], ["settled", "ended"]]
+
+
+def _begun_queues(broker: MemoryBroker) -> dict[str, str]:
+    """Each plan's reply queue, as its begun record names it, by plan id."""
+    entries = [orjson.loads(body) for _, body in broker.journals["agentbus.journal.plans"]]
+    records = [record for entry in entries for record in entry["records"]]
+    return {r["plan_id"]: r["queue"] for r in records if r["kind"] == "begun"}
+
+
+async def test_plans_one_after_another_are_answered_on_one_reply_queue() -> None:
+    """An ended plan's queue serves the next plan (no queue made and deleted a plan); a
+    late answer to the first plan's step reaches the queue and is dropped; the queue
+    goes when the leader stops."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        first = await client.request("leader", "run_plan", {"plan": _chain(1) | {"id": "p0"}})
+        queue = _begun_queues(broker)["p0"]
+        step = RequestEnvelope(
+            message_id=f"{first.result['subtasks'][0]['id']}-late",
+            sender_id="leader-1",
+            receiver_id="steps",
+            payload=RequestPayload(action="step"),
+        )
+        late = step.response(7, sender_id="steps-1")
+        await client.send_reply(late, client.topology.reply_queue(queue))
+        later = [
+            await client.request("leader", "run_plan", {"plan": _chain(2) | {"id": f"p{n}"}})
+            for n in (1, 2)
+        ]
+        drained = broker.message_count(client.topology.reply_queue(queue))
+    assert [r.result["status"] for r in (first, *later)] == ["completed"] * 3
+    assert [s["result"] for s in later[0].result["subtasks"]] == [1, 2]
+    assert set(_begun_queues(broker).values()) == {queue}
+    assert drained == 0
+    assert not [q for q in broker.queues if ".replies.plan-" in q]  # deleted at the end
+
+
+class OtherLeader(Leader):
+    name = "leader-a"
+
+
+async def test_an_ended_plan_delivered_again_is_answered_while_its_queue_serves_on() -> None:
+    """Leader 1 ended the plan (journaled) and holds its queue for the next; the plan's
+    request comes again to leader 2 (its answer was lost): leader 2 answers the journal's
+    aggregate without taking the queue, which leader 1 holds."""
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        OtherLeader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-2"), durable=True, heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        run_plan = RequestEnvelope(
+            sender_id="client-1",
+            receiver_id="leader-a",
+            payload=RequestPayload(action="run_plan", parameters={"plan": _chain(2)}),
+        )
+        first = await client.send_request(run_plan, timeout=10)
+        again = run_plan.model_copy(update={"receiver_id": "leader"})
+        answer = asyncio.create_task(client.send_request(again, timeout=5, sent=True))
+        message = MemoryMessage(
+            encode(again), message_id=again.message_id, headers={ATTEMPT_HEADER: 2}
+        )
+        broker.publish(message, "agent.leader.request", exchange=client.topology.exchange)
+        second = await answer
+    assert second.result["status"] == first.result["status"] == "completed"
+    assert [s["result"] for s in second.result["subtasks"]] == [1, 2]
+    assert sorted(Steps.runs.values()) == [1, 1]  # nothing ran again
 
 
 async def test_a_plan_whose_leader_goes_mid_step_is_finished_by_another_once() -> None:

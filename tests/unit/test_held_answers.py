@@ -107,3 +107,24 @@ async def test_a_copy_of_a_held_answer_waits_for_the_same_release() -> None:
     assert dropped_as_unknown == 0
     assert released
     assert broker.message_count(reply_to) == 0  # both acked with the release
+
+
+async def test_release_all_lets_go_every_answer_held_on_one_queue_and_no_other() -> None:
+    """A queue used again (a leader's next plan) first lets go what its last use held:
+    those answers leave it; another queue's stay held, and go back when it closes."""
+    broker = MemoryBroker()
+    async with (
+        Echo(bus=MemoryBus(broker, SETTINGS, agent_id="echo-1")),
+        MemoryBus(broker, SETTINGS, agent_id="leader-1") as held,
+    ):
+        await held.reply_queue(QUEUE, hold=True)
+        await held.reply_queue("other-q", hold=True)
+        reply_to, other_to = held.topology.reply_queue(QUEUE), held.topology.reply_queue("other-q")
+        for text in ("a", "b"):
+            await held.send_request(_request("leader-1", text), reply_to=reply_to, timeout=5)
+        await held.send_request(_request("leader-1", "c"), reply_to=other_to, timeout=5)
+        released = held.release_all(QUEUE)
+        again = held.release_all(QUEUE)
+    assert (released, again) == (2, 0)
+    assert broker.message_count(reply_to) == 0  # acked
+    assert broker.message_count(other_to) == 1  # still held when the bus closed: back

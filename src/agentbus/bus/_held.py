@@ -63,6 +63,11 @@ class HeldAnswers:
             task.add_done_callback(self._acked)
         return True
 
+    def release_from(self, queue: str) -> int:
+        """Let every answer held from ``queue`` be acknowledged; return how many were."""
+        held = [message_id for message_id, entry in self._gates.items() if entry[0] == queue]
+        return sum(self.release(message_id) for message_id in held)
+
     def abandon(self, queue: str | None = None) -> None:
         """Let go of the answers held from ``queue`` (every queue: None), whose consumer
         has closed: they are back on it."""

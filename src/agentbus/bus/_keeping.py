@@ -139,3 +139,11 @@ class Keeping(abc.ABC):
         Returns whether an answer was held for it.
         """
         return self._held.release(message_id)
+
+    def release_all(self, name: str) -> int:
+        """Let every answer held on the reply queue ``name`` leave it (``hold``), whatever
+        request it answers: the queue goes on taking replies, for another use.
+
+        Returns how many answers were held.
+        """
+        return self._held.release_from(self.topology.reply_queue(name))

@@ -152,6 +152,8 @@ class Transport(Protocol):
 
     def release(self, message_id: str) -> bool: ...
 
+    def release_all(self, name: str) -> int: ...
+
     async def emit(
         self,
         event_name: str,

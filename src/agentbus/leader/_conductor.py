@@ -102,7 +102,6 @@ class Conductor:
         self._journal = journal
         self._park_after = park_after
         self._ended = ended
-        self._releasing: set[asyncio.Task[None]] = set()
         self._queues = PlanQueues(bus)
 
     def __repr__(self) -> str:
@@ -111,7 +110,6 @@ class Conductor:
     async def aclose(self) -> None:
         """Wait until the queues of the plans that ended here are gone."""
         await self._queues.aclose()
-        await asyncio.gather(*self._releasing, return_exceptions=True)
 
     async def run(self, plan: Plan, origin: Origin, *, redelivered: bool | None) -> Aggregate:
         """Run ``plan`` for the request ``origin`` to its end and return the aggregate.
@@ -130,11 +128,7 @@ class Conductor:
         restored = None if redelivered is False else await journal.restore(began)
         if restored is not None and restored.origin is not None:
             origin = Origin.from_record(restored.origin)  # as it began, under its first leader
-        if redelivered is False:  # its first delivery: nobody else runs it, nothing was sent
-            journal.queue, stop = await self._queues.take()
-        else:
-            journal.queue = restored.queue if restored and restored.queue else journal.queue
-            stop = await self._hold(journal, restored, origin)
+        stop = await self._queue(journal, restored, origin, first=redelivered is False)
         # Begun here. The first time, written with the first step's record (nothing is sent
         # before the journal has both); a take-over's at once (it may send nothing for long).
         journal.begin(
@@ -247,6 +241,18 @@ class Conductor:
             requester=reader_of(origin.requester),
         )
 
+    async def _queue(
+        self, journal: PlanJournal, restored: Restored | None, origin: Origin, *, first: bool
+    ) -> Stop | None:
+        # The plan's reply queue, held alone, named in the journal.
+        if first:  # its first delivery: nobody else runs it, nothing was sent
+            journal.queue, stop = await self._queues.take()
+            return stop
+        journal.queue = restored.queue if restored and restored.queue else journal.queue
+        if restored is not None and restored.ended and not restored.in_flight:
+            return None  # it waits for no answer: its queue may serve another plan now
+        return await self._hold(journal, restored, origin)
+
     async def _hold(
         self, journal: PlanJournal, restored: Restored | None, origin: Origin
     ) -> Callable[[bool], Awaitable[None]]:
@@ -303,13 +309,14 @@ class Conductor:
             raise
         finally:
             self.runners.discard(runner)
-            if stop is not None:
-                await self._let_go(stop, runner, ended=ended, kept=kept)
+            if stop is not None and journal is not None:
+                await self._let_go(journal.queue, stop, runner, ended=ended, kept=kept)
         self._ended(aggregate)
         return aggregate
 
     async def _let_go(
         self,
+        queue: str,
         stop: Stop,
         runner: PlanRunner,
         *,
@@ -319,15 +326,8 @@ class Conductor:
         if not ended:  # the queue stays if another leader goes on, or an answer will come
             await stop(not (kept or runner.cancellation is Cancellation.HANDED_OVER))
             return
-
-        # Ended (journaled): the plan's queue goes off the answer's way; nothing the answer
-        # needs waits on it (a cancel, a delete, a close).
-        async def release() -> None:
-            await stop(True)
-
-        task = asyncio.create_task(release())
-        self._releasing.add(task)
-        task.add_done_callback(self._releasing.discard)
+        # Ended (journaled): the plan's queue serves the next plan, at once.
+        self._queues.give_back(queue, stop)
 
     async def _tell(self, origin: Origin, result: Any, status: ResponseStatus) -> None:
         reply = origin.reply(self._leader_id, result, status)

@@ -227,6 +227,7 @@ class PlanJournal:
     def _start(self) -> None:
         if self._batch and (self._writer is None or self._writer.done()):
             self._writer = asyncio.create_task(self._write())
+            self._writer.add_done_callback(_retrieved)  # a failure is kept in _broken
 
     async def _write(self) -> None:
         while self._batch:
@@ -248,6 +249,11 @@ class PlanJournal:
                 raise
             if not written.done():
                 written.set_result(None)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def lookup(journal: Journal, plan_id: str, since: datetime) -> Restored | None:

@@ -14,9 +14,11 @@ from agentbus.envelopes import BROADCAST, Envelope, EventEnvelope, RequestEnvelo
 
 __all__ = [
     "DIRECT_REPLY_TO",
+    "SCHEDULES_LEASE",
     "SITE_HEADER",
     "Destination",
     "Topology",
+    "lease_arguments",
     "reply_destination",
     "reply_routing_key",
     "routing_key",
@@ -28,6 +30,21 @@ DIRECT_REPLY_TO: Final = "amq.rabbitmq.reply-to"
 
 SITE_HEADER: Final = "agentbus-site"
 """The AMQP header a broadcast carries its sender's site in (docs/sites.md)."""
+
+SCHEDULES_LEASE: Final = "schedules"
+"""The lease the leaders take turns under to run the schedules."""
+_LEASE_EXPIRES: Final = 7 * 86400 * 1000  # ms unused before the broker removes the queue
+
+
+def lease_arguments(*, quorum: bool) -> dict[str, object]:
+    """The arguments of a lease's queue, as the bus declares it and the definitions do."""
+    arguments: dict[str, object] = {
+        "x-single-active-consumer": True,
+        "x-max-length": 1,
+        "x-overflow": "drop-head",
+        "x-expires": _LEASE_EXPIRES,  # no holder for a week: a bus declares it anew
+    }
+    return {"x-queue-type": "quorum", **arguments} if quorum else arguments
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,9 +63,11 @@ def test_definitions_name_the_bus_topology() -> None:
     exchanges = {(e["name"], e["type"]) for e in defs["exchanges"]}
     assert exchanges == {(TOPOLOGY.exchange, "topic"), (TOPOLOGY.dead_letter_exchange, "fanout")}
     queues = {q["name"] for q in defs["queues"]}
-    assert queues == {TOPOLOGY.dead_letter_queue, TOPOLOGY.audit_stream} | {
-        TOPOLOGY.service_queue(s) for s in SERVICES
-    }
+    assert queues == {
+        TOPOLOGY.dead_letter_queue,
+        TOPOLOGY.audit_stream,
+        TOPOLOGY.lease_queue("schedules"),
+    } | {TOPOLOGY.service_queue(s) for s in SERVICES}
     bindings = {(b["source"], b["destination"], b["routing_key"]) for b in defs["bindings"]}
     expected = {(TOPOLOGY.dead_letter_exchange, TOPOLOGY.dead_letter_queue, "")}
     expected |= {
@@ -118,6 +120,10 @@ async def test_a_quorum_bus_serves_on_the_imported_queues(node: PrivateBroker) -
             reply = await asyncio.wait_for(
                 client.request("text", "echo", {"n": 1}, timeout=10), timeout=15
             )
+            # The leaders' schedules lease, as a leader asks for it, on the imported queue.
+            lease = await client.lease("schedules")
+            await asyncio.wait_for(lease.acquired(), timeout=15)
+            await lease.aclose()
     assert reply.result == {"echo": {"n": 1}}
     rows = _rows(node.rabbitmqctl("list_queues", "name", "type", "consumers"))
     assert [TOPOLOGY.service_queue("text"), "quorum", "0"] in rows  # still quorum, ours gone

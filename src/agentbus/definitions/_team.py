@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agentbus._exceptions import ConfigurationError
-from agentbus._topology import Topology
+from agentbus._topology import SCHEDULES_LEASE, Topology, lease_arguments
 from agentbus.definitions._site_grants import (
     check_peers,
     link_users,
@@ -270,6 +270,7 @@ def definitions(
                 )
                 for s in services
             ),
+            *_lease_queues(topology, vhost, queue_type, services),
         ],
         "bindings": [
             _binding(vhost, topology.dead_letter_exchange, topology.dead_letter_queue, ""),
@@ -481,6 +482,23 @@ def _service_queue(
         "auto_delete": False,
         "arguments": arguments,
     }
+
+
+def _lease_queues(
+    topology: Topology, vhost: str, queue_type: str, services: Sequence[str]
+) -> list[dict[str, Any]]:
+    # Declared here, so a leader set up with another queue type fails on its first
+    # declare and leaves no queue of the wrong type for the next leaders to trip on.
+    if LEADER not in services:
+        return []
+    lease = {
+        "vhost": vhost,
+        "name": topology.lease_queue(SCHEDULES_LEASE),
+        "durable": True,
+        "auto_delete": False,
+        "arguments": lease_arguments(quorum=queue_type == "quorum"),
+    }
+    return [lease]
 
 
 def _binding(vhost: str, source: str, destination: str, key: str) -> dict[str, Any]:

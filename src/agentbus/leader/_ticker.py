@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from agentbus._exceptions import AgentBusError
 from agentbus._logging import get_logger
+from agentbus._topology import SCHEDULES_LEASE
 from agentbus.bus import Journal, Lease, Transport
 from agentbus.envelopes import RequestEnvelope
 from agentbus.leader._client import TASK_SUBTASK
@@ -30,7 +31,7 @@ from agentbus.leader._schedule_book import Book, Entry, ScheduleWriter, read_boo
 
 __all__ = ["LEASE", "SCHEDULE_CHANGED", "SCHEDULE_FIRED", "Ticker", "run_id"]
 
-LEASE: Final = "schedules"
+LEASE: Final = SCHEDULES_LEASE
 """The lease the leaders take turns at ticking under."""
 SCHEDULE_FIRED: Final = "schedule_fired"
 """The event a tick run sends, to everyone: the schedule, the tick, the run's id, lag."""

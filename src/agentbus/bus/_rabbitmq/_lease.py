@@ -19,27 +19,20 @@ from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from pamqp.commands import Basic
 
 from agentbus._exceptions import ConnectionLost
+from agentbus._topology import lease_arguments
 from agentbus.bus._lease import Lease
 from agentbus.bus._rabbitmq._errors import map_transport_errors
 
 __all__ = ["open_lease"]
 
 _TOKEN: Final = b'{"token": true}'
-_EXPIRES: Final = 7 * 86400 * 1000  # ms unused before the broker removes the queue
 
 
 async def open_lease(
     connection: AbstractRobustConnection, queue: str, lease: Lease, *, quorum: bool
 ) -> None:
     """Declare ``queue``, put a token in, and consume it for ``lease``."""
-    arguments: dict[str, Any] = {
-        "x-single-active-consumer": True,
-        "x-max-length": 1,
-        "x-overflow": "drop-head",
-        "x-expires": _EXPIRES,  # no leader for a week: a leader declares it anew
-    }
-    if quorum:
-        arguments["x-queue-type"] = "quorum"
+    arguments = lease_arguments(quorum=quorum)
     with map_transport_errors():
         channel = await connection.channel(publisher_confirms=True)
         await channel.set_qos(prefetch_count=1)

@@ -377,3 +377,79 @@ async def test_a_connection_lost_under_a_durable_plan_is_not_its_answer(
     assert lost, "the loss was injected"
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert sorted(Steps.runs.values()) == [1] * 3
+
+
+async def test_a_plan_s_end_not_written_sends_its_request_back_after_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The answer goes while the plan's end is written; the write fails: the run_plan
+    request is not acknowledged, runs again from the journal (its last step's answer taken
+    from the plan's queue, not asked again) and ends there; the requester has its answer."""
+    append = MemoryJournal.append
+    lost: list[dict[str, Any]] = []
+
+    async def end_lost_once(self: MemoryJournal, record: dict[str, Any]) -> None:
+        kinds = [r.get("kind") for r in record.get("records", ())]
+        if not lost and "ended" in kinds:
+            lost.append(record)
+            raise ConnectionLost("the connection to the broker was lost: injected")
+        await append(self, record)
+
+    monkeypatch.setattr(MemoryJournal, "append", end_lost_once)
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        reply = await client.request("leader", "run_plan", {"plan": _chain(3)}, timeout=20)
+        await asyncio.wait_for(_journaled_end(broker), 10)
+    assert lost, "the loss was injected"
+    assert reply.result["status"] == PlanStatus.COMPLETED.value
+    assert sorted(Steps.runs.values()) == [1] * 3  # nothing asked again
+    records = [r for _, body in broker.journals["agentbus.journal.plans"]
+               for r in orjson.loads(body)["records"]]  # fmt: skip
+    assert [r["kind"] for r in records].count("begun") == 2  # run again, from the journal
+
+
+async def _journaled_end(broker: MemoryBroker) -> None:
+    while True:
+        entries = broker.journals.get("agentbus.journal.plans", [])
+        records = [r for _, body in entries for r in orjson.loads(body)["records"]]
+        if any(r["kind"] == "ended" for r in records):
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_a_plan_s_answer_goes_while_its_end_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The write of the plan's end is held until the requester has the answer: the answer
+    does not wait for it, and the request is acknowledged once it is in (not run again)."""
+    append = MemoryJournal.append
+    answered = asyncio.Event()
+
+    async def end_after_the_answer(self: MemoryJournal, record: dict[str, Any]) -> None:
+        if "ended" in [r.get("kind") for r in record.get("records", ())]:
+            await answered.wait()
+        await append(self, record)
+
+    monkeypatch.setattr(MemoryJournal, "append", end_after_the_answer)
+    broker = MemoryBroker()
+    async with (
+        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
+        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
+        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
+        _bus(broker, "client-1") as client,
+    ):
+        reply = await client.request("leader", "run_plan", {"plan": _chain(2)}, timeout=5)
+        answered.set()
+        await asyncio.wait_for(_journaled_end(broker), 10)
+        await broker.idle()
+        waiting = broker.message_count("agentbus.service.leader")
+    assert reply.result["status"] == PlanStatus.COMPLETED.value
+    records = [r for _, body in broker.journals["agentbus.journal.plans"]
+               for r in orjson.loads(body)["records"]]  # fmt: skip
+    assert [r["kind"] for r in records].count("begun") == 1  # acknowledged, not run again
+    assert waiting == 0

@@ -25,7 +25,7 @@ from agentbus.bus._rabbitmq._audit_stream import read_audit
 from agentbus.bus._rabbitmq._bus import Bus, connect
 from agentbus.bus._rabbitmq._connection import open_connection
 from agentbus.bus._rabbitmq._dead_letters import DeadLetter, DeadLetters, Settled
-from agentbus.bus._redelivery import redelivered, reply_address
+from agentbus.bus._redelivery import ack_after, redelivered, reply_address
 from agentbus.bus._routes import EventHandler, RequestHandler
 from agentbus.bus._stats import BusState, BusStats, LatencyObserver
 from agentbus.bus._stores._artifact_store import ArtifactStore
@@ -71,6 +71,7 @@ __all__ = [
     "StreamArtifactStore",
     "Topology",
     "Transport",
+    "ack_after",
     "artifact_scope",
     "connect",
     "current_trace",

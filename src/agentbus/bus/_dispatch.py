@@ -13,7 +13,7 @@ from agentbus.bus._delivery import IncomingMessage, Settle, settle
 from agentbus.bus._held import HeldAnswers
 from agentbus.bus._pending import PendingRequests, ReplyOutcome
 from agentbus.bus._poison import DeliveryLimit, attempt_of
-from agentbus.bus._redelivery import bind_redelivered, bind_reply_address
+from agentbus.bus._redelivery import bind_ack_gates, bind_redelivered, bind_reply_address
 from agentbus.bus._refusals import AMQP_MESSAGE_ID, Refusals
 from agentbus.bus._replies import Replier, Reply, ReplyPublisher
 from agentbus.bus._routes import Routes
@@ -109,6 +109,7 @@ class Dispatcher:
         # A classic queue's redelivery comes back as a fresh copy counting its attempt.
         bind_redelivered(bool(message.redelivered) or attempt_of(message) > 1)
         bind_reply_address(message.reply_to)
+        bind_ack_gates()
         try:
             how = await self._dispatch(message, shared=shared, holding=holding)
         except asyncio.CancelledError:

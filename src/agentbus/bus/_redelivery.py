@@ -1,11 +1,25 @@
 """What a handler may read of the delivery it serves: whether it was delivered before, and
-where its answer goes."""
+where its answer goes; and what it may hold of it: its acknowledgement."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 
-__all__ = ["bind_redelivered", "bind_reply_address", "redelivered", "reply_address"]
+from agentbus._exceptions import AgentBusError
+from agentbus._logging import get_logger
+
+__all__ = [
+    "ack_after",
+    "bind_ack_gates",
+    "bind_redelivered",
+    "bind_reply_address",
+    "held_written",
+    "redelivered",
+    "reply_address",
+]
+
+_log = get_logger("agentbus.bus")
 
 _redelivered: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
     "agentbus_redelivered", default=None
@@ -43,3 +57,41 @@ def redelivered() -> bool | None:
     counts its attempt). None: not known (outside a delivery).
     """
     return _redelivered.get()
+
+
+_ack_gates: contextvars.ContextVar[list[asyncio.Future[None]] | None] = contextvars.ContextVar(
+    "agentbus_ack_gates", default=None
+)
+
+
+def bind_ack_gates() -> None:
+    """Start the list of what the delivery's acknowledgement waits for: its own task."""
+    _ack_gates.set([])
+
+
+async def held_written() -> bool:
+    """Wait for what the acknowledgement of the delivery being served was held for
+    (``ack_after``); return whether every write went in."""
+    try:
+        for gate in _ack_gates.get() or ():
+            await asyncio.shield(gate)
+    except AgentBusError as exc:
+        _log.warning(
+            "request left for redelivery: a write its answer stands on failed", error=str(exc)
+        )
+        return False
+    return True
+
+
+def ack_after(written: asyncio.Future[None]) -> bool:
+    """Hold the acknowledgement of the request being served until ``written`` is done:
+    its answer is sent meanwhile, and if ``written`` fails the request goes back to its
+    queue, to run again from what was written (its requester may get the answer twice,
+    under one correlation id). Returns False outside a delivery: nothing is held, and the
+    caller waits for ``written`` itself.
+    """
+    gates = _ack_gates.get()
+    if gates is None:
+        return False
+    gates.append(written)
+    return True

@@ -13,6 +13,7 @@ from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._artifacts import Artifacts
 from agentbus.bus._by_reference import encoded_reply, is_by_reference, resolve_parameters
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
+from agentbus.bus._redelivery import held_written
 from agentbus.bus._replies import Replier, Reply
 from agentbus.bus._routes import RequestHandler, Routes
 from agentbus.bus._stats import BusStats
@@ -196,6 +197,11 @@ class Server:
         except AgentBusError as exc:
             # Not answered: leave it to be redelivered; the duplicate is answered from the store.
             _log.warning("reply not sent; request left for redelivery", error=str(exc))
+            return Settle.REQUEUE
+        if not await held_written():
+            # What the answer stands on is not in (a plan's end, in its journal): the
+            # request runs again from what is, not answered from the store.
+            await self._abandon(key)
             return Settle.REQUEUE
         self._stats.requests_served += 1
         fault_point("bus.answered")  # a test's kill: answered, not yet acked

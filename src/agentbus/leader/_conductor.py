@@ -27,7 +27,7 @@ from agentbus._exceptions import (
 )
 from agentbus._logging import get_logger
 from agentbus.agents import Deferred
-from agentbus.bus import Journal, Topology, Transport, reader_of
+from agentbus.bus import Journal, Topology, Transport, ack_after, reader_of
 from agentbus.envelopes import (
     ANSWER_ACTION,
     BROADCAST,
@@ -283,12 +283,11 @@ class Conductor:
     ) -> Aggregate:
         self.runners.add(runner)
         kept = False  # the plan's queue stays: another leader goes on, or an answer will
-        ended = False
+        ended: asyncio.Future[None] | None = None  # the plan's end, being written
         try:
             aggregate = await runner.run()
             if journal is not None:
-                await journal.ended(aggregate.status.value)
-            ended = True
+                ended = await _end(journal, aggregate.status.value)
         except PlanParked as parked:
             assert journal is not None
             kept = True
@@ -320,14 +319,14 @@ class Conductor:
         stop: Stop,
         runner: PlanRunner,
         *,
-        ended: bool,
+        ended: asyncio.Future[None] | None,
         kept: bool,
     ) -> None:
-        if not ended:  # the queue stays if another leader goes on, or an answer will come
+        if ended is None:  # the queue stays if another leader goes on, or an answer will come
             await stop(not (kept or runner.cancellation is Cancellation.HANDED_OVER))
             return
-        # Ended (journaled): the plan's queue serves the next plan, at once.
-        self._queues.give_back(queue, stop)
+        # Ended: the plan's queue serves the next plan once the journal has the end.
+        self._queues.give_back(queue, stop, ended)
 
     async def _tell(self, origin: Origin, result: Any, status: ResponseStatus) -> None:
         reply = origin.reply(self._leader_id, result, status)
@@ -369,3 +368,13 @@ class Conductor:
             )
 
         return publish
+
+
+async def _end(journal: PlanJournal, status: str) -> asyncio.Future[None]:
+    # The answer goes while the end is written; the request is acknowledged once it is in
+    # (if it fails, the request runs again from the journal). A journal that failed
+    # before has no answer to give: its request goes back at once.
+    ended = asyncio.ensure_future(journal.ended(status))
+    if journal.is_broken or not ack_after(ended):
+        await ended
+    return ended

@@ -95,6 +95,11 @@ class PlanJournal:
         self._writer: asyncio.Task[None] | None = None
         self._broken: BaseException | None = None  # a write failed: nothing after it goes
 
+    @property
+    def is_broken(self) -> bool:
+        """Whether a write failed: nothing after it is written."""
+        return self._broken is not None
+
     def message_id(self, subtask_id: str, attempt: int) -> str:
         """The request id of an attempt: the same whichever leader sends it."""
         return f"{self.key}/{subtask_id}/{attempt}"

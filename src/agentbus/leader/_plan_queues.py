@@ -59,14 +59,25 @@ class PlanQueues:
                 return await ready
         return await self._open()
 
-    def give_back(self, name: str, stop: Stop) -> None:
-        """Take back the queue ``name`` of a plan that ended (its end journaled): whatever
-        it holds for that plan leaves it, and it waits for the next plan, or is deleted."""
+    def give_back(self, name: str, stop: Stop, ended: asyncio.Future[None]) -> None:
+        """Take back the queue ``name`` of a plan that ended, once ``ended`` (its end's
+        write to the journal) is done: whatever the queue holds for that plan leaves it,
+        and it waits for the next plan, or is deleted. Not written, the queue keeps what
+        it holds, for the leader that goes on from the journal."""
+        if not ended.done():
+            ended.add_done_callback(lambda _: self.give_back(name, stop, ended))
+            return
+        if ended.cancelled() or ended.exception() is not None:
+            self._spawn(stop(False))
+            return
         self._bus.release_all(name)
         if not self._closed and len(self._idle) < IDLE_MAX:
             self._idle.append((name, stop))
             return
-        task = asyncio.ensure_future(stop(True))
+        self._spawn(stop(True))
+
+    def _spawn(self, stopping: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(stopping)
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
 

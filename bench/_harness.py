@@ -229,9 +229,8 @@ def redis_url() -> str:
     """``$AGENTBUS_DEDUP_URL`` or ``$AGENTBUS_TEST_DEDUP_URL``; else ``scripts/ensure-redis``'s."""
     if url := os.environ.get("AGENTBUS_DEDUP_URL") or os.environ.get("AGENTBUS_TEST_DEDUP_URL"):
         return url
-    script = BENCH_DIR.parent / "scripts" / "ensure-redis"
-    subprocess.run([str(script)], check=True, capture_output=True, timeout=120)
-    return "redis://127.0.0.1:6390/0"
+    script = [str(BENCH_DIR.parent / "scripts" / "ensure-redis"), "--print-url"]
+    return subprocess.run(script, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _stat(pid: int) -> list[str]:

@@ -42,11 +42,10 @@ async def measure_calls(call: Call, cfg: Config, roles: dict[str, list[int]]) ->
     figures = harness.summary(await harness.sequential(call, cfg.count, warmup=50))
     before = harness.cpu_snapshot(roles)
     load = await harness.windowed(call, cfg.workers, cfg.seconds)
-    spent = harness.cpu_split(before, harness.cpu_snapshot(roles))
+    spent = harness.cpu_split(before, harness.cpu_snapshot(roles)) | {"client": load["cpu_s"]}
     if load["errors"]:
         raise RuntimeError(f"calls failed: {load['errors']}")
     cpu = {f"cpu µs/call, {role}": seconds / load["count"] * 1e6 for role, seconds in spent.items()}
-    cpu["cpu µs/call, client"] = load["cpu_s"] / load["count"] * 1e6
     return figures | {"calls_per_s": load["per_s"]} | cpu
 
 

@@ -1,4 +1,4 @@
-"""suite.py's verdicts on issue 17's targets (tightened by issue 27) and its Markdown report."""
+"""suite.py's verdicts on issue 17's targets (tightened by issues 27 and 42), and its report."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
-AGENT_P50_VS_RAW = 1.10  # agent / aio-pika, both persistent and confirmed
-TRANSIENT_P50_VS_MIN = 1.15  # agent-transient / raw-min
-THROUGHPUT_VS_RAW = 0.95  # agent / aio-pika, 1 and 4 client processes
-SERVER_CPU_VS_RAW = 1.10  # agent / aio-pika, server CPU per request under 4 clients
+AGENT_P50_VS_RAW = 1.05  # agent / aio-pika, both persistent and confirmed
+TRANSIENT_P50_VS_MIN = 1.10  # agent-transient / raw-min
+THROUGHPUT_VS_RAW = 1.0  # agent / aio-pika, 1 and 4 client processes
+SERVER_CPU_VS_RAW = 1.05  # agent / aio-pika, server CPU per request under 4 clients
 FANOUT_VS_RAW = 0.95
+DURABLE_VS_PLAIN = 1.5  # a one-step plan's p50, journaled / --no-durable
+FACE_VS_SDK = 0.9  # calls/s, the A2A gateway and agentbus mcp / their SDK's server alone
+GATEWAY, MCP = "gateway: 1 process, tasks in memory", "agentbus mcp: 1 process"
 FANOUT_VS_FASTSTREAM = 2.0  # FastStream's own broker.request
 # what agentbus[fast] gives: agent on uvloop against raw aio-pika on asyncio's loop
 UVLOOP_P50_VS_RAW = 1.0  # below: faster
 UVLOOP_THROUGHPUT_VS_RAW = 1.0  # above: faster
-RSS_PER_SUBTASK = 1500  # bytes: leader RSS growth over the plan, per subtask
+RSS_PER_SUBTASK = 1000  # bytes: leader RSS growth over the plan, per subtask
 REGISTRY_AGENTS, REGISTRY_INTERVAL = 50_000, 5.0
 REGISTRY_CPU = 1.0  # cores
 READY_SECONDS = 0.5
@@ -177,16 +180,14 @@ def registry_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
     )
     cores = case["registry_cpu_cores"] / registries
     cpu = f"host busy {case['host_busy_cores']:.2f} of {case['host_cores']} cores"
-    if case.get("broker_cpu_cores") is not None:
-        cpu += (f" (broker {case['broker_cpu_cores']:.2f}, simulator "
-                f"{case['generator_cpu_cores']:.2f})")  # fmt: skip
+    if (broker := case.get("broker_cpu_cores")) is not None:
+        cpu += f" (broker {broker:.2f}, simulator {case['generator_cpu_cores']:.2f})"
     if holds:  # the CPU of a registry that does not keep up says nothing of the target
         cpu = f"{_n(case['cpu_per_heartbeat_us'])} µs of registry CPU per beat; {cpu}"
         cpu += f"; {case['registry_cpu_cores']:.2f} cores in all" if registries > 1 else ""
     else:
         cpu = f"not holding the rate ({_n(processed)} of {_n(offered)} beats/s processed); {cpu}"
-    if rss := case.get("registry_rss"):
-        cpu += f"; registry RSS {rss / 1e6:,.0f} MB"
+    cpu += f"; registry RSS {rss / 1e6:,.0f} MB" if (rss := case.get("registry_rss")) else ""
     detect = (
         f"{case['detected']} of {case['killed']} silenced agents reported (more below); "
         f"bound {case['detect_target_s']:.1f} s = 3 intervals + sweep slack"
@@ -226,11 +227,22 @@ def startup_targets(startup: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def study_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 42's rows, from the ratios of the sections' medians: durable plans, the faces."""
+    rows = (("durable", "one-step plan p50, durable / plain", AT_MOST, DURABLE_VS_PLAIN),
+            ("gateway", f"throughput, {GATEWAY} / SDK alone", AT_LEAST, FACE_VS_SDK),
+            ("mcp_workers", f"throughput, {MCP} / SDK alone", AT_LEAST, FACE_VS_SDK))  # fmt: skip
+    return [_target(name, r, None, (compare, bound), "the section's table, below")
+            for key, name, compare, bound in rows
+            if (r := results.get(key, {}).get("ratios", {}).get(name))]  # fmt: skip
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets of the sections that ran."""
     rows = {"request_response": rr_targets, "fanout": fanout_targets,
             "registry": registry_targets, "startup": startup_targets}  # fmt: skip
-    return [row for key, make in rows.items() if (s := results.get(key)) for row in make(s)]
+    made = [row for key, make in rows.items() if (s := results.get(key)) for row in make(s)]
+    return made + study_targets(results)
 
 
 def _seconds(value: float | None) -> str:
@@ -272,7 +284,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"Host: {m['cpus']} CPUs, {m['platform']}, load average {m['load_average']} at start; "
         f"Python {m['python']}; RabbitMQ {m['broker']}; " + ", ".join(m["packages"]) + ".",
         "One run on one broker, the sides interleaved round by round; cells read **best / "
-        "median** of the rounds.", "", "## Targets (issue 17)", "",
+        "median** of the rounds.", "", "## Targets (issues 17 and 42)", "",
         "Ratios are agentbus over its peer (latency and CPU: lower is better; rates: higher); "
         "the verdict is the median's.", "",
         *table("target|median>|best>|goal|verdict|detail", (

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from importlib import import_module
 from types import SimpleNamespace as Config
 from typing import Any
 
@@ -452,11 +453,8 @@ def run_rr(url: str, cfg: Config, say: harness.Say) -> dict[str, Any]:
 if __name__ == "__main__":
     harness.quiet_logging()
     command, side, url, exchange, *rest = sys.argv[1:]
-    factory: Any = None  # asyncio's own loop, whatever is installed; agent-uvloop: the fast extra
-    if side == "agent-uvloop":
-        import uvloop
-
-        factory = uvloop.new_event_loop
+    # asyncio's own loop, whatever is installed; agent-uvloop: the fast extra's
+    factory: Any = import_module("uvloop").new_event_loop if side == "agent-uvloop" else None
     with asyncio.Runner(loop_factory=factory) as runner:
         if command == "serve":
             runner.run(serve(side, url, Names(exchange), rest[0], int(rest[1])))

@@ -15,7 +15,7 @@ import sys
 import time
 from datetime import datetime
 from functools import partial
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace as Config
 from typing import Any
@@ -89,13 +89,7 @@ def meta(url: str) -> dict[str, Any]:
             server = connection.transport.connection if connection.transport else None
             return str(server.server_properties.get("version", "?") if server else "?")
 
-    def installed(package: str) -> str:
-        try:
-            return f"{package} {version(package)}"
-        except PackageNotFoundError:
-            return f"{package} (not installed)"
-
-    packages = [installed(package) for package in PACKAGES]
+    packages = [f"{package} {version(package)}" for package in PACKAGES]  # all installed
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "broker": asyncio.run(broker()),

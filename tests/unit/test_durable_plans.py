@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -70,14 +72,27 @@ def _bus(broker: MemoryBroker, agent_id: str) -> MemoryBus:
     return MemoryBus(broker, SETTINGS, agent_id=agent_id)
 
 
-async def _run_durably(broker: MemoryBroker, plan: dict[str, object]) -> ResponseEnvelope:
-    """A registry, a durable leader and a steps agent run ``plan`` for a client."""
+@contextlib.asynccontextmanager
+async def _team(broker: MemoryBroker) -> AsyncIterator[MemoryBus]:
+    """A registry, a durable leader and a steps agent; the client's bus."""
     async with (
         Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
         Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
         Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
         _bus(broker, "client-1") as client,
     ):
+        yield client
+
+
+def _records(broker: MemoryBroker) -> list[dict[str, Any]]:
+    """Every record of the leaders' journal, in order."""
+    entries = broker.journals.get("agentbus.journal.plans", [])
+    return [record for _, body in entries for record in orjson.loads(body)["records"]]
+
+
+async def _run_durably(broker: MemoryBroker, plan: dict[str, object]) -> ResponseEnvelope:
+    """A registry, a durable leader and a steps agent run ``plan`` for a client."""
+    async with _team(broker) as client:
         return await client.request("leader", "run_plan", {"plan": plan}, timeout=20)
 
 
@@ -109,9 +124,7 @@ async def test_a_one_step_plan_is_two_journal_writes() -> None:
 
 def _begun_queues(broker: MemoryBroker) -> dict[str, str]:
     """Each plan's reply queue, as its begun record names it, by plan id."""
-    entries = [orjson.loads(body) for _, body in broker.journals["agentbus.journal.plans"]]
-    records = [record for entry in entries for record in entry["records"]]
-    return {r["plan_id"]: r["queue"] for r in records if r["kind"] == "begun"}
+    return {r["plan_id"]: r["queue"] for r in _records(broker) if r["kind"] == "begun"}
 
 
 async def test_plans_one_after_another_are_answered_on_one_reply_queue() -> None:
@@ -119,12 +132,7 @@ async def test_plans_one_after_another_are_answered_on_one_reply_queue() -> None
     late answer to the first plan's step reaches the queue and is dropped; the queue
     goes when the leader stops."""
     broker = MemoryBroker()
-    async with (
-        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
-        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
-        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
-        _bus(broker, "client-1") as client,
-    ):
+    async with _team(broker) as client:
         first = await client.request("leader", "run_plan", {"plan": _chain(1) | {"id": "p0"}})
         queue = _begun_queues(broker)["p0"]
         step = RequestEnvelope(
@@ -387,6 +395,7 @@ async def test_a_plan_s_end_not_written_sends_its_request_back_after_the_answer(
     from the plan's queue, not asked again) and ends there; the requester has its answer."""
     append = MemoryJournal.append
     lost: list[dict[str, Any]] = []
+    ended = asyncio.Event()
 
     async def end_lost_once(self: MemoryJournal, record: dict[str, Any]) -> None:
         kinds = [r.get("kind") for r in record.get("records", ())]
@@ -394,32 +403,18 @@ async def test_a_plan_s_end_not_written_sends_its_request_back_after_the_answer(
             lost.append(record)
             raise ConnectionLost("the connection to the broker was lost: injected")
         await append(self, record)
+        if "ended" in kinds:
+            ended.set()
 
     monkeypatch.setattr(MemoryJournal, "append", end_lost_once)
     broker = MemoryBroker()
-    async with (
-        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
-        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
-        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
-        _bus(broker, "client-1") as client,
-    ):
+    async with _team(broker) as client:
         reply = await client.request("leader", "run_plan", {"plan": _chain(3)}, timeout=20)
-        await asyncio.wait_for(_journaled_end(broker), 10)
+        await asyncio.wait_for(ended.wait(), 10)
     assert lost, "the loss was injected"
     assert reply.result["status"] == PlanStatus.COMPLETED.value
     assert sorted(Steps.runs.values()) == [1] * 3  # nothing asked again
-    records = [r for _, body in broker.journals["agentbus.journal.plans"]
-               for r in orjson.loads(body)["records"]]  # fmt: skip
-    assert [r["kind"] for r in records].count("begun") == 2  # run again, from the journal
-
-
-async def _journaled_end(broker: MemoryBroker) -> None:
-    while True:
-        entries = broker.journals.get("agentbus.journal.plans", [])
-        records = [r for _, body in entries for r in orjson.loads(body)["records"]]
-        if any(r["kind"] == "ended" for r in records):
-            return
-        await asyncio.sleep(0.01)
+    assert [r["kind"] for r in _records(broker)].count("begun") == 2  # run again, from the journal
 
 
 async def test_a_plan_s_answer_goes_while_its_end_is_written(
@@ -428,28 +423,24 @@ async def test_a_plan_s_answer_goes_while_its_end_is_written(
     """The write of the plan's end is held until the requester has the answer: the answer
     does not wait for it, and the request is acknowledged once it is in (not run again)."""
     append = MemoryJournal.append
-    answered = asyncio.Event()
+    answered, ended = asyncio.Event(), asyncio.Event()
 
     async def end_after_the_answer(self: MemoryJournal, record: dict[str, Any]) -> None:
-        if "ended" in [r.get("kind") for r in record.get("records", ())]:
+        the_end = "ended" in [r.get("kind") for r in record.get("records", ())]
+        if the_end:
             await answered.wait()
         await append(self, record)
+        if the_end:
+            ended.set()
 
     monkeypatch.setattr(MemoryJournal, "append", end_after_the_answer)
     broker = MemoryBroker()
-    async with (
-        Registry(bus=_bus(broker, "registry-1"), heartbeat_interval=0.2),
-        Leader(bus=_bus(broker, "leader-1"), durable=True, heartbeat_interval=0.2),
-        Steps(bus=_bus(broker, "steps-1"), heartbeat_interval=0.2),
-        _bus(broker, "client-1") as client,
-    ):
+    async with _team(broker) as client:
         reply = await client.request("leader", "run_plan", {"plan": _chain(2)}, timeout=5)
         answered.set()
-        await asyncio.wait_for(_journaled_end(broker), 10)
+        await asyncio.wait_for(ended.wait(), 10)
         await broker.idle()
         waiting = broker.message_count("agentbus.service.leader")
     assert reply.result["status"] == PlanStatus.COMPLETED.value
-    records = [r for _, body in broker.journals["agentbus.journal.plans"]
-               for r in orjson.loads(body)["records"]]  # fmt: skip
-    assert [r["kind"] for r in records].count("begun") == 1  # acknowledged, not run again
+    assert [r["kind"] for r in _records(broker)].count("begun") == 1  # acknowledged, not run again
     assert waiting == 0

@@ -64,9 +64,10 @@ _ack_gates: contextvars.ContextVar[list[asyncio.Future[None]] | None] = contextv
 )
 
 
-def bind_ack_gates() -> None:
-    """Start the list of what the delivery's acknowledgement waits for: its own task."""
-    _ack_gates.set([])
+def bind_ack_gates(*, held: bool = True) -> None:
+    """Start the list of what the delivery's acknowledgement waits for: its own task
+    (``held=False``: it was acknowledged already, long work, and nothing can hold it)."""
+    _ack_gates.set([] if held else None)
 
 
 async def held_written() -> bool:

@@ -13,7 +13,7 @@ from agentbus._tracing import child_trace, end_span, start_span
 from agentbus.bus._artifacts import Artifacts
 from agentbus.bus._by_reference import encoded_reply, is_by_reference, resolve_parameters
 from agentbus.bus._delivery import IncomingMessage, Settle, settle
-from agentbus.bus._redelivery import held_written
+from agentbus.bus._redelivery import bind_ack_gates, held_written
 from agentbus.bus._replies import Replier, Reply
 from agentbus.bus._routes import RequestHandler, Routes
 from agentbus.bus._stats import BusStats
@@ -124,6 +124,7 @@ class Server:
             # Long work: the broker's consumer timeout would take the delivery back.
             await settle(message, Settle.ACK, self._stats)
             self._acked_early.add(id(message))
+            bind_ack_gates(held=False)
         started = time.perf_counter()
         self._running[request.message_id] = None
         try:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 from agentbus import ConnectionLost, Settings
 from agentbus.bus import ack_after
-from agentbus.envelopes import RequestEnvelope
+from agentbus.envelopes import RequestEnvelope, ResponseEnvelope
 from agentbus.testing import MemoryBroker, MemoryBus
 
 SETTINGS = Settings(shutdown_grace=0.2)
@@ -26,14 +29,22 @@ class Holding:
         return "done"
 
 
+@contextlib.asynccontextmanager
+async def _served(
+    broker: MemoryBroker, handler: Holding, **options: Any
+) -> AsyncIterator[tuple[MemoryBus, ResponseEnvelope]]:
+    """``handler`` serving ``svc``, and the reply to one request."""
+    async with MemoryBus(broker, SETTINGS, agent_id="svc-1") as server, MemoryBus(broker) as client:
+        await server.serve(handler, service="svc", **options)
+        yield server, await client.request("svc", "go", timeout=5)
+
+
 async def test_the_answer_goes_and_the_ack_waits_for_the_write() -> None:
     loop = asyncio.get_running_loop()
     write = loop.create_future()
     handler = Holding(write)
     broker = MemoryBroker()
-    async with MemoryBus(broker, SETTINGS, agent_id="svc-1") as server, MemoryBus(broker) as client:
-        await server.serve(handler, service="svc")
-        reply = await client.request("svc", "go", timeout=5)
+    async with _served(broker, handler) as (server, reply):
         served_before = server.stats.requests_served
         write.set_result(None)
         await broker.idle()
@@ -48,9 +59,7 @@ async def test_a_failed_write_sends_the_request_back_to_run_again() -> None:
     write = loop.create_future()
     handler = Holding(write)
     broker = MemoryBroker()
-    async with MemoryBus(broker, SETTINGS, agent_id="svc-1") as server, MemoryBus(broker) as client:
-        await server.serve(handler, service="svc")
-        reply = await client.request("svc", "go", timeout=5)
+    async with _served(broker, handler) as (_, reply):
         write.set_exception(ConnectionLost("the write failed: injected"))
         await broker.idle()
         waiting = broker.message_count(QUEUE)
@@ -64,9 +73,8 @@ async def test_nothing_is_held_outside_a_delivery_or_for_work_acked_as_it_starts
     outside = ack_after(loop.create_future())
     handler = Holding(loop.create_future())
     broker = MemoryBroker()
-    async with MemoryBus(broker, SETTINGS, agent_id="svc-1") as server, MemoryBus(broker) as client:
-        await server.serve(handler, service="svc", acks_early=lambda request: True)
-        reply = await client.request("svc", "go", timeout=5)
+    async with _served(broker, handler, acks_early=lambda request: True) as (_, reply):
+        pass
     assert outside is False
     assert reply.result == "done"
     assert handler.held == [False]  # long work: acknowledged already, its caller waits itself

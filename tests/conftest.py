@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from agentbus._config import DEFAULT_URL, mask_url
+from support.broker import sweep
 from support.required import is_required, missing
 
 # The chaos kit's fixtures (private_broker, chaos_proxy, agent_process, ledger) for
@@ -60,6 +61,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if f"{os.sep}integration{os.sep}" in str(item.path):
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_sessionfinish() -> None:
+    """Delete what the ended tests left on the broker under their exchanges' names."""
+    sweep()
 
 
 def pytest_report_header() -> str:

@@ -24,7 +24,7 @@ from processes import Processes  # noqa: E402
 
 import agentbus  # noqa: E402
 from agentbus import Bus, Settings  # noqa: E402
-from support.broker import delete_topology, queues_with_prefix  # noqa: E402
+from support.broker import delete_topology  # noqa: E402
 
 
 @pytest.fixture
@@ -53,5 +53,4 @@ async def procs(broker_url: str, exchange_name: str, tmp_path: Path) -> AsyncIte
         processes.report()
         for bus in buses:
             await bus.aclose()
-        found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{exchange_name}.")
-        await delete_topology(broker_url, exchange_name, processes.queues() | set(found))
+        await delete_topology(broker_url, exchange_name, processes.queues())

@@ -2,8 +2,8 @@
 
 - ``Operators.apply``: the messaging topology operator's work: each ``User`` made with the
   credentials of the Secret it imports, each ``Permission``, ``TopicPermission`` and
-  ``Policy`` set on the cluster (``rabbitmqctl``), each ``Queue`` declared (as the
-  operator does, with the cluster's admin user).
+  ``Policy`` set on the cluster (one ``rabbitmqctl import_definitions``), each ``Queue``
+  declared (as the operator does, with the cluster's admin user).
 - ``ServiceProxy``: the cluster operator's Service: one address, each new connection sent
   to a node that accepts it, in turn (a killed node's connections drop with it).
 - ``Pod``: a kubelet's work for one replica of a Deployment: the image's entrypoint with
@@ -65,40 +65,46 @@ class Operators:
         self.users: dict[str, str] = {}  # User resource name -> broker user
         self.queues: list[str] = []
 
-    async def apply(self, secrets: Mapping[str, Mapping[str, str]]) -> None:
-        """Create what the resources say, with the credentials in ``secrets`` (by name)."""
-        ctl = self._cluster.rabbitmqctl
+    async def apply(self, secrets: Mapping[str, Mapping[str, str]], workdir: Path) -> None:
+        """Create what the resources say, with the credentials in ``secrets`` (by name).
+
+        One ``rabbitmqctl import_definitions`` for the users, their permissions and the
+        policies (an Erlang VM started once, not once a resource); the queues over AMQP."""
+        definitions: dict[str, list[dict[str, Any]]] = {
+            "users": [], "permissions": [], "topic_permissions": [], "policies": [],
+        }  # fmt: skip
         for name, user in of_kind(self._docs, "User").items():
             credentials = secrets[user["spec"]["importCredentialsSecret"]["name"]]
             login = credentials["username"]
-            with contextlib.suppress(Exception):
-                await ctl("delete_user", login)
-            await ctl("add_user", login, credentials["password"])
+            definitions["users"].append(
+                {"name": login, "password": credentials["password"], "tags": ""}
+            )
             self.users[name] = login
         for permission in of_kind(self._docs, "Permission").values():
             spec = permission["spec"]
             login = self.users[spec["userReference"]["name"]]
-            rights = spec["permissions"]
-            await ctl(
-                "set_permissions", "-p", spec["vhost"], login,
-                rights["configure"], rights["write"], rights["read"],
-            )  # fmt: skip
+            definitions["permissions"].append(
+                {"user": login, "vhost": spec["vhost"], **spec["permissions"]}
+            )
         for topic in of_kind(self._docs, "TopicPermission").values():
             spec = topic["spec"]
             login = self.users[spec["userReference"]["name"]]
-            rights = spec["permissions"]
-            await ctl(
-                "set_topic_permissions", "-p", spec["vhost"], login,
-                rights["exchange"], rights["write"], rights["read"],
-            )  # fmt: skip
+            definitions["topic_permissions"].append(
+                {"user": login, "vhost": spec["vhost"], **spec["permissions"]}
+            )
         await self._declare_queues()
         for policy in of_kind(self._docs, "Policy").values():
             spec = policy["spec"]
-            await ctl(
-                "set_policy", "-p", spec["vhost"], "--apply-to", spec["applyTo"],
-                "--priority", str(spec["priority"]),
-                spec["name"], spec["pattern"], json.dumps(spec["definition"]),
+            definitions["policies"].append(
+                {
+                    "vhost": spec["vhost"], "name": spec["name"], "pattern": spec["pattern"],
+                    "apply-to": spec["applyTo"], "priority": spec["priority"],
+                    "definition": spec["definition"],
+                }
             )  # fmt: skip
+        path = workdir / "definitions.json"
+        path.write_text(json.dumps(definitions), encoding="utf-8")
+        await self._cluster.rabbitmqctl("import_definitions", str(path))
 
     async def _declare_queues(self) -> None:
         connection = await aio_pika.connect(self._cluster.urls[0])
@@ -114,16 +120,12 @@ class Operators:
 
     async def remove(self) -> None:
         """Delete what ``apply`` made (the cluster is the session's, shared by other tests)."""
-        for login in self.users.values():
-            with contextlib.suppress(Exception):
-                await self._cluster.rabbitmqctl("delete_user", login)
+        ctl = self._cluster.rabbitmqctl
+        calls = [ctl("delete_user", login) for login in self.users.values()]
         for policy in of_kind(self._docs, "Policy").values():
-            spec = policy["spec"]
-            with contextlib.suppress(Exception):
-                await self._cluster.rabbitmqctl("clear_policy", "-p", spec["vhost"], spec["name"])
-        for name in self.queues:
-            with contextlib.suppress(Exception):
-                await self._cluster.rabbitmqctl("delete_queue", name)
+            calls.append(ctl("clear_policy", "-p", policy["spec"]["vhost"], policy["spec"]["name"]))
+        calls += [ctl("delete_queue", name) for name in self.queues]
+        await asyncio.gather(*calls, return_exceptions=True)
 
 
 class ServiceProxy:

@@ -158,7 +158,7 @@ async def test_the_base_runs_on_a_three_node_cluster(
     docs = _render()
     secrets = _secrets()
     operators = Operators(private_cluster, docs)
-    await operators.apply(secrets)
+    await operators.apply(secrets, tmp_path)
     data = tmp_path / "data"  # the volume files and code serve
     shutil.copytree(ROOT / "src" / "agentbus" / "bus", data, ignore=shutil.ignore_patterns("*.pyc"))
     # list_files lists **/*.py by default: every module, under its folder

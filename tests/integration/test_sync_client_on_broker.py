@@ -33,7 +33,7 @@ from agentbus import (
 )
 from agentbus.leader import PlanState, PlanStatus
 from agentbus.registry import Registry
-from support.broker import delete_topology, queues_with_prefix
+from support.broker import delete_topology
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +63,7 @@ async def team(broker_url: str, exchange_name: str, make_bus: BusFactory) -> Asy
     finally:
         for agent in reversed(agents):
             await agent.stop(grace=0.5)
-        found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{exchange_name}.")
-        await delete_topology(broker_url, exchange_name, found)
+        await delete_topology(broker_url, exchange_name)
 
 
 async def in_thread(function: Callable[[], T]) -> T:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import uuid
@@ -18,7 +17,7 @@ if str(_HERE) not in sys.path:  # the helpers, however run
 from mcp_team import HEARTBEAT, MISSING, Team  # noqa: E402
 
 from agentbus import Bus, Settings  # noqa: E402
-from support.broker import delete_topology, queues_with_prefix  # noqa: E402
+from support.broker import delete_topology  # noqa: E402
 
 # Without the mcp extra these tests are not collected locally; under CI they are, and fail.
 collect_ignore_glob = (
@@ -51,6 +50,5 @@ async def team(broker_url: str) -> AsyncIterator[Team]:
         yield built
     finally:
         await built.aclose()
-        # The queues of the processes too (an `agentbus mcp`, its callers): found by name.
-        found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{exchange}.")
-        await delete_topology(broker_url, exchange, built.queues | set(found))
+        # The processes' queues (an `agentbus mcp`, its callers) go at the session's end.
+        await delete_topology(broker_url, exchange, built.queues)

@@ -31,7 +31,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_tools import npm_tool
 
-from support.broker import delete_topology, queues_with_prefix
+from support.broker import delete_topology
 from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,8 +147,7 @@ async def page(broker_url: str, tmp_path: Path) -> AsyncIterator[Page]:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
-        found = await asyncio.to_thread(queues_with_prefix, broker_url, f"{built.exchange}.")
-        await delete_topology(broker_url, built.exchange, set(found))
+        await delete_topology(broker_url, built.exchange)
 
 
 def test_the_page_has_the_blocks_this_file_runs() -> None:

@@ -12,37 +12,62 @@ from urllib.parse import unquote, urlsplit
 
 import aio_pika
 
+from agentbus._topology import SCHEDULES_LEASE
 from agentbus.bus import Topology, Transport
 from agentbus.envelopes import ErrorEnvelope, RequestEnvelope, ResponseEnvelope, decode, encode
+
+# The exchanges whose tests ended, by broker URL: what ``sweep`` looks for at the session's end.
+_ENDED: dict[str, set[str]] = {}
 
 
 async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -> None:
     """Delete ``queues``, the dead-letter queue and the exchanges of ``exchange``, if there,
-    and its streams: the plans' journal, the audit trail, each named service queue's
-    conversations, and every other queue or stream named ``<exchange>.*`` (rabbitmqctl)."""
+    and its streams: the journals, the schedules' lease, the audit trail and each named
+    service queue's conversations. Every other queue or stream named ``<exchange>.*`` (a
+    one-shot CLI client's queue, an artifact stream) goes at the session's end (``sweep``):
+    one ``rabbitmqctl`` listing for the session, not one per test."""
     topology = Topology(exchange)
     queues = set(queues)
-    names = {topology.dead_letter_queue, *queues, *streams_of(topology, queues)}
-    names |= set(await asyncio.to_thread(queues_with_prefix, url, f"{exchange}."))
+    _ENDED.setdefault(url, set()).add(exchange)
+    await _delete(url, {topology.dead_letter_queue, *queues, *streams_of(topology, queues)})
     connection = await aio_pika.connect(url)
     async with connection:
-        for name in sorted(names):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.queue_delete(name)
         for name in (topology.exchange, topology.dead_letter_exchange):
             channel = await connection.channel()
             with contextlib.suppress(Exception):
                 await channel.exchange_delete(name)
 
 
+async def _delete(url: str, queues: Iterable[str]) -> None:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        for name in sorted(queues):
+            channel = await connection.channel()
+            with contextlib.suppress(Exception):
+                await channel.queue_delete(name)
+
+
+def sweep() -> None:
+    """Delete what the session's ended tests left named ``<exchange>.*`` (``delete_topology``)."""
+    while _ENDED:
+        url, exchanges = _ENDED.popitem()
+        prefixes = tuple(f"{exchange}." for exchange in exchanges)
+        left = [name for name in queues_with_prefix(url, "") if name.startswith(prefixes)]
+        if left:
+            with contextlib.suppress(Exception):  # a private node may be gone by now
+                asyncio.run(asyncio.wait_for(_delete(url, left), 60))
+
+
 def streams_of(topology: Topology, queues: Iterable[str]) -> set[str]:
-    """The streams a team on ``topology`` may have declared: the plans' journal, the audit
-    trail, and the conversations of each service queue among ``queues``."""
+    """The streams a team on ``topology`` may have declared: the journals of plans and
+    schedules, the schedules' lease, the audit trail, and the conversations of each service
+    queue among ``queues``."""
     prefix = topology.service_queue("")
     services = [queue.removeprefix(prefix) for queue in queues if queue.startswith(prefix)]
     conversations = {topology.conversations(service) for service in services}
-    return {topology.journal_queue("plans"), topology.audit_stream, *conversations}
+    journals = {topology.journal_queue("plans"), topology.journal_queue("schedules")}
+    lease = topology.lease_queue(SCHEDULES_LEASE)
+    return {*journals, lease, topology.audit_stream, *conversations}
 
 
 def queues_of(exchange: str, buses: Iterable[Transport]) -> set[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime
 
 import click
@@ -10,6 +9,7 @@ import orjson
 
 from agentbus.bus import read_audit
 from agentbus.cli._context import run_async, settings_of
+from agentbus.cli._output import write_out
 from agentbus.security import StreamOffset
 
 __all__ = ["audit_command"]
@@ -54,5 +54,4 @@ async def audit_command(
             "written_by": entry.written_by,
             **entry.record,
         }
-        sys.stdout.write(orjson.dumps(line).decode() + "\n")
-        sys.stdout.flush()
+        write_out(orjson.dumps(line).decode() + "\n")

@@ -23,6 +23,7 @@ from agentbus.cli._context import (
     read_bytes,
     run_async,
 )
+from agentbus.cli._output import write_out
 from agentbus.cli._render import (
     agents_table,
     aggregate_report,
@@ -106,7 +107,7 @@ async def plan_run(
     if as_json:
         print_json(aggregate.model_dump(mode="json"))
     else:
-        click.echo(aggregate_report(aggregate))
+        write_out(aggregate_report(aggregate) + "\n")
     ctx.exit(_PLAN_EXIT[aggregate.status])
 
 
@@ -156,7 +157,7 @@ async def plan_status(ctx: click.Context, plan_id: str, as_json: bool, leader_se
     if as_json:
         print_json(state.model_dump(mode="json"))
     else:
-        click.echo(plan_state_report(state))
+        write_out(plan_state_report(state) + "\n")
     ctx.exit(4 if state.aggregate is None else _PLAN_EXIT[state.aggregate.status])
 
 
@@ -190,7 +191,7 @@ async def plan_watch(ctx: click.Context, plan_id: str, leader_service: str) -> N
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ended.wait(), timeout=_WATCH_LOOK)
             state = await _look(client, plan_id)
-    click.echo(aggregate_report(state.aggregate))
+    write_out(aggregate_report(state.aggregate) + "\n")
     ctx.exit(_PLAN_EXIT[state.aggregate.status])
 
 
@@ -301,7 +302,7 @@ async def agents(
     if as_json:
         print_json(rows)
     else:
-        click.echo(agents_table(rows))
+        write_out(agents_table(rows) + "\n")
 
 
 @click.command()

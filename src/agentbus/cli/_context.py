@@ -16,6 +16,7 @@ from agentbus._config import Settings
 from agentbus._exceptions import AgentBusError
 from agentbus._loop import run as run_loop
 from agentbus.bus import Bus
+from agentbus.cli._output import write_out
 
 __all__ = [
     "client_bus",
@@ -112,7 +113,7 @@ def load_json(value: str | None, what: str) -> Any:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    write_out(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def read_bytes(path: str) -> bytes:

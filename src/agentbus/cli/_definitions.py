@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from agentbus._exceptions import ConfigurationError
 from agentbus.agents import AgentCard
 from agentbus.cli._context import load_json, print_json, settings_of
+from agentbus.cli._output import write_out
 from agentbus.cli._serve import _load_agent_class
 from agentbus.definitions import (
     credential_secrets,
@@ -206,9 +207,12 @@ def _peers(values: tuple[str, ...]) -> dict[str, str | None]:
 
 def _print_documents(documents: list[dict[str, Any]]) -> None:
     """A YAML stream of JSON documents (JSON is YAML): what kubectl and kustomize read."""
-    for document in documents:
-        click.echo("---")
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+    write_out(
+        "".join(
+            f"---\n{orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()}\n"
+            for document in documents
+        )
+    )
 
 
 @click.command("federation")

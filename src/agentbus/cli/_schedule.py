@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from agentbus._exceptions import AgentBusError, RemoteError
 from agentbus.cli._context import client_bus, client_id_option, load_json, print_json, run_async
+from agentbus.cli._output import write_out
 from agentbus.leader import PlanClient, Schedule, ScheduleListing, ScheduleState
 
 __all__ = ["parse_duration", "schedule"]
@@ -96,7 +97,7 @@ async def schedule_list(ctx: click.Context, as_json: bool, leader_service: str) 
     if as_json:
         print_json(listing.model_dump(mode="json", by_alias=True))
         return
-    click.echo(_table(listing))
+    write_out(_table(listing) + "\n")
 
 
 @schedule.command("rm")

@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from agentbus import Agent, Settings, configure_logging, skill
-from agentbus._logging import bind_delivery_ids
+from agentbus._logging import bind_delivery_ids, get_logger
 from agentbus.testing import MemoryBroker, MemoryBus
 
 
@@ -67,6 +67,43 @@ def test_console_format_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
     assert "hello" in err
     assert "answer" in err
     assert not err.lstrip().startswith("{")
+
+
+SECRET_URL = "amqp://agent:hunter2@broker/"
+
+
+def _fail_with_a_secret_local(url: str) -> None:
+    secret = url  # a frame's local: a traceback with locals would print it
+    raise ValueError(f"boom after {len(secret)} characters")
+
+
+def test_an_exception_logged_on_a_terminal_shows_no_locals(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The console's traceback names the frames and the error, never the frames' locals."""
+    configure_logging("info", "console")
+    try:
+        _fail_with_a_secret_local(SECRET_URL)
+    except ValueError:
+        structlog.get_logger("t").exception("request handler failed")
+    err = capsys.readouterr().err
+    assert "_fail_with_a_secret_local" in err
+    assert "boom after" in err
+    assert "hunter2" not in err
+
+
+def test_an_exception_logged_unconfigured_is_a_plain_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Unconfigured, the library's loggers hand the standard library a plain traceback."""
+    with caplog.at_level(logging.ERROR):
+        try:
+            _fail_with_a_secret_local(SECRET_URL)
+        except ValueError:
+            get_logger("agentbus.test").exception("request handler failed")
+    assert "Traceback (most recent call last):" in caplog.text
+    assert "ValueError: boom after" in caplog.text
+    assert "hunter2" not in caplog.text
 
 
 class Noisy(Agent):

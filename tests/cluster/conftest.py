@@ -10,6 +10,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -24,6 +25,17 @@ from fault_support import Team  # noqa: E402
 
 from agentbus.testing.chaos import find_rabbitmq  # noqa: E402
 from support.required import is_required  # noqa: E402
+
+_TIER = Path(__file__).resolve().parent
+SLOW: Final = 300  # seconds: a node killed and back, on a loaded 2-core host, beside other tiers
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A cluster test may take minutes where tiers run side by side (the first one also forms
+    the cluster in its set-up): 300 s unless it names its own timeout, not pytest's 120."""
+    for item in items:
+        if item.path.is_relative_to(_TIER) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,10 +1,11 @@
 """An artifact through a kill -9 of a cluster node: it resumes, or fails clearly, never corrupt.
 
-On the tier's 3-node private cluster (every bus given all three nodes), 60 MB are stored
+On the tier's 3-node private cluster (every bus given all three nodes), 30 MB are stored
 for a reader; the node the reader is connected to is killed (-9) while it reads, then the
-node the writer is connected to while it writes another 60 MB. Each end either goes on
-(on another node: offsets are exact, so the reader picks up where it was) and the bytes
-check against their digest, or raises an agentbus error that says what happened.
+node the writer is connected to while it writes another 30 MB (each 10 MB in). Each end
+either goes on (on another node: offsets are exact, so the reader picks up where it was)
+and the bytes check against their digest, or raises an agentbus error that says what
+happened.
 Figures are printed: ``pytest -rP``.
 """
 
@@ -24,6 +25,7 @@ from agentbus.testing.chaos import PrivateCluster
 pytestmark = pytest.mark.cluster
 
 MB = 1000 * 1000
+SIZE = 30 * MB  # each way; the kill comes 10 MB in
 FAST: dict[str, Any] = {"reconnect_interval": 0.5, "heartbeat": 2}
 
 
@@ -50,7 +52,7 @@ async def test_a_node_killed_under_a_reader_and_a_writer(
     url = private_cluster.url
     writer = await open_bus(url, "alpha-1", **FAST)
     reader = await open_bus(url, "beta-1", **FAST)
-    data = os.urandom(60 * MB)
+    data = os.urandom(SIZE)
     artifact = await writer.artifacts.put(data, name="big.bin", reader="beta")
 
     async def kill_reader_node() -> None:
@@ -72,7 +74,7 @@ async def test_a_node_killed_under_a_reader_and_a_writer(
         await private_cluster.kill(node)
 
     async def source() -> AsyncIterator[bytes]:
-        for n in range(60):
+        for n in range(SIZE // MB):
             if n == 10:  # 10 MB are in: the writer's node goes
                 await kill_writer_node()
             yield os.urandom(MB)

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aio_pika
 import pytest
 from doc_blocks import ROOT, Block, all_blocks, named
 
@@ -38,6 +37,7 @@ from agentbus import Settings
 from agentbus.bus import Topology
 from agentbus.leader import Plan, Schedule
 from agentbus.registry import Registry
+from support.broker import delete_topology
 
 pytestmark = pytest.mark.docs
 
@@ -150,21 +150,10 @@ async def exchange(broker_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
     monkeypatch.setenv("AGENTBUS_URL", broker_url)
     monkeypatch.setenv("AGENTBUS_EXCHANGE", name)
     yield name
+    # Its queues and streams (the journals, the schedules' lease, the conversations): by
+    # name now, and what the commands left that no one can name at the session's end.
     topology = Topology(name)
-    connection = await aio_pika.connect(broker_url)
-    async with connection:
-        names = [topology.service_queue(s) for s in SERVICES] + [topology.dead_letter_queue]
-        # Its streams too: the plans' journal, the audit trail, its services' conversations.
-        names += [topology.journal_queue("plans"), topology.audit_stream]
-        names += [f"{topology.service_queue(s)}.conversations" for s in SERVICES]
-        for queue in names:
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.queue_delete(queue)
-        for exchange_name in (name, topology.dead_letter_exchange):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.exchange_delete(exchange_name)
+    await delete_topology(broker_url, name, {topology.service_queue(s) for s in SERVICES})
 
 
 @pytest.fixture

@@ -29,22 +29,21 @@ async def delete_topology(url: str, exchange: str, queues: Iterable[str] = ()) -
     topology = Topology(exchange)
     queues = set(queues)
     _ENDED.setdefault(url, set()).add(exchange)
-    await _delete(url, {topology.dead_letter_queue, *queues, *streams_of(topology, queues)})
-    connection = await aio_pika.connect(url)
-    async with connection:
-        for name in (topology.exchange, topology.dead_letter_exchange):
-            channel = await connection.channel()
-            with contextlib.suppress(Exception):
-                await channel.exchange_delete(name)
+    names = {topology.dead_letter_queue, *queues, *streams_of(topology, queues)}
+    await _delete(url, names, (topology.exchange, topology.dead_letter_exchange))
 
 
-async def _delete(url: str, queues: Iterable[str]) -> None:
+async def _delete(url: str, queues: Iterable[str], exchanges: Iterable[str] = ()) -> None:
     connection = await aio_pika.connect(url)
     async with connection:
         for name in sorted(queues):
             channel = await connection.channel()
             with contextlib.suppress(Exception):
                 await channel.queue_delete(name)
+        for name in exchanges:
+            channel = await connection.channel()
+            with contextlib.suppress(Exception):
+                await channel.exchange_delete(name)
 
 
 def sweep() -> None:

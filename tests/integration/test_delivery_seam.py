@@ -24,6 +24,7 @@ from agentbus.bus._rabbitmq._amqp import (
     basic_publish,
     scratch_channel,
 )
+from agentbus.bus._rabbitmq._failover import connect_to_nodes
 from agentbus.bus._rabbitmq._properties import message_properties
 
 FIELDS = ("body", "message_id", "correlation_id", "reply_to", "type", "headers", "user_id")
@@ -80,7 +81,9 @@ async def test_a_delivery_reads_what_aio_pika_reads_and_settles_as_the_broker_sa
     assert first.properties.delivery_mode == 2
 
 
-async def _publish(channel: aio_pika.abc.AbstractChannel, key: str, body: bytes) -> bool:
+async def _publish(
+    channel: aio_pika.abc.AbstractChannel, key: str, body: bytes, timeout: float = 5
+) -> bool:
     properties = message_properties(
         app_id="seam",
         message_id=uuid.uuid4().hex,
@@ -99,7 +102,7 @@ async def _publish(channel: aio_pika.abc.AbstractChannel, key: str, body: bytes)
         body=body,
         properties=properties,
         mandatory=True,
-        timeout=5,
+        timeout=timeout,
     )
 
 
@@ -163,3 +166,33 @@ async def test_a_scratch_channel_the_broker_closed_is_not_reopened_behind_us(
         await connection.close()
     assert left_by_scratch == 0
     assert left_bare == 1
+
+
+async def test_a_publish_waiting_for_room_is_released_when_its_connection_closes(
+    broker_url: str,
+) -> None:
+    # aiormq's writer is gone once its connection closes. A publish that found the write
+    # queue full (ten frames) waited there until its own timeout, holding its channel's
+    # lock and every publish behind it (seen under load: twenty requests timed out after a
+    # forced close). FailoverConnection empties the queue as the connection closes.
+    connection = await connect_to_nodes([broker_url], timeout=10, reconnect_interval=0.2)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        queue = await _queue(channel)
+        assert connection.transport is not None
+        underlay = connection.transport.connection
+        writer = underlay._writer_task  # type: ignore[attr-defined]  # aiormq's writer
+        writer.cancel()  # as a cut socket ends it; the connection closes after it
+        await asyncio.gather(writer, return_exceptions=True)
+        while not underlay.write_queue.full():
+            underlay.write_queue.put_nowait(b"never written")
+        outcome = (
+            await asyncio.gather(
+                _publish(channel, queue.name, b"x", timeout=60), return_exceptions=True
+            )
+        )[0]
+    finally:
+        await connection.close()
+    # The close's error at once, not the publish's own timeout a minute later.
+    assert isinstance(outcome, Exception), outcome
+    assert not isinstance(outcome, TimeoutError)

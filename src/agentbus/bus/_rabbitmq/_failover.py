@@ -6,10 +6,16 @@ changes only where an attempt goes. aio-pika has no hook for it: the one seam is
 that every connection attempt starts by setting ``transport`` to None and then
 connects to ``self.url`` (``RobustConnection.__connect_transport``).
 ``tests/unit/test_failover_seam.py`` fails the day that changes.
+
+A closed connection also releases the publishes waiting for room in its write queue
+(``release_writes``): aiormq's writer is gone by then, and a publish that found the queue
+full (ten frames) would wait there, holding its channel's lock, until its own timeout.
+``tests/integration/test_reconnect.py`` fails if they wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +28,7 @@ from agentbus._config import mask_url
 from agentbus._logging import get_logger
 from agentbus.bus._rabbitmq._errors import CONNECT_ERRORS
 
-__all__ = ["FailoverConnection", "NodeListener", "connect_to_nodes"]
+__all__ = ["FailoverConnection", "NodeListener", "connect_to_nodes", "release_writes"]
 
 NodeListener = Callable[[str], None]
 """Told the (masked) URL of the node each new connection is made to."""
@@ -85,10 +91,27 @@ class FailoverConnection(RobustConnection):
                     )
             self._attempts += 1
 
+    async def _on_connection_close(self, closing: asyncio.Future[Any]) -> None:
+        if self._transport is not None:
+            await release_writes(self._transport.connection.write_queue)
+        await super()._on_connection_close(closing)
+
     async def _on_connected(self) -> None:
         await super()._on_connected()
         if self._on_node is not None:
             self._on_node(self.node)
+
+
+async def release_writes(queue: asyncio.Queue[Any]) -> None:
+    """Empty a closed connection's write queue until no publish is left waiting for room.
+
+    Each publish it wakes puts its frames and then meets its confirmation, which the close
+    has already failed: it raises at once, and the publisher retries on the new channel.
+    """
+    while not queue.empty():
+        while not queue.empty():
+            queue.get_nowait()
+        await asyncio.sleep(0)  # the woken publishes put their frames
 
 
 async def connect_to_nodes(

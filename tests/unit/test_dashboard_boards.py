@@ -315,14 +315,16 @@ async def test_a_durable_plan_cancelled_from_the_board_ends_and_is_not_handed_ov
         return MemoryBus(broker, settings, agent_id=agent_id)
 
     async with (
-        Registry(bus=bus("registry-1"), heartbeat_interval=0.1) as registry,
-        Leader(bus=bus("leader-1"), durable=True, heartbeat_interval=0.1),
-        Squarer(bus=bus("squarer-1"), heartbeat_interval=0.1),
+        # Beats a second apart: a loop stalled 0.3 s on a loaded host (three test workers)
+        # would have the registry take 0.1 s agents for gone.
+        Registry(bus=bus("registry-1"), heartbeat_interval=1) as registry,
+        Leader(bus=bus("leader-1"), durable=True, heartbeat_interval=1),
+        Squarer(bus=bus("squarer-1"), heartbeat_interval=1),
         bus("dashboard-1") as board_bus,
         Dashboard(board_bus) as dashboard,
     ):
         # The leader asks the registry who offers 'hang': a plan sent before the squarer's
-        # first beat is heard fails at once (seen under three test workers), never running.
+        # first beat is heard fails at once, never running.
         await wait_until(lambda: bool(registry.table.capable("hang")), timeout=5)
         plan = {"id": "lasting", "subtasks": [{"id": "h", "skill": "hang", "timeout": 30}]}
         running = asyncio.create_task(PlanClient(board_bus).run(plan, timeout=10))

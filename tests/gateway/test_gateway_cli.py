@@ -40,8 +40,11 @@ async def run(*args: str) -> tuple[int, str]:
 
 
 async def wait_listed(url: str, service: str, verify: ssl.SSLContext | bool = True) -> None:
-    """Wait until the gateway at ``url`` lists ``service``."""
-    async with asyncio.timeout(20), httpx.AsyncClient(verify=verify) as http:
+    """Wait until the gateway at ``url`` lists ``service``.
+
+    Up to a minute: a gateway of two worker processes beside two other test workers on two
+    cores took more than 20 s to start and list it."""
+    async with asyncio.timeout(60), httpx.AsyncClient(verify=verify) as http:
         while True:
             try:
                 listing = (await http.get(f"{url}/agents")).json()

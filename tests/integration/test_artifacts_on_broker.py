@@ -13,6 +13,7 @@ from processes import Processes, poll
 
 from agentbus import Artifact, ArtifactCorrupt, ArtifactExpired, ArtifactMissing
 from agentbus.bus import Bus, Topology
+from agentbus.bus._rabbitmq._artifact_stream import _Probe
 from agentbus.envelopes import utcnow
 from agentbus.leader import PlanClient
 
@@ -193,3 +194,26 @@ async def test_a_reader_whose_connection_is_cut_picks_up_where_it_was(
     assert cut == 1
     assert reader.stats.connections >= 2, "the reader reconnected"
     assert bytes(taken) == data
+
+
+async def test_a_put_whose_probe_the_broker_refuses_starts_it_again(
+    make_bus: BusFactory, exchange_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RabbitMQ 3.10 closes the connection (INTERNAL_ERROR) on a consume of a stream not
+    yet registered, as a loaded node can be: nothing is written yet, so the put starts its
+    probe again once the connection is back, and the object reads back whole."""
+    writer = await make_bus(f"alpha-{exchange_name}", reconnect_interval=0.2)
+    reader = await make_bus("beta-1")
+    start = _Probe._start
+    cut: list[int] = []
+
+    async def cut_first(probe: _Probe, channel: aio_pika.abc.AbstractChannel) -> None:
+        if not cut:  # the broker closes the connection as the probe's consume goes out
+            cut.append(await force_close(f"agentbus:alpha-{exchange_name}"))
+        await start(probe, channel)
+
+    monkeypatch.setattr(_Probe, "_start", cut_first)
+    blob = os.urandom(300_000)
+    artifact = await writer.artifacts.put(blob, name="b", reader="beta")
+    assert cut == [1]
+    assert await reader.artifacts.read(artifact) == blob

@@ -126,7 +126,14 @@ class StreamArtifactStore:
         with map_transport_errors():
             async with scratch_channel(self._connection, confirms=True) as channel:
                 writer = _Writer(channel, stream, artifact_id, self._properties, self.chunk_size)
-                async with _Probe(self._connection, stream, artifact_id) as probe:
+                # Nothing is written yet: a probe the broker refuses (RabbitMQ 3.10 closes the
+                # connection, INTERNAL_ERROR, on a consume before a new stream is registered,
+                # seen on a loaded node) is started again once the connection is back.
+                probe = await through_reconnects(
+                    lambda: _Probe.started(self._connection, stream, artifact_id),
+                    seconds=_RECONNECT_WAIT,
+                )
+                async with probe:
                     await writer.write(chunks, tally)
                     offset = await probe.offset(self._read_timeout)
                 ref = placement.ref(artifact_id, self.kind, f"{stream}@{offset}", tally)
@@ -228,15 +235,20 @@ class _Writer:
 
     async def _publish(self, body: bytes, properties: Basic.Properties) -> None:
         underlay = await self._channel.get_underlay_channel()
-        with map_transport_errors():
-            returned = await underlay.basic_publish(
-                body,
-                exchange="",
-                routing_key=self._stream,
-                properties=properties,
-                mandatory=True,
-                timeout=_PUBLISH_TIMEOUT,
-            )
+        try:
+            with map_transport_errors():
+                returned = await underlay.basic_publish(
+                    body,
+                    exchange="",
+                    routing_key=self._stream,
+                    properties=properties,
+                    mandatory=True,
+                    timeout=_PUBLISH_TIMEOUT,
+                )
+        except TimeoutError as exc:  # a stream whose node went: no confirm, no close either
+            raise ConnectionLost(
+                f"a chunk to {self._stream!r} not confirmed within {_PUBLISH_TIMEOUT:.0f} s"
+            ) from exc
         if isinstance(returned, aiormq.abc.DeliveredMessage):
             raise PublishFailed(f"the artifact stream {self._stream!r} is not there")
 
@@ -263,11 +275,20 @@ class _Probe:
         self._found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._stack = contextlib.AsyncExitStack()
 
+    @classmethod
+    async def started(
+        cls, connection: AbstractRobustConnection, stream: str, artifact_id: str
+    ) -> _Probe:
+        """A probe consuming; what the transport raises as an agentbus error."""
+        probe = cls(connection, stream, artifact_id)
+        with map_transport_errors():
+            async with contextlib.AsyncExitStack() as stack:
+                channel = await stack.enter_async_context(scratch_channel(connection))
+                await probe._start(channel)
+                probe._stack = stack.pop_all()
+        return probe
+
     async def __aenter__(self) -> _Probe:
-        async with contextlib.AsyncExitStack() as stack:
-            channel = await stack.enter_async_context(scratch_channel(self._connection))
-            await self._start(channel)
-            self._stack = stack.pop_all()
         return self
 
     async def _start(self, channel: AbstractChannel) -> None:

@@ -123,19 +123,19 @@ class StreamArtifactStore:
         await through_reconnects(lambda: self._declare(stream), seconds=_RECONNECT_WAIT)
         artifact_id = new_artifact_id()
         tally = Tally(placement.max_size)
+        # Nothing is written yet: a probe the broker refuses (RabbitMQ 3.10 closes the
+        # connection, INTERNAL_ERROR, on a consume before a new stream is registered, seen
+        # on a loaded node) is started again once the connection is back, and the writer's
+        # channel is opened after it, on the connection the probe found.
+        probe = await through_reconnects(
+            lambda: _Probe.started(self._connection, stream, artifact_id),
+            seconds=_RECONNECT_WAIT,
+        )
         with map_transport_errors():
-            async with scratch_channel(self._connection, confirms=True) as channel:
+            async with probe, scratch_channel(self._connection, confirms=True) as channel:
                 writer = _Writer(channel, stream, artifact_id, self._properties, self.chunk_size)
-                # Nothing is written yet: a probe the broker refuses (RabbitMQ 3.10 closes the
-                # connection, INTERNAL_ERROR, on a consume before a new stream is registered,
-                # seen on a loaded node) is started again once the connection is back.
-                probe = await through_reconnects(
-                    lambda: _Probe.started(self._connection, stream, artifact_id),
-                    seconds=_RECONNECT_WAIT,
-                )
-                async with probe:
-                    await writer.write(chunks, tally)
-                    offset = await probe.offset(self._read_timeout)
+                await writer.write(chunks, tally)
+                offset = await probe.offset(self._read_timeout)
                 ref = placement.ref(artifact_id, self.kind, f"{stream}@{offset}", tally)
                 await writer.send(orjson.dumps(ref.wire()), META_TYPE, None, wait=True)
         return ref

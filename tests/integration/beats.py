@@ -25,6 +25,9 @@ class Beats(threading.Thread):
         self.stop = threading.Event()
         self.silenced: set[str] = set()
         self.sent = 0
+        self.late: set[str] = set()
+        """Agents one of whose beats went out more than an interval late (a starved thread)."""
+        self._last: dict[str, float] = {}
 
     def _body(self, agent_id: str, seq: int) -> bytes:
         data = Heartbeat(agent_id=agent_id, service="sim", status=AgentStatus.READY, in_flight=0,
@@ -32,6 +35,12 @@ class Beats(threading.Thread):
         beat = data.model_dump(mode="json", exclude_none=True)  # as Agent.beat() sends it
         payload = EventPayload(event_name=HEARTBEAT, event_data=beat)
         return encode(EventEnvelope(sender_id=agent_id, receiver_id=BROADCAST, payload=payload))
+
+    def _note(self, agent_id: str) -> None:
+        now = time.monotonic()
+        if now - self._last.get(agent_id, now) > 2 * self.interval:
+            self.late.add(agent_id)
+        self._last[agent_id] = now
 
     def run(self) -> None:
         connection = pika.BlockingConnection(pika.URLParameters(self.url))
@@ -46,6 +55,7 @@ class Beats(threading.Thread):
                         channel.basic_publish(self.exchange, f"broadcast.event.{HEARTBEAT}",
                                               self._body(agent_id, seq), properties)  # fmt: skip
                         self.sent += 1
+                        self._note(agent_id)
                 seq += 1
                 due += self.interval
                 connection.sleep(max(due - time.monotonic(), 0))

@@ -178,11 +178,11 @@ async def test_run_a2a_waits_for_a_server_that_starts_after_it(broker_url: str) 
         settings = Settings(url=broker_url, exchange=env["AGENTBUS_EXCHANGE"])
         async with agentbus.connect(settings=settings) as bus:
             reply = None
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(60):
                 while reply is None:  # until the bridge has the card and serves
-                    try:
-                        reply = await bus.request(
-                            "drafter-1", "draft", {"sections": ["Bees"]}, timeout=5
+                    try:  # the first call through a just-started server: 5 s was too few
+                        reply = await bus.request(  # under three test workers
+                            "drafter-1", "draft", {"sections": ["Bees"]}, timeout=30
                         )
                     except agentbus.Unroutable:
                         await asyncio.sleep(0.2)

@@ -10,7 +10,7 @@ connects to ``self.url`` (``RobustConnection.__connect_transport``).
 A closed connection also releases the publishes waiting for room in its write queue
 (``release_writes``): aiormq's writer is gone by then, and a publish that found the queue
 full (ten frames) would wait there, holding its channel's lock, until its own timeout.
-``tests/integration/test_reconnect.py`` fails if they wait.
+``tests/integration/test_delivery_seam.py`` fails if they wait.
 """
 
 from __future__ import annotations

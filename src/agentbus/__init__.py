@@ -4,6 +4,9 @@ Agents share one topic exchange and speak one versioned JSON envelope
 (``agentbus.envelopes``); ``agentbus.bus`` carries it over RabbitMQ.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from agentbus._config import Settings
 from agentbus._exceptions import (
     AccessRefused,
@@ -62,10 +65,37 @@ from agentbus.envelopes import (
     decode,
     encode,
 )
-from agentbus.leader import Aggregate, Leader, Plan, PlanClient
-from agentbus.sync import SyncBus, connect_sync
+
+if TYPE_CHECKING:
+    from agentbus.leader import Aggregate, Leader, Plan, PlanClient
+    from agentbus.sync import SyncBus, connect_sync
 
 __version__ = "0.2.0"
+
+# Imported on first use (PEP 562): an agent, a registry or a one-shot command that never
+# names them does not load the leader's models (about a fifth of the package's import).
+_LAZY = {
+    "Aggregate": "agentbus.leader",
+    "Leader": "agentbus.leader",
+    "Plan": "agentbus.leader",
+    "PlanClient": "agentbus.leader",
+    "SyncBus": "agentbus.sync",
+    "connect_sync": "agentbus.sync",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentbus' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AccessRefused",

@@ -24,12 +24,13 @@ from agentbus._exceptions import AgentBusError, BrokerUnavailable, Configuration
 from agentbus._loop import run as run_loop
 from agentbus.bus import Bus, Topology
 from agentbus.cli._analysis import analyse, timings
+from agentbus.cli._context import settings_of
 from agentbus.cli._local_rabbitmq import ensure_broker
 from agentbus.cli._team import Team
 from agentbus.leader import PlanClient
 from agentbus.security import default_id
 
-__all__ = ["run_demo"]
+__all__ = ["demo", "demo_command", "run_demo"]
 
 _BASE_PORT: Final = 9464
 _READY_TIMEOUT: Final = 60.0
@@ -229,3 +230,35 @@ def demo_command(
             settings, path.resolve(), keep=keep, code_instances=code_instances, in_memory=in_memory
         )
     )
+
+
+@click.command()
+@click.argument(
+    "path",
+    required=False,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option("--keep", is_flag=True, help="Keep the team running afterwards, to explore.")
+@click.option(
+    "--code-instances", type=click.IntRange(1, 8), default=2, show_default=True,
+    help="Instances of the code agent.",
+)  # fmt: skip
+@click.option(
+    "--in-memory", is_flag=True,
+    help="Run the team in this process on the in-memory bus (no broker).",
+)  # fmt: skip
+@click.pass_context
+def demo(
+    ctx: click.Context, path: Path | None, keep: bool, code_instances: int, in_memory: bool
+) -> None:
+    """Start a team of agents, analyse the Python tree at PATH, and print the report.
+
+    PATH defaults to agentbus's own source. The team (registry, leader, files, two
+    code, text and report agents) runs as separate processes on the broker and is
+    stopped at the end, also on Ctrl-C. With no broker to be had (or --in-memory),
+    the team runs in this process on the in-memory bus.
+    """
+    if keep and in_memory:
+        raise click.UsageError("--keep needs a broker: the in-memory team ends with the demo")
+    root = path if path is not None else Path(__file__).resolve().parents[1]
+    ctx.exit(demo_command(settings_of(ctx), root, keep, code_instances, in_memory))

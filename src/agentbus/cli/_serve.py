@@ -14,7 +14,6 @@ from agentbus._loop import run as run_loop
 from agentbus._metrics import Metrics
 from agentbus.agents import Agent, run_until_signalled
 from agentbus.cli._context import settings_of
-from agentbus.leader import Leader
 from agentbus.registry import Registry
 
 __all__ = ["leader", "registry", "run"]
@@ -141,4 +140,6 @@ def leader(
     ctx: click.Context, /, registry_service: str, durable: bool | None, **options: Any
 ) -> None:
     """Run a leader agent: its run_plan action runs a plan and answers with the aggregate."""
+    from agentbus.leader import Leader  # here: an agent process loads no leader
+
     _serve_agent(ctx, Leader, options, registry=registry_service, durable=durable)

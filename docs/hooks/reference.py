@@ -167,9 +167,12 @@ def _other_variables(written: list[str]) -> list[str]:
             for variable in sorted(found - known - rows.keys()):
                 option = "/".join(param.opts)
                 rows[variable] = f"`{path} {option}`: {_markdown(getattr(param, 'help', ''))}"
-        if isinstance(command, click.Group):
-            for name, sub in sorted(command.commands.items()):
-                walk(sub, f"{path} {name}")
+        if isinstance(command, click.Group):  # the root group's commands load lazily
+            context = click.Context(command)
+            for name in sorted(command.list_commands(context)):
+                sub = command.get_command(context, name)
+                if sub is not None:
+                    walk(sub, f"{path} {name}")
 
     walk(cli, "agentbus")
     return [

@@ -92,8 +92,15 @@ def test_the_cli_settings_metrics_and_error_codes_pages_come_from_the_code(site:
         name: (site / "reference" / name / "index.html").read_text(encoding="utf-8")
         for name in ("cli", "settings", "metrics", "error-codes")
     }
-    for command in cli.list_commands(click.Context(cli)):
+    context = click.Context(cli)
+    for command in cli.list_commands(context):
         assert f"agentbus {command}" in pages["cli"], command
+        # A subcommand option's environment variable is listed beside the settings.
+        sub = cli.get_command(context, command)
+        assert sub is not None
+        for param in sub.params:
+            if isinstance(param.envvar, str):
+                assert param.envvar in pages["settings"], (command, param.envvar)
     for field in Settings.model_fields:
         assert f"AGENTBUS_{field.upper()}" in pages["settings"], field
     for family in Metrics().registry.collect():

@@ -27,28 +27,25 @@ _SERVING_COMMANDS = frozenset(
 # Each command's module is imported when the command runs (an agent process loads its own
 # command only): the name, and the module and attribute of the click command.
 _COMMANDS: dict[str, str] = {
-    name: f"agentbus.cli.{target}"
-    for name, target in {
-        "agents": "_calls:agents",
-        "answer": "_answers:answer",
-        "audit": "_audit:audit_command",
-        "dashboard": "_dashboard:dashboard",
-        "definitions": "_definitions:definitions_command",
-        "demo": "_demo:demo",
-        "federation": "_definitions:federation_command",
-        "gateway": "_gateway:gateway",
-        "leader": "_serve:leader",
-        "mcp": "_mcp:mcp",
-        "plan": "_calls:plan",
-        "publish": "_calls:publish",
-        "registry": "_serve:registry",
-        "request": "_calls:request",
-        "run": "_serve:run",
-        "run-a2a": "_gateway:run_a2a",
-        "run-mcp": "_mcp:run_mcp",
-        "schedule": "_schedule:schedule",
-        "schema": "_schema:schema",
-    }.items()
+    "agents": "agentbus.cli._calls:agents",
+    "answer": "agentbus.cli._answers:answer",
+    "audit": "agentbus.cli._audit:audit_command",
+    "dashboard": "agentbus.cli._dashboard:dashboard",
+    "definitions": "agentbus.cli._definitions:definitions_command",
+    "demo": "agentbus.cli._demo:demo",
+    "federation": "agentbus.cli._definitions:federation_command",
+    "gateway": "agentbus.cli._gateway:gateway",
+    "leader": "agentbus.cli._serve:leader",
+    "mcp": "agentbus.cli._mcp:mcp",
+    "plan": "agentbus.cli._calls:plan",
+    "publish": "agentbus.cli._calls:publish",
+    "registry": "agentbus.cli._serve:registry",
+    "request": "agentbus.cli._calls:request",
+    "run": "agentbus.cli._serve:run",
+    "run-a2a": "agentbus.cli._gateway:run_a2a",
+    "run-mcp": "agentbus.cli._mcp:run_mcp",
+    "schedule": "agentbus.cli._schedule:schedule",
+    "schema": "agentbus.cli._schema:schema",
 }
 
 

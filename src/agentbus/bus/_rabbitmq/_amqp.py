@@ -4,11 +4,12 @@ aio-pika's ``Exchange.publish`` takes an ``aio_pika.Message``, whose every attri
 goes through a lock check (about 10 µs a message), and its ``Queue.consume`` wraps each
 delivery in an ``IncomingMessage`` run in a second task. On the hot paths (every publish;
 every delivery; every heartbeat the registry hears) the bus goes one level down instead,
-here and only here. ``tests/unit/test_amqp_seam.py`` pins what this module assumes of the libraries:
-the properties (``bus/_rabbitmq/_properties.py``) equal ``aio_pika.Message``'s byte for byte and
-pamqp's own, a return comes back as a
+here and only here; a publish and an ack go lower still, as frames on the connection's
+write queue (``_frames.py``). ``tests/unit/test_amqp_seam.py`` pins what this module
+assumes of the libraries: the properties (``bus/_rabbitmq/_properties.py``) equal
+``aio_pika.Message``'s byte for byte and pamqp's own, a return comes back as a
 ``DeliveredMessage``, and a robust channel calls ``reopen_callbacks`` after restoring
-its queues.
+its queues; ``tests/unit/test_frames_seam.py`` pins the frames.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pamqp.commands import Basic
 
 from agentbus._logging import get_logger
 from agentbus._topology import DIRECT_REPLY_TO
+from agentbus.bus._rabbitmq import _frames
 
 __all__ = [
     "RECLAIM_WINDOW",
@@ -92,17 +94,14 @@ async def basic_publish(
     underlay = cast(aiormq.Channel, await channel.get_underlay_channel())
     if direct is not None:
         properties.reply_to = direct.reply_to(underlay)
-    # aiormq bounds the confirm wait itself: no second timer on the hot path. On a confirm
-    # channel the confirm says the frames went out: not waiting for the socket write too
-    # saves a future and a wake-up per publish (about 7 % of a request's client CPU).
-    result = await underlay.basic_publish(
-        body,
+    result = await _frames.publish(
+        underlay,
         exchange=exchange,
         routing_key=routing_key,
+        body=body,
         properties=properties,
         mandatory=mandatory,
         timeout=timeout,
-        wait=not underlay.publisher_confirms,
     )
     return isinstance(result, aiormq.abc.DeliveredMessage)
 
@@ -163,7 +162,7 @@ class Delivery:
     async def ack(self) -> None:
         """Acknowledge the delivery."""
         if self._tag is not None:
-            await self._channel.basic_ack(self._tag, wait=False)
+            await _frames.ack(cast(aiormq.Channel, self._channel), self._tag)
 
     async def reject(self, *, requeue: bool = False) -> None:
         """Refuse the delivery: requeue it, or dead-letter it."""

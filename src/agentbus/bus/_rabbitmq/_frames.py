@@ -80,7 +80,7 @@ def publish_frames(
         + (b"\x01" if mandatory else b"\x00")
     )
     header = _CONTENT_HEADER(60, 0, len(body)) + properties.marshal()
-    parts = [
+    parts: list[bytes | memoryview] = [
         _FRAME_HEADER(_METHOD, channel, len(method)),
         method,
         _FRAME_END,
@@ -88,8 +88,13 @@ def publish_frames(
         header,
         _FRAME_END,
     ]
+    if len(body) <= max_content:
+        if body:
+            parts += (_FRAME_HEADER(_BODY, channel, len(body)), body, _FRAME_END)
+        return b"".join(parts)
+    view = memoryview(body)  # a large body is copied once, into the payload
     for start in range(0, len(body), max_content):
-        chunk = body[start : start + max_content]
+        chunk = view[start : start + max_content]
         parts += (_FRAME_HEADER(_BODY, channel, len(chunk)), chunk, _FRAME_END)
     return b"".join(parts)
 

@@ -59,7 +59,7 @@ class Subtask:
     id: AgentId
     skill: AgentId
     parameters: dict[str, Any] = Field(default_factory=dict)
-    depends_on: list[AgentId] = Field(default_factory=list)
+    depends_on: tuple[AgentId, ...] = ()
     inputs: dict[str, InputRef | list[InputRef]] = Field(
         default_factory=dict,
         description=(
@@ -149,13 +149,19 @@ class Plan(BaseModel):
             return self.deadline
         return (started or utcnow()) + timedelta(seconds=self.deadline)
 
-    def dependents(self) -> dict[str, list[str]]:
+    def dependents(self) -> dict[str, tuple[str, ...]]:
         """Return, for each subtask id, the ids of the subtasks that depend on it."""
-        found: dict[str, list[str]] = {subtask.id: [] for subtask in self.subtasks}
+        found: dict[str, list[str]] = {}
         for subtask in self.subtasks:
             for dependency in dict.fromkeys(subtask.depends_on):
-                found[dependency].append(subtask.id)
-        return found
+                found.setdefault(dependency, []).append(subtask.id)
+        # Equal tuples shared: the thousands of sources of a fan-in hold one between them.
+        shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+        return {
+            subtask.id: shared.setdefault(ids, ids)
+            for subtask in self.subtasks
+            for ids in (tuple(found.get(subtask.id, ())),)
+        }
 
 
 class Fragment(BaseModel):
@@ -214,7 +220,7 @@ def _check_shape(subtask: Subtask, depends_on: set[str]) -> None:
                 )
 
 
-def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+def _find_cycle(graph: dict[str, tuple[str, ...]]) -> list[str] | None:
     # Iterative depth-first search with colours; returns the cycle as a closed path.
     white, grey, black = 0, 1, 2
     colour = dict.fromkeys(graph, white)

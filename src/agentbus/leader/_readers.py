@@ -36,10 +36,16 @@ class StepReaders:
         self._directory = directory
         self._requester = requester
         self._own = own
-        self._takers: dict[str, list[Subtask]] = {}
+        takers: dict[str, list[Subtask]] = {}
         for step in plan.subtasks:
             for source in dict.fromkeys(_sources(step)):
-                self._takers.setdefault(source, []).append(step)
+                takers.setdefault(source, []).append(step)
+        # Equal tuples shared: the thousands of sources of a fan-in hold one between them.
+        shared: dict[tuple[int, ...], tuple[Subtask, ...]] = {}
+        self._takers = {
+            source: shared.setdefault(tuple(map(id, steps)), tuple(steps))
+            for source, steps in takers.items()
+        }
 
     async def reader(self, step_id: str) -> str | None:
         """The user to name in ``step_id``'s request; None: the leader's own (say nothing)."""

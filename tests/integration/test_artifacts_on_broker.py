@@ -177,12 +177,14 @@ async def test_an_artifact_its_stream_no_longer_holds_reads_as_expired(
 
 
 async def test_a_reader_whose_connection_is_cut_picks_up_where_it_was(
-    make_bus: BusFactory,
+    make_bus: BusFactory, exchange_name: str
 ) -> None:
     """The broker closes the reader's connection mid-object: it reconnects and reads on from
     the next offset, and the object comes out whole (its digest checks)."""
     writer = await make_bus("alpha-1", artifact_chunk_size=256 * 1024)
-    reader = await make_bus("beta-1")
+    # An id of this test's own: the cut is by connection name, on a shared broker where
+    # another module's agents may be called beta-1 at the same moment.
+    reader = await make_bus(f"beta-{exchange_name}")
     data = os.urandom(20 * MB)
     artifact = await writer.artifacts.put(data, name="long.bin", reader="beta")
     taken = bytearray()
@@ -190,7 +192,7 @@ async def test_a_reader_whose_connection_is_cut_picks_up_where_it_was(
     async for chunk in reader.artifacts.open(artifact):
         taken += chunk
         if not cut and len(taken) >= 2 * MB:
-            cut = await force_close("agentbus:beta-1")
+            cut = await force_close(f"agentbus:beta-{exchange_name}")
     assert cut == 1
     assert reader.stats.connections >= 2, "the reader reconnected"
     assert bytes(taken) == data

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import aiormq.abc
 import pamqp.frame
@@ -23,7 +24,7 @@ from pamqp.header import ContentHeader
 
 from agentbus.bus._rabbitmq import _frames
 from agentbus.bus._rabbitmq._properties import message_properties
-from support.wire import Published, wire
+from support.wire import Published, Wire, wire
 
 SENT_AT = datetime(2026, 11, 29, 19, 0, 0, tzinfo=UTC)
 NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
@@ -44,6 +45,19 @@ def properties(message_id: str = "m-1") -> Basic.Properties:
         ttl=None,
         user_id=None,
     )
+
+
+async def publish(wired: Wire, **changes: Any) -> object:
+    """Publish through the seam on ``wired``'s channel: a request to ``work`` unless changed."""
+    options: dict[str, Any] = {
+        "exchange": "x",
+        "routing_key": "work",
+        "mandatory": True,
+        "properties": properties(),
+        "body": b"{}",
+        "timeout": 5.0,
+    }
+    return await _frames.publish(wired.channel, **(options | changes))
 
 
 @settings(max_examples=200, deadline=None)
@@ -120,14 +134,11 @@ async def test_publishes_mixed_with_aiormqs_own_find_their_confirms_and_returns(
     async with wire(room=2, answer=answer) as w:
 
         async def ours(i: int) -> object:
-            return await _frames.publish(
-                w.channel,
-                exchange="x",
+            return await publish(
+                w,
                 routing_key="nobody" if i % 3 == 0 else "work",
-                mandatory=True,
                 properties=properties(f"ours-{i}"),
                 body=f"ours-{i}".encode(),
-                timeout=5.0,
             )
 
         async def theirs(i: int) -> object:
@@ -159,17 +170,7 @@ async def test_a_publish_waits_while_aiormq_holds_its_channel_lock() -> None:
     (its ``lock``), the publish waits, and cancelled there it leaves nothing behind."""
     async with wire() as w:
         async with w.channel.lock:
-            waiting = asyncio.create_task(
-                _frames.publish(
-                    w.channel,
-                    exchange="x",
-                    routing_key="work",
-                    mandatory=True,
-                    properties=properties(),
-                    body=b"{}",
-                    timeout=5.0,
-                )
-            )
+            waiting = asyncio.create_task(publish(w))
             await asyncio.sleep(0)  # it runs up to the lock
             assert not waiting.done()
             assert w.channel.delivery_tag == 0
@@ -186,15 +187,7 @@ async def test_an_unconfirmed_publish_times_out_and_a_late_confirm_is_ignored() 
     """No confirm in ``timeout``: TimeoutError; the confirm that comes later harms nothing."""
     async with wire(answer=lambda _: None) as w:
         with pytest.raises(TimeoutError):
-            await _frames.publish(
-                w.channel,
-                exchange="x",
-                routing_key="work",
-                mandatory=True,
-                properties=properties(),
-                body=b"{}",
-                timeout=0.05,
-            )
+            await publish(w, timeout=0.05)
         assert not w.channel.message_id_delivery_tag
         w.channel.frames.put_nowait((0, Basic.Ack(delivery_tag=1)))
         await w.channel.frames.join()
@@ -206,29 +199,15 @@ async def test_a_nack_raises_aiormqs_delivery_error() -> None:
     """A nacked publish raises what aiormq raises for it (the bus translates it)."""
     async with wire(answer=lambda _: "nack") as w:
         with pytest.raises(aiormq.exceptions.DeliveryError):
-            await _frames.publish(
-                w.channel,
-                exchange="x",
-                routing_key="work",
-                mandatory=True,
-                properties=properties(),
-                body=b"{}",
-                timeout=5.0,
-            )
+            await publish(w)
 
 
 async def test_a_channel_without_confirms_waits_for_the_write() -> None:
     """Without confirms the publish returns None once the writer has written its frames,
     and numbers nothing."""
     async with wire(confirms=False) as w:
-        result = await _frames.publish(
-            w.channel,
-            exchange="",
-            routing_key="amq.rabbitmq.reply-to.abc",
-            mandatory=False,
-            properties=properties(),
-            body=b"{}",
-            timeout=5.0,
+        result = await publish(
+            w, exchange="", routing_key="amq.rabbitmq.reply-to.abc", mandatory=False
         )
         assert result is None
         [published] = w.published
@@ -240,15 +219,7 @@ async def test_a_large_body_goes_in_frames_of_the_connections_size() -> None:
     """A body over the frame size is split as aiormq splits it, and arrives whole."""
     async with wire(frame_max=4096) as w:
         body = bytes(range(256)) * 100
-        await _frames.publish(
-            w.channel,
-            exchange="x",
-            routing_key="work",
-            mandatory=False,
-            properties=properties(),
-            body=body,
-            timeout=5.0,
-        )
+        await publish(w, mandatory=False, body=body)
         [published] = w.published
         assert published.body == body
         assert published.frames == -(-len(body) // w.channel.max_content_size)
@@ -259,15 +230,7 @@ async def test_a_publish_without_message_id_gets_one() -> None:
     async with wire(answer=lambda _: "return") as w:
         props = properties()
         props.message_id = None
-        result = await _frames.publish(
-            w.channel,
-            exchange="x",
-            routing_key="nobody",
-            mandatory=True,
-            properties=props,
-            body=b"{}",
-            timeout=5.0,
-        )
+        result = await publish(w, routing_key="nobody", properties=props)
         assert isinstance(result, aiormq.abc.DeliveredMessage)
         assert w.published[0].properties.message_id
 
@@ -283,12 +246,4 @@ async def test_acks_reach_the_writer_and_a_closed_channel_refuses() -> None:
         with pytest.raises(ChannelInvalidStateError):
             await _frames.ack(w.channel, 43)
         with pytest.raises(ChannelInvalidStateError):
-            await _frames.publish(
-                w.channel,
-                exchange="x",
-                routing_key="work",
-                mandatory=False,
-                properties=properties(),
-                body=b"{}",
-                timeout=5.0,
-            )
+            await publish(w)

@@ -16,6 +16,7 @@ import uuid
 from datetime import UTC, datetime
 
 import aio_pika
+import aiormq.abc
 import aiormq.exceptions
 
 from agentbus.bus._rabbitmq._amqp import (
@@ -196,3 +197,39 @@ async def test_a_publish_waiting_for_room_is_released_when_its_connection_closes
     # The close's error at once, not the publish's own timeout a minute later.
     assert isinstance(outcome, Exception), outcome
     assert not isinstance(outcome, TimeoutError)
+
+
+async def test_the_seams_publishes_and_aio_pikas_interleave_on_one_channel(
+    broker_url: str,
+) -> None:
+    """Publishes through the frames seam and through aio-pika's own, 400 at once on one
+    confirm channel, each get their own answer from the real broker: returned exactly
+    where nothing is bound, confirmed elsewhere. (The ordering under aiormq's lock, which
+    a real broker rarely puts to the test, is pinned in tests/unit/test_frames_seam.py.)"""
+    connection = await aio_pika.connect_robust(broker_url)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        queue = await _queue(channel)
+        nobody = f"seam-nobody-{uuid.uuid4().hex[:10]}"
+
+        def key(i: int) -> str:
+            return nobody if i % 3 == 0 else queue.name
+
+        async def ours(i: int) -> bool:
+            return await _publish(channel, key(i), f"ours-{i}".encode())
+
+        async def theirs(i: int) -> bool:
+            message = aio_pika.Message(f"theirs-{i}".encode(), message_id=f"theirs-{i}")
+            returned = await channel.default_exchange.publish(
+                message, routing_key=key(i), mandatory=True
+            )
+            return isinstance(returned, aiormq.abc.DeliveredMessage)
+
+        results = await asyncio.gather(*(f(i) for i in range(200) for f in (ours, theirs)))
+        expected = [i % 3 == 0 for i in range(200) for _ in (ours, theirs)]
+        assert results == expected
+        # A confirm of a routed message says its queue has it: all are there now.
+        declared = await queue.declare()
+        assert declared.message_count == sum(not returned for returned in expected)
+    finally:
+        await connection.close()
